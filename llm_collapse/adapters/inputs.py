@@ -1,0 +1,139 @@
+"""How texts become model inputs: token ids plus a pool mask, one `EncodedText` per text.
+
+Every adapter is "prompt format -> token ids -> forward -> pool over `pool_mask` -> L2 normalise". The pool
+mask says which positions pooling may read: last-token pooling takes the last position whose mask is 1,
+mean pooling averages over the masked positions. Because pooling never looks at padding, embeddings do not
+depend on padding side or batch composition.
+
+Texts are tokenised without truncation first, and only the texts that overflow `max_length` are
+re-tokenised with the model's own truncation rule, so every truncation is known and counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+Kind = Literal["query", "document"]
+KINDS: tuple[str, ...] = ("query", "document")
+
+
+@dataclass(frozen=True)
+class EncodedText:
+    """One text, ready for the model.
+
+    Attributes:
+        input_ids: Token ids, special tokens included.
+        pool_mask: 1 where pooling may read the position, else 0; same length as ``input_ids``.
+        truncated: Whether the text was cut to fit ``max_length``.
+    """
+
+    input_ids: tuple[int, ...]
+    pool_mask: tuple[int, ...]
+    truncated: bool = False
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+class InputFormat(Protocol):
+    """Turns texts into `EncodedText`s for one model family."""
+
+    def encode(
+        self, tokenizer, texts: Sequence[str], *, kind: Kind, instruction: str | None, max_length: int
+    ) -> list[EncodedText]: ...
+
+    def describe(self) -> dict:
+        """Plain-data description for run metadata."""
+        ...
+
+
+EosPolicy = Literal["tokenizer", "exactly-one", "as-text"]
+PoolSpan = Literal["all", "skip-bos", "skip-instruction"]
+
+
+@dataclass(frozen=True)
+class TemplateFormat:
+    """Instruction template + EOS policy + which tokens pooling reads.
+
+    Attributes:
+        query_template: Python format string with ``{instruction}`` and ``{text}``.
+        document_template: Format string with ``{text}`` (documents carry no instruction on these cards).
+        eos: ``"tokenizer"``: whatever the tokenizer adds. ``"exactly-one"``: strip a trailing EOS the
+            tokenizer may add, truncate to ``max_length - 1``, append one EOS (survives truncation).
+            ``"as-text"``: append ``tokenizer.eos_token`` to the string before tokenising, so truncation
+            drops it (NV-Embed-v2's published behaviour).
+        pool_span: ``"all"``: every real token. ``"skip-bos"``: all but a leading BOS.
+            ``"skip-instruction"``: zero the first ``len(tokenizer.tokenize(prefix))`` positions, where
+            ``prefix`` is the query template up to ``{text}`` (NV-Embed-v2's ``pool_mask``).
+    """
+
+    query_template: str = "{text}"
+    document_template: str = "{text}"
+    eos: EosPolicy = "tokenizer"
+    pool_span: PoolSpan = "all"
+
+    @property
+    def takes_instruction(self) -> bool:
+        return "{instruction}" in self.query_template
+
+    def format(self, text: str, *, kind: Kind, instruction: str | None) -> tuple[str, str]:
+        """Returns ``(prefix, full_string)`` for one text; the prefix is what precedes the text."""
+        template = self.query_template if kind == "query" else self.document_template
+        head, _, tail = template.partition("{text}")
+        prefix = head.format(instruction=instruction or "")
+        return prefix, prefix + text + tail.format(instruction=instruction or "")
+
+    def encode(
+        self, tokenizer, texts: Sequence[str], *, kind: Kind, instruction: str | None, max_length: int
+    ) -> list[EncodedText]:
+        pairs = [self.format(t, kind=kind, instruction=instruction) for t in texts]
+        strings = [full + (tokenizer.eos_token if self.eos == "as-text" else "") for _, full in pairs]
+        limit = max_length - 1 if self.eos == "exactly-one" else max_length
+        ids_list = _tokenize_capped(tokenizer, strings, limit, strip_eos=self.eos == "exactly-one")
+        out = []
+        for (prefix, _), (ids, truncated) in zip(pairs, ids_list):
+            if self.eos == "exactly-one":
+                ids = [*ids, tokenizer.eos_token_id]
+            out.append(EncodedText(tuple(ids), tuple(self._pool_mask(tokenizer, ids, prefix)), truncated))
+        return out
+
+    def _pool_mask(self, tokenizer, ids: list[int], prefix: str) -> list[int]:
+        mask = [1] * len(ids)
+        if self.pool_span == "skip-bos" and ids and ids[0] == tokenizer.bos_token_id and len(ids) > 1:
+            mask[0] = 0
+        elif self.pool_span == "skip-instruction" and prefix:
+            # NV-Embed-v2 quirk, kept on purpose: the count excludes BOS but starts at position 0, so BOS is
+            # masked and the last instruction token stays in the pool.
+            n = min(len(tokenizer.tokenize(prefix)), len(ids))
+            mask[:n] = [0] * n
+        return mask
+
+    def describe(self) -> dict:
+        return {"type": "template", **self.__dict__}
+
+
+def _tokenize_capped(
+    tokenizer, strings: Sequence[str], max_length: int, *, strip_eos: bool = False
+) -> list[tuple[list[int], bool]]:
+    """Tokenises with special tokens; only overflowing strings are re-tokenised with truncation.
+
+    With ``strip_eos`` a trailing EOS added by the tokenizer is removed first and truncation is manual
+    (keep the first ``max_length`` ids), because the caller appends its own EOS afterwards.
+    """
+    if not strings:
+        return []
+    full = tokenizer(list(strings), add_special_tokens=True, truncation=False)["input_ids"]
+    out: list[tuple[list[int], bool]] = []
+    for string, ids in zip(strings, full):
+        if strip_eos:
+            if ids and ids[-1] == tokenizer.eos_token_id:
+                ids = ids[:-1]
+            out.append((ids[:max_length], len(ids) > max_length))
+        elif len(ids) > max_length:
+            cut = tokenizer(string, add_special_tokens=True, truncation=True, max_length=max_length)
+            out.append((cut["input_ids"], True))
+        else:
+            out.append((ids, False))
+    return out

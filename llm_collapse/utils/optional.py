@@ -1,0 +1,16 @@
+"""Optional dependencies: import them lazily and say which extra installs them."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+
+def require(module: str, *, extra: str, purpose: str) -> ModuleType:
+    """Imports ``module`` or raises ImportError naming the pip extra that provides it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ImportError(
+            f"{purpose} needs the '{module}' package: pip install 'llm-collapse[{extra}]' ({err})"
+        ) from None
