@@ -90,7 +90,9 @@ class Embedder:
     def dim(self) -> int:
         return self.backend.hidden_size
 
-    def tokenize(self, texts: Sequence[str], *, kind: Kind = "document", instruction: str | None = None) -> list[EncodedText]:
+    def tokenize(
+        self, texts: Sequence[str], *, kind: Kind = "document", instruction: str | None = None
+    ) -> list[EncodedText]:
         """The exact model inputs (token ids, pool mask, truncation flag) for ``texts``."""
         texts = _as_text_list(texts)
         instruction = self._instruction(kind, instruction)
@@ -122,7 +124,11 @@ class Embedder:
         texts = _as_text_list(texts)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for batch in self.iter_batches(
-            texts, kind=kind, instruction=instruction, batch_size=batch_size, show_progress_bar=show_progress_bar
+            texts,
+            kind=kind,
+            instruction=instruction,
+            batch_size=batch_size,
+            show_progress_bar=show_progress_bar,
         ):
             out[batch.indices] = batch.embeddings.numpy()
         return out
@@ -140,7 +146,19 @@ class Embedder:
         """Runs length-sorted batches and yields each with its embeddings (and hidden states if asked)."""
         encoded = self.tokenize(texts, kind=kind, instruction=instruction)
         if n_truncated := sum(e.truncated for e in encoded):
-            logger.warning("%s: %d of %d texts truncated to max_length=%d tokens", self.name, n_truncated, len(encoded), self.max_length)
+            logger.warning(
+                "%s: %d of %d texts truncated to max_length=%d tokens",
+                self.name,
+                n_truncated,
+                len(encoded),
+                self.max_length,
+            )
+        if n_empty := sum(not any(e.pool_mask) for e in encoded):
+            logger.warning(
+                "%s: %d texts have no token to pool (the prompt fills max_length); their vectors are zero",
+                self.name,
+                n_empty,
+            )
         batches = plan_batches(
             [len(e) for e in encoded],
             max_batch_size=batch_size or self.batch_size,
@@ -152,8 +170,12 @@ class Embedder:
             for indices in batches:
                 items = [encoded[i] for i in indices]
                 input_ids, attention_mask, pool_mask = self._collate(items)
-                out = self.backend.forward(input_ids, attention_mask, output_hidden_states=output_hidden_states)
-                pooled = pool(out.last_hidden_state, pool_mask.to(out.last_hidden_state.device), self.spec.pooling)
+                out = self.backend.forward(
+                    input_ids, attention_mask, output_hidden_states=output_hidden_states
+                )
+                pooled = pool(
+                    out.last_hidden_state, pool_mask.to(out.last_hidden_state.device), self.spec.pooling
+                )
                 embeddings = torch.nn.functional.normalize(pooled, p=2, dim=-1).cpu()
                 bar.update(len(indices))
                 yield EmbeddedBatch(indices, embeddings, items, attention_mask, pool_mask, out.hidden_states)
@@ -199,7 +221,9 @@ class Embedder:
 def _as_text_list(texts: Iterable[str]) -> list[str]:
     """Accepts any iterable of strings except a bare string; names the index of a non-string."""
     if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
-        raise TypeError(f"texts must be a list of strings, got {type(texts).__name__}; wrap a single text in a list")
+        raise TypeError(
+            f"texts must be a list of strings, got {type(texts).__name__}; wrap a single text in a list"
+        )
     texts = list(texts)
     for index, text in enumerate(texts):
         if not isinstance(text, str):

@@ -73,7 +73,9 @@ def load_embedder(
     hf = HFBackend(spec, weights, device=torch_device, dtype=torch_dtype, quantization=quantization)
     limit = max_length or spec.max_length or _default_max_length(spec, hf.max_positions)
     logger.info("Loaded %s from %s (%s, max_length=%d)", spec.name, weights.source, torch_dtype, limit)
-    return Embedder(spec, hf, max_length=limit, batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch)
+    return Embedder(
+        spec, hf, max_length=limit, batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch
+    )
 
 
 def _default_max_length(spec, max_positions: int | None) -> int:

@@ -61,7 +61,9 @@ def gemma3():
 
 
 def test_gemma3_270m_ranks_paraphrase_first(gemma3):
-    food, bread, baby = gemma3.encode(["A man is eating food.", "A man is eating bread.", "The girl is carrying a baby."])
+    food, bread, baby = gemma3.encode(
+        ["A man is eating food.", "A man is eating bread.", "The girl is carrying a baby."]
+    )
     assert food @ bread > food @ baby
 
 

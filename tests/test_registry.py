@@ -8,9 +8,15 @@ from llm_collapse.registry import Registry, UnknownNameError
 
 
 def test_list_embedders_has_every_issue_name():
-    assert {"mistral", "nv-embed", "bge-gemma2", "echo-mistral", "minilm", "gemma3-270m", "echo-gemma3-270m"} <= set(
-        lc.list_embedders()
-    )
+    assert {
+        "mistral",
+        "nv-embed",
+        "bge-gemma2",
+        "echo-mistral",
+        "minilm",
+        "gemma3-270m",
+        "echo-gemma3-270m",
+    } <= set(lc.list_embedders())
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,9 @@ def resolve_spec(name: str) -> tuple[EmbedderSpec, Path | None]:
         return EMBEDDERS.get(name), None
     target = name[len(ECHO_PREFIX) :]
     if not target:
-        raise ValueError("'echo:' needs a causal decoder after the colon, e.g. echo:gemma3-270m or echo:/path/to/model")
+        raise ValueError(
+            "'echo:' needs a causal decoder after the colon, e.g. echo:gemma3-270m or echo:/path/to/model"
+        )
     echo = {
         "name": name,
         "input_format": EchoFormat(),
@@ -40,7 +42,9 @@ def resolve_spec(name: str) -> tuple[EmbedderSpec, Path | None]:
     if target in EMBEDDERS:
         base = EMBEDDERS.get(target)
         if base.loader != "auto" or "bert" in base.architectures:
-            raise ValueError(f"echo needs a causal decoder; {base.name!r} is not one (it uses {base.loader!r} / {base.architectures})")
+            raise ValueError(
+                f"echo needs a causal decoder; {base.name!r} is not one (it uses {base.loader!r} / {base.architectures})"
+            )
         return replace(base, **echo), None
     if Path(target).expanduser().exists():
         return EmbedderSpec(hub_id=None, source="path", **echo), Path(target).expanduser()

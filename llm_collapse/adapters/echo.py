@@ -97,17 +97,22 @@ class EchoFormat:
             ids: list[int] = []
             mask: list[int] = []
             truncated = False
-            for piece, column in zip(pieces, columns):
+            for piece, column in zip(pieces, columns, strict=True):
                 piece_ids = column[i]
-                truncated |= len(piece_ids) > max_length
-                piece_ids = piece_ids[:max_length]  # per-piece truncation, as in the reference
+                if piece.variable is not None and "%%text%%" in piece.variable:
+                    truncated |= len(piece_ids) > max_length  # only cutting the text counts as truncation
+                piece_ids = piece_ids[:max_length]  # every piece, literals too, as in the reference
                 ids += piece_ids
                 mask += [int(piece.pooled)] * len(piece_ids)
             out.append(EncodedText(tuple(ids), tuple(mask), truncated))
         return out
 
     def describe(self) -> dict:
-        return {"type": "echo", "query_template": self.query_template, "document_template": self.document_template}
+        return {
+            "type": "echo",
+            "query_template": self.query_template,
+            "document_template": self.document_template,
+        }
 
 
 def _fill(body: str, values: dict[str, str]) -> str:

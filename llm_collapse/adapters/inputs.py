@@ -93,7 +93,7 @@ class TemplateFormat:
         limit = max_length - 1 if self.eos == "exactly-one" else max_length
         ids_list = _tokenize_capped(tokenizer, strings, limit, strip_eos=self.eos == "exactly-one")
         out = []
-        for (prefix, _), (ids, truncated) in zip(pairs, ids_list):
+        for (prefix, _), (ids, truncated) in zip(pairs, ids_list, strict=True):
             if self.eos == "exactly-one":
                 ids = [*ids, tokenizer.eos_token_id]
             out.append(EncodedText(tuple(ids), tuple(self._pool_mask(tokenizer, ids, prefix)), truncated))
@@ -126,7 +126,7 @@ def _tokenize_capped(
         return []
     full = tokenizer(list(strings), add_special_tokens=True, truncation=False)["input_ids"]
     out: list[tuple[list[int], bool]] = []
-    for string, ids in zip(strings, full):
+    for string, ids in zip(strings, full, strict=True):
         if strip_eos:
             if ids and ids[-1] == tokenizer.eos_token_id:
                 ids = ids[:-1]

@@ -72,9 +72,15 @@ class HFBackend:
                 f"{' or '.join(map(repr, spec.architectures))}. Check path= or pick another embedder."
             )
         self.tokenizer = _load_tokenizer(weights.directory)
-        kwargs = {"dtype": dtype, "attn_implementation": spec.attn_implementation, "output_loading_info": True}
+        kwargs = {
+            "dtype": dtype,
+            "attn_implementation": spec.attn_implementation,
+            "output_loading_info": True,
+        }
         if quantization is not None:
-            kwargs["quantization_config"] = _bnb_config(quantization, dtype)
+            # NV-Embed's latent-attention pooler stays in full precision: only the backbone is quantized.
+            skip = ["latent_attention_model"] if spec.loader == "nv-embed" else None
+            kwargs["quantization_config"] = _bnb_config(quantization, dtype, skip_modules=skip)
         if device.type == "cuda" and torch.cuda.device_count() > 1 and device.index is None:
             kwargs["device_map"] = "auto"
         else:
@@ -82,7 +88,9 @@ class HFBackend:
         if spec.loader == "nv-embed":
             from llm_collapse.models.nv_embed import load_nv_embed
 
-            model = load_nv_embed(weights.directory, **{k: v for k, v in kwargs.items() if k != "output_loading_info"})
+            model = load_nv_embed(
+                weights.directory, **{k: v for k, v in kwargs.items() if k != "output_loading_info"}
+            )
         else:
             model, info = transformers.AutoModel.from_pretrained(weights.directory, **kwargs)
             _check_loading(weights.directory, info)
@@ -147,13 +155,14 @@ def _model_type(directory: Path) -> str:
 
 
 def _load_tokenizer(directory: Path):
-    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    # Never run a checkpoint's own code (NV-Embed-v2's config carries an auto_map to remote code).
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
     # Lengths are capped by the adapter, not by the tokenizer: silence "sequence longer than" warnings.
     tokenizer.model_max_length = 1 << 30
     return tokenizer
 
 
-def _bnb_config(quantization: str, dtype: torch.dtype):
+def _bnb_config(quantization: str, dtype: torch.dtype, *, skip_modules: list[str] | None = None):
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"Unknown quantization {quantization!r}; allowed: None, {', '.join(QUANTIZATIONS)}")
     require("bitsandbytes", extra="quant", purpose=f"quantization={quantization!r}")
@@ -163,8 +172,9 @@ def _bnb_config(quantization: str, dtype: torch.dtype):
             bnb_4bit_quant_type="nf4",
             bnb_4bit_compute_dtype=dtype,
             bnb_4bit_use_double_quant=True,
+            llm_int8_skip_modules=skip_modules,
         )
-    return transformers.BitsAndBytesConfig(load_in_8bit=True)
+    return transformers.BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=skip_modules)
 
 
 def _check_loading(directory: Path, info: dict) -> None:
@@ -177,4 +187,8 @@ def _check_loading(directory: Path, info: dict) -> None:
             "refusing to embed with randomly initialised weights"
         )
     if unexpected := info.get("unexpected_keys"):
-        logger.info("Ignoring %d checkpoint weights the base model does not use (e.g. %s)", len(unexpected), sorted(unexpected)[0])
+        logger.info(
+            "Ignoring %d checkpoint weights the base model does not use (e.g. %s)",
+            len(unexpected),
+            sorted(unexpected)[0],
+        )

@@ -58,7 +58,9 @@ def _from_path(path: Path) -> WeightsLocation:
         return WeightsLocation(converted_gguf_dir(path), source=f"gguf:{path}")
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"{path} has no config.json; path= must be a model folder or a .gguf file")
+            raise FileNotFoundError(
+                f"{path} has no config.json; path= must be a model folder or a .gguf file"
+            )
         return WeightsLocation(path, source=f"path:{path}")
     raise FileNotFoundError(f"path={str(path)!r} does not exist; pass a model folder or a .gguf file")
 
@@ -88,7 +90,9 @@ def _from_hub_cache(name: str, hub_id: str) -> WeightsLocation:
             directory = Path(snapshot_download(hub_id, allow_patterns=_HUB_PATTERNS))
             source = "hf-hub"
         except Exception as err:
-            raise FileNotFoundError(_missing(name, hub_id) + f" (download failed: {type(err).__name__})") from None
+            raise FileNotFoundError(
+                _missing(name, hub_id) + f" (download failed: {type(err).__name__})"
+            ) from None
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(_missing(name, hub_id))
     return WeightsLocation(directory, source=source, revision=directory.name)

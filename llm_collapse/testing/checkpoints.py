@@ -1,0 +1,506 @@
+"""Tiny, deterministic, random-weight checkpoints in the published on-disk layouts.
+
+Each ``save_tiny_*`` builder writes a complete folder (config, weights, tokenizer) that
+mirrors a real embedding model's repository, so the package's real loading code can be
+exercised offline in well under a second per model.
+
+Decisions and gotchas:
+
+* Every tensor is drawn from its own ``torch.Generator`` seeded with ``crc32(seed, name)``:
+  the same seed gives byte-identical tensors, a tensor's value does not depend on which
+  other keys exist (both NV-Embed FF spellings carry the same numbers), and the global
+  torch RNG is left untouched (model construction runs inside ``fork_rng``).
+* Init keeps activations O(1): linear weights ``N(0, 1/fan_in)``, norm weights
+  ``center + 0.1 N(0, 1)`` (center 1 for Mistral RMSNorm and LayerNorm, 0 for Gemma's
+  ``1 + w`` RMSNorm), biases ``0.1 N(0, 1)``. Norm weights are deliberately not exactly
+  1/0 so that a dropped or misplaced norm changes the output.
+* head_dim is 64 everywhere (vLLM's CPU backend accepts 32/64/80/...), and Gemma models
+  use ``num_heads * head_dim != hidden_size`` as the real ones do.
+* bge-multilingual-gemma2: q/k projections are scaled up (``qk_scale``) so attention
+  logits reach tens and the 50.0 ``attn_logit_softcapping`` really changes the output
+  (sdpa, which drops the softcap, then differs from eager).
+* NV-Embed's real config needs remote code (``NVEmbedModel``, ``bidir_mistral``), so its
+  ``config.json`` is written by hand in the transformers-4.42 shape (``rope_theta``, not
+  ``rope_parameters``); its remote ``*.py`` files are not shipped.
+* e5-mistral replicates a contradiction of the real repository: ``tokenizer_config.json``
+  says ``add_eos_token: true`` but ``tokenizer.json``'s post-processor adds only ``<s>``.
+  transformers 5 follows ``tokenizer.json``, so no ``</s>`` is appended on load.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import zlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from transformers import (
+    Gemma2Config,
+    Gemma2Model,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    MistralConfig,
+    MistralForCausalLM,
+    MistralModel,
+    PretrainedConfig,
+    PreTrainedModel,
+)
+
+from llm_collapse.testing.tokenizers import build_gemma_tokenizer, build_llama_tokenizer, save_tokenizer
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "NV_EMBED_FF_KEY_STYLES",
+    "TINY_BUILDERS",
+    "nv_embed_expected_keys",
+    "save_tiny_bge_gemma2",
+    "save_tiny_e5_mistral",
+    "save_tiny_gemma3",
+    "save_tiny_mistral_instruct",
+    "save_tiny_nv_embed",
+]
+
+NV_EMBED_FF_KEY_STYLES: tuple[str, ...] = ("net.0", "net.0.proj")
+"""Spellings of NV-Embed's first feed-forward projection: published / third-party."""
+
+BGE_GEMMA2_EXTRA_TOKENS: tuple[str, ...] = ("<instruct>", "<query>")
+
+_NORM_JITTER = 0.1
+_BIAS_STD = 0.1
+_BGE_QK_SCALE = 6.0
+
+_TINY_MISTRAL: dict[str, Any] = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "hidden_act": "silu",
+    "max_position_embeddings": 32768,
+    "sliding_window": 4096,
+    "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-5,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "tie_word_embeddings": False,
+}
+
+_TINY_NV_LATENT: dict[str, Any] = {"num_latents_value": 16, "num_cross_heads": 2}
+
+
+# ----------------------------------------------------------------------------- tensors
+
+
+def _tensor_seed(seed: int, name: str) -> int:
+    return zlib.crc32(f"{seed}:{name}".encode())
+
+
+def _randn(shape: tuple[int, ...], *, seed: int, name: str) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(_tensor_seed(seed, name))
+    return torch.randn(shape, generator=generator, dtype=torch.float32)
+
+
+def _init_tensor(
+    name: str,
+    shape: tuple[int, ...],
+    *,
+    seed: int,
+    norm_center: float,
+    embed_std: float,
+    qk_scale: float = 1.0,
+) -> torch.Tensor:
+    """Random tensor for parameter ``name``, scaled so activations stay O(1).
+
+    Args:
+        name: Parameter name; its seed and its kind (norm, bias, embedding, linear) follow
+            from it.
+        shape: Parameter shape.
+        seed: Checkpoint seed.
+        norm_center: Value norm weights scatter around (1 for ``x * w``, 0 for ``x * (1 + w)``).
+        embed_std: Standard deviation of token embeddings.
+        qk_scale: Extra factor for ``q_proj``/``k_proj`` weights.
+
+    Returns:
+        A float32 tensor.
+    """
+    noise = _randn(shape, seed=seed, name=name)
+    if name.endswith("latents"):
+        return noise
+    if len(shape) == 1:
+        if name.endswith("bias"):
+            return _BIAS_STD * noise
+        return norm_center + _NORM_JITTER * noise
+    if "embed_tokens" in name:
+        return embed_std * noise
+    scale = 1.0 / math.sqrt(shape[1])
+    if name.endswith(("q_proj.weight", "k_proj.weight")):
+        scale *= qk_scale
+    return scale * noise
+
+
+def _random_state_dict(
+    shapes: Mapping[str, tuple[int, ...]], *, seed: int, **init_kwargs: Any
+) -> dict[str, torch.Tensor]:
+    return {
+        name: _init_tensor(name, tuple(shape), seed=seed, **init_kwargs) for name, shape in shapes.items()
+    }
+
+
+def _meta_shapes(model_cls: type[PreTrainedModel], config: PretrainedConfig) -> dict[str, tuple[int, ...]]:
+    """Persistent parameter names and shapes of ``model_cls(config)``, without allocating."""
+    with torch.device("meta"):
+        model = model_cls(config)
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+
+def _save_hf_model(
+    model_cls: type[PreTrainedModel],
+    config: PretrainedConfig,
+    path: Path,
+    *,
+    seed: int,
+    **init_kwargs: Any,
+) -> None:
+    """Fill ``model_cls(config)`` with seeded random weights and ``save_pretrained`` it."""
+    shapes = _meta_shapes(model_cls, config)
+    if getattr(config, "tie_word_embeddings", False):
+        shapes.pop("lm_head.weight", None)
+    state = _random_state_dict(shapes, seed=seed, **init_kwargs)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_cls(config)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise RuntimeError(f"state dict mismatch: missing={missing} unexpected={unexpected}")
+    model.save_pretrained(path)
+
+
+def _write_json(path: Path, payload: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _prepare(path: str | Path) -> Path:
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+# ----------------------------------------------------------------------------- NV-Embed
+
+
+def _split_nv_overrides(overrides: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    latent_keys = {"num_latents_value", "num_cross_heads", "cross_dim_head"}
+    latent = {k: v for k, v in overrides.items() if k in latent_keys}
+    text = {k: v for k, v in overrides.items() if k not in latent_keys}
+    return latent, text
+
+
+def _nv_text_config_dict(config: MistralConfig) -> dict[str, Any]:
+    """The ``text_config`` block in the published (transformers 4.42) shape."""
+    text = config.to_dict()
+    rope = text.pop("rope_parameters", None) or {}
+    text["rope_theta"] = float(rope.get("rope_theta", 10000.0))
+    text.pop("transformers_version", None)
+    text.pop("dtype", None)
+    text.update(
+        {
+            "_name_or_path": "nvidia/NV-Embed-v2",
+            "architectures": ["MistralModel"],
+            "model_type": "bidir_mistral",
+            "torch_dtype": "float32",
+            "use_cache": True,
+        }
+    )
+    return text
+
+
+def _nv_latent_shapes(
+    hidden: int, n_latents: int, heads: int, dim_head: int, ff_key_style: str
+) -> dict[str, tuple[int, ...]]:
+    inner = heads * dim_head
+    ff0 = "net.0.proj" if ff_key_style == "net.0.proj" else "net.0"
+    block0 = "latent_attention_model.cross_attend_blocks.0"
+    block1 = "latent_attention_model.cross_attend_blocks.1"
+    return {
+        "latent_attention_model.latents": (n_latents, hidden),
+        f"{block0}.norm.weight": (hidden,),
+        f"{block0}.norm.bias": (hidden,),
+        f"{block0}.norm_context.weight": (hidden,),
+        f"{block0}.norm_context.bias": (hidden,),
+        f"{block0}.fn.to_q.weight": (inner, hidden),
+        f"{block0}.fn.to_kv.weight": (2 * inner, hidden),
+        f"{block0}.fn.to_out.weight": (hidden, inner),
+        f"{block1}.norm.weight": (hidden,),
+        f"{block1}.norm.bias": (hidden,),
+        f"{block1}.fn.{ff0}.weight": (8 * hidden, hidden),
+        f"{block1}.fn.{ff0}.bias": (8 * hidden,),
+        f"{block1}.fn.net.2.weight": (hidden, 4 * hidden),
+        f"{block1}.fn.net.2.bias": (hidden,),
+    }
+
+
+def _canonical_nv_name(name: str) -> str:
+    """Seed name for a key: both FF spellings share the published name (same values)."""
+    return name.replace(".fn.net.0.proj.", ".fn.net.0.")
+
+
+def nv_embed_expected_keys(num_hidden_layers: int = 2, *, ff_key_style: str = "net.0") -> set[str]:
+    """Return the exact safetensors key set of a (tiny) NV-Embed-v2 checkpoint.
+
+    Args:
+        num_hidden_layers: Number of Mistral decoder layers.
+        ff_key_style: ``"net.0"`` (published) or ``"net.0.proj"``.
+
+    Returns:
+        Every tensor name the checkpoint holds.
+    """
+    keys = {"embedding_model.embed_tokens.weight", "embedding_model.norm.weight"}
+    for i in range(num_hidden_layers):
+        prefix = f"embedding_model.layers.{i}"
+        keys |= {f"{prefix}.self_attn.{p}_proj.weight" for p in ("q", "k", "v", "o")}
+        keys |= {f"{prefix}.mlp.{p}_proj.weight" for p in ("gate", "up", "down")}
+        keys |= {f"{prefix}.{n}_layernorm.weight" for n in ("input", "post_attention")}
+    keys |= set(_nv_latent_shapes(1, 1, 1, 1, ff_key_style))
+    return keys
+
+
+def save_tiny_nv_embed(
+    path: str | Path, *, seed: int = 0, ff_key_style: str = "net.0", **overrides: Any
+) -> Path:
+    """Write a tiny nvidia/NV-Embed-v2 replica (Mistral backbone + latent-attention pooler).
+
+    Args:
+        path: Output folder.
+        seed: Seed of every tensor.
+        ff_key_style: ``"net.0"`` as published, or ``"net.0.proj"`` for the first
+            feed-forward projection of the latent-attention block.
+        **overrides: ``num_latents_value``, ``num_cross_heads``, ``cross_dim_head`` for
+            the pooler; anything else is a ``MistralConfig`` field of the backbone.
+
+    Returns:
+        The folder, holding ``config.json``, ``model.safetensors`` and the tokenizer.
+    """
+    if ff_key_style not in NV_EMBED_FF_KEY_STYLES:
+        raise ValueError(f"ff_key_style must be one of {NV_EMBED_FF_KEY_STYLES}, got {ff_key_style!r}")
+    out = _prepare(path)
+    tokenizer = build_llama_tokenizer(add_bos=True, add_eos=False)
+    latent_overrides, text_overrides = _split_nv_overrides(overrides)
+    text_config = MistralConfig(**{**_TINY_MISTRAL, "vocab_size": len(tokenizer), **text_overrides})
+    hidden = text_config.hidden_size
+    latent = {**_TINY_NV_LATENT, "cross_dim_head": hidden, **latent_overrides}
+
+    backbone = {f"embedding_model.{k}": v for k, v in _meta_shapes(MistralModel, text_config).items()}
+    pooler = _nv_latent_shapes(
+        hidden, latent["num_latents_value"], latent["num_cross_heads"], latent["cross_dim_head"], ff_key_style
+    )
+    state = {
+        name: _init_tensor(_canonical_nv_name(name), shape, seed=seed, norm_center=1.0, embed_std=1.0)
+        for name, shape in {**backbone, **pooler}.items()
+    }
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+
+    config = {
+        "add_eos": True,
+        "add_pad_token": True,
+        "architectures": ["NVEmbedModel"],
+        "auto_map": {
+            "AutoConfig": "configuration_nvembed.NVEmbedConfig",
+            "AutoModel": "modeling_nvembed.NVEmbedModel",
+        },
+        "hidden_size": hidden,
+        "is_mask_instruction": True,
+        "latent_attention_config": {
+            "model_type": "latent_attention",
+            "num_latents_value": latent["num_latents_value"],
+            "num_cross_heads": latent["num_cross_heads"],
+            "latent_dim": hidden,
+            "hidden_dim": hidden,
+            "cross_dim_head": latent["cross_dim_head"],
+        },
+        "mask_type": "b",
+        "model_type": "nvembed",
+        "padding_side": "right",
+        "text_config": _nv_text_config_dict(text_config),
+        "torch_dtype": "float32",
+        "transformers_version": "4.42.4",
+    }
+    _write_json(out / "config.json", config)
+    save_tokenizer(tokenizer, out)
+    logger.info("wrote tiny NV-Embed-v2 (%s) to %s", ff_key_style, out)
+    return out
+
+
+# ----------------------------------------------------------------------------- Mistral family
+
+
+def save_tiny_e5_mistral(path: str | Path, *, seed: int = 0, **overrides: Any) -> Path:
+    """Write a tiny intfloat/e5-mistral-7b-instruct replica (``MistralModel``, no lm_head).
+
+    The tokenizer's ``tokenizer.json`` adds only ``<s>`` while ``tokenizer_config.json``
+    says ``add_eos_token: true`` and ``pad_token: "</s>"``, as in the published repository.
+
+    Args:
+        path: Output folder.
+        seed: Seed of every tensor.
+        **overrides: ``MistralConfig`` fields.
+
+    Returns:
+        The folder.
+    """
+    out = _prepare(path)
+    tokenizer = build_llama_tokenizer(add_bos=True, add_eos=False)
+    tokenizer.pad_token = "</s>"
+    config = MistralConfig(
+        **{**_TINY_MISTRAL, "vocab_size": len(tokenizer), "pad_token_id": 2, "use_cache": False, **overrides}
+    )
+    _save_hf_model(MistralModel, config, out, seed=seed, norm_center=1.0, embed_std=1.0)
+    save_tokenizer(tokenizer, out, add_eos_token=True)
+    logger.info("wrote tiny e5-mistral-7b-instruct to %s", out)
+    return out
+
+
+def save_tiny_mistral_instruct(path: str | Path, *, seed: int = 0, **overrides: Any) -> Path:
+    """Write a tiny mistralai/Mistral-7B-Instruct-v0.1 replica (``MistralForCausalLM``).
+
+    Args:
+        path: Output folder.
+        seed: Seed of every tensor.
+        **overrides: ``MistralConfig`` fields.
+
+    Returns:
+        The folder.
+    """
+    out = _prepare(path)
+    tokenizer = build_llama_tokenizer(add_bos=True, add_eos=False)
+    config = MistralConfig(**{**_TINY_MISTRAL, "vocab_size": len(tokenizer), **overrides})
+    _save_hf_model(MistralForCausalLM, config, out, seed=seed, norm_center=1.0, embed_std=1.0)
+    save_tokenizer(tokenizer, out)
+    logger.info("wrote tiny Mistral-7B-Instruct-v0.1 to %s", out)
+    return out
+
+
+# ----------------------------------------------------------------------------- Gemma family
+
+
+def save_tiny_bge_gemma2(
+    path: str | Path, *, seed: int = 0, qk_scale: float = _BGE_QK_SCALE, **overrides: Any
+) -> Path:
+    """Write a tiny BAAI/bge-multilingual-gemma2 replica (``Gemma2Model``).
+
+    Args:
+        path: Output folder.
+        seed: Seed of every tensor.
+        qk_scale: Factor on q/k projection weights; the default pushes attention logits
+            into the range where the 50.0 softcap matters.
+        **overrides: ``Gemma2Config`` fields.
+
+    Returns:
+        The folder.
+    """
+    out = _prepare(path)
+    tokenizer = build_gemma_tokenizer(extra_special_tokens=BGE_GEMMA2_EXTRA_TOKENS, model_max_length=8192)
+    fields: dict[str, Any] = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 30.0,
+        "sliding_window": 4096,
+        "max_position_embeddings": 8192,
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-6,
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+        "bos_token_id": 2,
+        **overrides,
+    }
+    fields.setdefault("query_pre_attn_scalar", fields["head_dim"])
+    config = Gemma2Config(**fields)
+    _save_hf_model(
+        Gemma2Model,
+        config,
+        out,
+        seed=seed,
+        norm_center=0.0,
+        embed_std=1.0 / math.sqrt(config.hidden_size),
+        qk_scale=qk_scale,
+    )
+    save_tokenizer(tokenizer, out)
+    logger.info("wrote tiny bge-multilingual-gemma2 to %s", out)
+    return out
+
+
+def save_tiny_gemma3(path: str | Path, *, seed: int = 0, **overrides: Any) -> Path:
+    """Write a tiny google/gemma-3-270m replica (``Gemma3ForCausalLM``, ``gemma3_text``).
+
+    Six layers give the published 5 sliding : 1 full pattern; the sliding window is 16
+    tokens so tests can exceed it.
+
+    Args:
+        path: Output folder.
+        seed: Seed of every tensor.
+        **overrides: ``Gemma3TextConfig`` fields.
+
+    Returns:
+        The folder.
+    """
+    out = _prepare(path)
+    tokenizer = build_gemma_tokenizer(model_max_length=32768)
+    fields: dict[str, Any] = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 64,
+        "intermediate_size": 256,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "sliding_window": 16,
+        "max_position_embeddings": 32768,
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+        },
+        "rms_norm_eps": 1e-6,
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+        "bos_token_id": 2,
+        "tie_word_embeddings": True,
+        **overrides,
+    }
+    fields.setdefault("query_pre_attn_scalar", fields["head_dim"])
+    config = Gemma3TextConfig(**fields)
+    _save_hf_model(
+        Gemma3ForCausalLM,
+        config,
+        out,
+        seed=seed,
+        norm_center=0.0,
+        embed_std=1.0 / math.sqrt(config.hidden_size),
+    )
+    save_tokenizer(tokenizer, out)
+    logger.info("wrote tiny gemma-3-270m to %s", out)
+    return out
+
+
+TINY_BUILDERS: dict[str, Callable[..., Path]] = {
+    "nv-embed": save_tiny_nv_embed,
+    "e5-mistral": save_tiny_e5_mistral,
+    "bge-gemma2": save_tiny_bge_gemma2,
+    "mistral-instruct": save_tiny_mistral_instruct,
+    "gemma3": save_tiny_gemma3,
+}
+"""Short name -> builder; every builder is ``(path, *, seed=0, **overrides) -> Path``."""

@@ -1,0 +1,30 @@
+"""Shared fixtures: tiny random checkpoints in each target model's published layout (built once per session).
+
+Nothing here reaches the network: HF_HUB_OFFLINE is set before transformers is imported.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+from llm_collapse.testing import checkpoints  # noqa: E402
+
+
+def _tiny(builder_name: str):
+    @pytest.fixture(scope="session")
+    def fixture(tmp_path_factory):
+        return getattr(checkpoints, builder_name)(tmp_path_factory.mktemp(builder_name))
+
+    return fixture
+
+
+tiny_e5_dir = _tiny("save_tiny_e5_mistral")
+tiny_nv_embed_dir = _tiny("save_tiny_nv_embed")
+tiny_bge_dir = _tiny("save_tiny_bge_gemma2")
+tiny_mistral_instruct_dir = _tiny("save_tiny_mistral_instruct")
+tiny_gemma3_dir = _tiny("save_tiny_gemma3")
