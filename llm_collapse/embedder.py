@@ -7,6 +7,7 @@ inputs the embeddings came from.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from llm_collapse.adapters.inputs import KINDS, EncodedText, Kind
 from llm_collapse.adapters.spec import EmbedderSpec
 from llm_collapse.backends.hf import HFBackend
 from llm_collapse.batching import plan_batches
+from llm_collapse.interventions import ModelContext, Stack, parse_interventions
 from llm_collapse.pooling import pool
 
 logger = logging.getLogger(__name__)
@@ -73,6 +75,8 @@ class Embedder:
         self.batch_size = batch_size
         self.max_tokens_per_batch = max_tokens_per_batch
         self.padding_side = "right"
+        self._active: list[Stack] = []
+        self._persistent = contextlib.ExitStack()
 
     @property
     def name(self) -> str:
@@ -89,6 +93,33 @@ class Embedder:
     @property
     def dim(self) -> int:
         return self.backend.hidden_size
+
+    @property
+    def interventions(self) -> str:
+        """Slug of the interventions currently applied (``"base"`` when none)."""
+        return Stack([p for stack in self._active for p in stack.parts]).slug
+
+    @contextlib.contextmanager
+    def intervene(self, interventions) -> Iterator[Stack]:
+        """Applies interventions (a spec such as ``"tempscale:0.8+ntk:1e5"``, objects, or a list) for the
+        ``with`` block; the model is restored exactly afterwards."""
+        stack = parse_interventions(interventions)
+        Stack([p for active in self._active for p in active.parts] + stack.parts)  # one RoPE / window change
+        with stack.apply(self.model, ModelContext(name=self.name, trained_length=self.spec.trained_length)):
+            self._active.append(stack)
+            try:
+                yield stack
+            finally:
+                self._active.remove(stack)
+
+    def apply_interventions(self, interventions) -> None:
+        """Applies interventions until `clear_interventions` (what ``load_embedder(interventions=...)`` does)."""
+        self._persistent.enter_context(self.intervene(interventions))
+
+    def clear_interventions(self) -> None:
+        """Undoes every intervention applied with `apply_interventions`."""
+        self._persistent.close()
+        self._persistent = contextlib.ExitStack()
 
     def tokenize(
         self, texts: Sequence[str], *, kind: Kind = "document", instruction: str | None = None
@@ -182,7 +213,16 @@ class Embedder:
 
     def describe(self) -> dict:
         """Everything that changes a vector, as plain data (for run metadata and cache keys)."""
-        return {**self.spec.describe(), **self.backend.describe(), "max_length": self.max_length}
+        config = self.model.config.get_text_config()
+        return {
+            **self.spec.describe(),
+            **self.backend.describe(),
+            "max_length": self.max_length,
+            "interventions": self.interventions,
+            "intervention_params": [p.describe() for stack in self._active for p in stack.parts],
+            "sliding_window": getattr(config, "sliding_window", None),
+            "rope_parameters": getattr(config, "rope_parameters", None),
+        }
 
     def _instruction(self, kind: str, instruction: str | None) -> str | None:
         if kind not in KINDS:

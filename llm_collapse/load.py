@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -14,6 +15,7 @@ from llm_collapse.backends.device import resolve_device, resolve_dtype
 from llm_collapse.backends.hf import QUANTIZATIONS, HFBackend, check_transformers_version
 from llm_collapse.backends.weights import resolve_weights
 from llm_collapse.embedder import Embedder
+from llm_collapse.interventions import parse_interventions
 from llm_collapse.pooling import POOLINGS
 
 logger = logging.getLogger(__name__)
@@ -34,6 +36,8 @@ def load_embedder(
     pooling: str | None = None,
     batch_size: int = 32,
     max_tokens_per_batch: int = 16384,
+    interventions=None,
+    attn_implementation: str | None = None,
 ) -> Embedder:
     """Loads a registered embedder (see `list_embedders`) or ``echo:<name-or-path>``.
 
@@ -49,6 +53,10 @@ def load_embedder(
         pooling: Override the spec's pooling (``"mean"`` or ``"last"``), e.g. last-token echo.
         batch_size: Default most texts per forward pass.
         max_tokens_per_batch: Most padded tokens per forward pass.
+        attn_implementation: Override the spec's transformers attention backend (``"eager"`` to read
+            attention weights; ``"sdpa"`` is the default, except eager for Gemma 2's softcap).
+        interventions: Applied at load time and kept (``"tempscale:0.8"``, objects, or a list; see
+            `llm_collapse.interventions.parse_interventions`); `Embedder.clear_interventions` undoes them.
 
     Returns:
         An `Embedder` whose ``encode`` returns L2-normalised float32 arrays.
@@ -58,24 +66,28 @@ def load_embedder(
         raise ValueError(f"Unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"Unknown quantization {quantization!r}; allowed: None, {', '.join(QUANTIZATIONS)}")
+    if attn_implementation is not None:
+        spec = replace(spec, attn_implementation=attn_implementation)
     if pooling is not None:
         if pooling not in POOLINGS:
             raise ValueError(f"Unknown pooling {pooling!r}; allowed: {', '.join(POOLINGS)}")
-        from dataclasses import replace
-
         spec = replace(spec, pooling=pooling)
     if max_length is not None and (not isinstance(max_length, int) or max_length < 2):
         raise ValueError(f"max_length must be an integer >= 2, got {max_length!r}")
-    check_transformers_version(spec)  # before touching any weights
+    stack = parse_interventions(interventions)  # bad specs fail before any weights are read
+    check_transformers_version(spec)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     weights = resolve_weights(spec.name, spec.hub_id, spec.source, path if path is not None else implied_path)
     hf = HFBackend(spec, weights, device=torch_device, dtype=torch_dtype, quantization=quantization)
     limit = max_length or spec.max_length or _default_max_length(spec, hf.max_positions)
     logger.info("Loaded %s from %s (%s, max_length=%d)", spec.name, weights.source, torch_dtype, limit)
-    return Embedder(
+    embedder = Embedder(
         spec, hf, max_length=limit, batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch
     )
+    if stack.parts:
+        embedder.apply_interventions(stack)
+    return embedder
 
 
 def _default_max_length(spec, max_positions: int | None) -> int:

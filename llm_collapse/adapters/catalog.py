@@ -37,6 +37,7 @@ E5_MISTRAL = _register(
         ),
         pooling="last",  # last token = the EOS
         max_length=4096,  # card example and LongEmbed's baseline; raise it explicitly for long-input runs
+        trained_length=4096,  # config says 32768 positions, but LongEmbed treats it as a 4k model (Table 6)
         default_instruction="Given a web search query, retrieve relevant passages that answer the query",
     )
 )

@@ -24,6 +24,8 @@ class EmbedderSpec:
         max_length: Default cap in tokens per text (per copy for echo); None uses the model's positions.
         attn_implementation: transformers attention backend; ``"eager"`` where sdpa would drop a softcap.
         default_instruction: Used for ``kind="query"`` when no instruction is given.
+        trained_length: Context the model was trained at, when it differs from ``max_position_embeddings``
+            (RoPE baselines extend from it).
         transformers: Supported transformers versions (PEP 440 specifier); others are refused.
         aliases: Other names that resolve to this spec.
         description: One line for ``list_embedders()``.
@@ -39,6 +41,7 @@ class EmbedderSpec:
     max_length: int | None = None
     attn_implementation: str = "sdpa"
     default_instruction: str | None = None
+    trained_length: int | None = None
     transformers: str = ">=5.19,<6"
     aliases: tuple[str, ...] = field(default=(), compare=False)
     description: str = field(default="", compare=False)

@@ -158,6 +158,8 @@ class _CrossAttention(nn.Module):
         self.to_q = nn.Linear(query_dim, inner, bias=False)
         self.to_kv = nn.Linear(context_dim, 2 * inner, bias=False)
         self.to_out = nn.Linear(inner, query_dim, bias=False)
+        # sdpa's default scale, kept as an attribute so an attention temperature can reach the pooler on request.
+        self.scaling = dim_head**-0.5
 
     def forward(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         # x: (B, L, query_dim) token states; context: (N, context_dim) latents, shared by the whole batch.
@@ -169,7 +171,7 @@ class _CrossAttention(nn.Module):
         v = v.view(n_ctx, self.heads, self.dim_head).transpose(0, 1)  # (heads, N, d)
         k = k.unsqueeze(0).expand(batch, -1, -1, -1)  # (B, heads, N, d)
         v = v.unsqueeze(0).expand(batch, -1, -1, -1)  # (B, heads, N, d)
-        out = F.scaled_dot_product_attention(q, k, v)  # (B, heads, L, d), default scale 1/sqrt(d), no mask
+        out = F.scaled_dot_product_attention(q, k, v, scale=self.scaling)  # (B, heads, L, d), no mask
         out = out.transpose(1, 2).reshape(batch, length, self.heads * self.dim_head)  # (B, L, heads * d)
         return self.to_out(out)  # (B, L, query_dim)
 

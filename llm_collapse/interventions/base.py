@@ -1,0 +1,118 @@
+"""`Intervention`: a reversible change to a loaded model, applied as a context manager.
+
+Every intervention goes through a library seam (an attention module's ``scaling``, a registered attention
+function, a RoPE module rebuilt from config RoPE parameters, the config's sliding window), restores the model
+exactly on exit (the original objects and floats are put back, nothing is recomputed), and raises if it finds
+nothing to act on: a silent no-op would make a "TempScale" column indistinguishable from the baseline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from torch import nn
+
+KINDS: tuple[str, ...] = ("attention", "rope", "window")
+
+
+class InterventionError(ValueError):
+    """An intervention that cannot apply (bad value, unsupported architecture, nothing to act on)."""
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """What an intervention may need to know about the model beyond its modules.
+
+    Attributes:
+        name: Embedder name, for messages.
+        trained_length: Context length the model was trained at (RoPE baselines default to it).
+    """
+
+    name: str = "model"
+    trained_length: int | None = None
+
+
+class Intervention:
+    """Base class. Subclasses set ``kind`` and implement `slug`, `params` and `_apply`."""
+
+    kind: str = "attention"
+    #: True when the intervention computes attention itself (SelfExtend): it must be entered before any
+    #: intervention that wraps the attention function, so `Stack` enters it first.
+    replaces_attention: bool = False
+
+    @property
+    def slug(self) -> str:
+        """Short stable label for cache keys and report columns, e.g. ``tempscale-0.8``."""
+        raise NotImplementedError
+
+    def params(self) -> dict:
+        """Plain-data parameters for run metadata."""
+        raise NotImplementedError
+
+    def _apply(self, model: nn.Module, context: ModelContext) -> contextlib.AbstractContextManager:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def apply(self, model: nn.Module, context: ModelContext | None = None) -> Iterator[None]:
+        """Applies the intervention to ``model`` for the duration of the ``with`` block."""
+        with self._apply(model, context or ModelContext()):
+            yield
+
+    def describe(self) -> dict:
+        return {"slug": self.slug, "kind": self.kind, **self.params()}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.slug})"
+
+
+def check_positive_finite(name: str, value: float, *, minimum: float = 0.0, inclusive: bool = False) -> float:
+    """Validates a numeric parameter; the error names the value and what is allowed."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InterventionError(f"{name}={value!r} is not a number") from None
+    bad = not math.isfinite(number) or (number < minimum if inclusive else number <= minimum)
+    if bad:
+        allowed = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+        raise InterventionError(f"{name}={value!r} is not allowed; {name} must be a finite number {allowed}")
+    return number
+
+
+def format_number(value: float) -> str:
+    """Compact, stable number formatting for slugs: 0.8 -> '0.8', 100000 -> '1e5', 4096 -> '4096'."""
+    if float(value).is_integer():
+        integer = int(value)
+        if integer >= 10000 and integer % 10 ** (len(str(integer)) - 1) == 0:
+            return f"{integer // 10 ** (len(str(integer)) - 1)}e{len(str(integer)) - 1}"
+        return str(integer)
+    return f"{value:g}"
+
+
+class Stack(Intervention):
+    """Several interventions applied together (at most one RoPE and one window intervention)."""
+
+    def __init__(self, parts: list[Intervention]) -> None:
+        for kind in ("rope", "window"):
+            same = [p.slug for p in parts if p.kind == kind]
+            if len(same) > 1:
+                raise InterventionError(
+                    f"{' and '.join(same)} are both {kind} interventions; combine at most one {kind} intervention"
+                )
+        self.parts = list(parts)
+
+    @property
+    def slug(self) -> str:
+        return "+".join(p.slug for p in self.parts) or "base"
+
+    def params(self) -> dict:
+        return {"parts": [p.describe() for p in self.parts]}
+
+    @contextlib.contextmanager
+    def _apply(self, model: nn.Module, context: ModelContext) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for part in sorted(self.parts, key=lambda p: not p.replaces_attention):
+                stack.enter_context(part.apply(model, context))
+            yield

@@ -1,0 +1,146 @@
+"""CLI-friendly intervention specs: ``base``, ``tempscale:0.8``, ``ntk:1e5+window:off``, ...
+
+Grammar: parts joined with ``+``; each part is ``method[:arg[:arg...]]``. Methods and their arguments:
+
+============================  ==============================================================
+``base``                      no intervention
+``tempscale:TAU[:after]``     constant temperature (``after``: after Gemma 2's softcap)
+``tempscale-log:L0``          tau(L) = 1 / max(1, log_L0 L)
+``ntk:THETA``                 RoPE base override (``ntk:1e5``)
+``dynamic:FACTOR[:TRAINED]``  dynamic NTK with the trained length set explicitly
+``yarn:FACTOR[:ORIG][:af1]``  YaRN; ``afX`` sets its attention factor (``af1``: no hidden temperature)
+``pi:FACTOR``                 linear position interpolation
+``selfextend:G:W``            SelfExtend, group size G, neighbour window W
+``window:off``                switch the sliding window off (``window:keep`` is the default, a no-op)
+============================  ==============================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llm_collapse.interventions.base import Intervention, InterventionError, Stack
+from llm_collapse.interventions.rope import NTK, DynamicNTK, PositionInterpolation, YaRN
+from llm_collapse.interventions.tempscale import TempScale, TempScaleLog
+from llm_collapse.interventions.window import SlidingWindowOff
+from llm_collapse.registry import Registry, UnknownNameError
+
+METHODS: Registry[Callable[[list[str]], Intervention | None]] = Registry("method")
+
+
+def _number(method: str, name: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InterventionError(f"{method}: {name}={text!r} is not a number") from None
+
+
+def _integer(method: str, name: str, text: str) -> int:
+    value = _number(method, name, text)
+    if not value.is_integer():
+        raise InterventionError(f"{method}: {name}={text!r} must be an integer")
+    return int(value)
+
+
+def _arity(method: str, args: list[str], low: int, high: int, usage: str) -> None:
+    if not low <= len(args) <= high:
+        raise InterventionError(f"{method} takes {usage}; got {':'.join([method, *args])!r}")
+
+
+def _tempscale(args: list[str]) -> Intervention:
+    _arity("tempscale", args, 1, 2, "tempscale:TAU[:inside|after]")
+    placement = args[1] if len(args) == 2 else "inside"
+    return TempScale(_number("tempscale", "tau", args[0]), placement=placement)
+
+
+def _tempscale_log(args: list[str]) -> Intervention:
+    _arity("tempscale-log", args, 1, 1, "tempscale-log:L0")
+    return TempScaleLog(_number("tempscale-log", "L0", args[0]))
+
+
+def _ntk(args: list[str]) -> Intervention:
+    _arity("ntk", args, 1, 1, "ntk:THETA")
+    return NTK(_number("ntk", "theta", args[0]))
+
+
+def _dynamic(args: list[str]) -> Intervention:
+    _arity("dynamic", args, 1, 2, "dynamic:FACTOR[:TRAINED_LENGTH]")
+    length = _integer("dynamic", "trained_length", args[1]) if len(args) == 2 else None
+    return DynamicNTK(_number("dynamic", "factor", args[0]), length)
+
+
+def _yarn(args: list[str]) -> Intervention:
+    _arity("yarn", args, 1, 3, "yarn:FACTOR[:ORIGINAL_LENGTH][:afX]")
+    factor = _number("yarn", "factor", args[0])
+    original = attention_factor = None
+    for arg in args[1:]:
+        if arg.startswith("af"):
+            attention_factor = _number("yarn", "attention_factor", arg[2:])
+        else:
+            original = _integer("yarn", "original_length", arg)
+    return YaRN(factor, original, attention_factor)
+
+
+def _pi(args: list[str]) -> Intervention:
+    _arity("pi", args, 1, 1, "pi:FACTOR")
+    return PositionInterpolation(_number("pi", "factor", args[0]))
+
+
+def _selfextend(args: list[str]) -> Intervention:
+    from llm_collapse.interventions.selfextend import SelfExtend
+
+    _arity("selfextend", args, 2, 2, "selfextend:GROUP_SIZE:WINDOW")
+    return SelfExtend(
+        _integer("selfextend", "group_size", args[0]), _integer("selfextend", "window", args[1])
+    )
+
+
+def _window(args: list[str]) -> Intervention | None:
+    _arity("window", args, 1, 1, "window:off or window:keep")
+    if args[0] == "keep":
+        return None
+    if args[0] == "off":
+        return SlidingWindowOff()
+    raise InterventionError(f"window:{args[0]!r} is not allowed; use window:off or window:keep")
+
+
+def _base(args: list[str]) -> None:
+    _arity("base", args, 0, 0, "no arguments")
+    return None
+
+
+for _name, _parser in [
+    ("base", _base),
+    ("tempscale", _tempscale),
+    ("tempscale-log", _tempscale_log),
+    ("ntk", _ntk),
+    ("dynamic", _dynamic),
+    ("yarn", _yarn),
+    ("pi", _pi),
+    ("selfextend", _selfextend),
+    ("window", _window),
+]:
+    METHODS.register(_name, _parser)
+
+
+def parse_interventions(text: str | Intervention | list | tuple | None) -> Stack:
+    """Parses ``"tempscale:0.8+ntk:1e5"`` (or takes Intervention objects) into one `Stack`."""
+    if text is None:
+        return Stack([])
+    if isinstance(text, Intervention):
+        return text if isinstance(text, Stack) else Stack([text])
+    if isinstance(text, (list, tuple)):
+        parts = [p for item in text for p in parse_interventions(item).parts]
+        return Stack(parts)
+    if not isinstance(text, str) or not text.strip():
+        raise InterventionError(f"intervention spec must be a non-empty string, got {text!r}")
+    parts = []
+    for part in text.strip().split("+"):
+        method, *args = part.strip().split(":")
+        try:
+            parser = METHODS.get(method.strip())
+        except UnknownNameError as err:
+            raise InterventionError(str(err)) from None
+        if (intervention := parser([a.strip() for a in args])) is not None:
+            parts.append(intervention)
+    return Stack(parts)

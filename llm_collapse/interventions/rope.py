@@ -1,0 +1,239 @@
+"""RoPE baselines through config RoPE parameters: NTK (base override), dynamic NTK, YaRN, linear PI.
+
+Mechanism: transformers computes rotary frequencies once, when the model's ``*RotaryEmbedding`` module is
+built from ``config.rope_parameters``. Each intervention deep-copies that module's config, edits the RoPE
+parameters of the copy, builds a fresh rotary module of the same class from it, and swaps it in; on exit the
+original module object is put back, so the model is restored exactly and its own config is never touched.
+
+Gotchas recorded here:
+
+- NTK as LongEmbed ran it is only a ``rope_theta`` override (Table 6 for e5-mistral: 3e4 / 5e4 / 1e5 for
+  8k / 16k / 32k), no ``rope_scaling`` dict.
+- ``dynamic`` treats the *config's* ``max_position_embeddings`` as the trained length and is a no-op below
+  it; e5-mistral's config says 32768, so the copy's ``max_position_embeddings`` is set to the trained length
+  explicitly (LongEmbed: 4096).
+- YaRN multiplies cos and sin by ``attention_factor`` (default 0.1 ln(factor) + 1), so logits are multiplied
+  by its square: a hidden temperature. ``attention_factor=1`` separates the frequency change from it.
+- Gemma 3 keeps one RoPE dict per layer type (sliding: theta 1e4, full: 1e6). By default only the
+  ``full_attention`` layers are changed, as in Gemma 3's own long-context recipe (sliding layers never see
+  distances beyond their window while the window is kept); ``layer_types="all"`` changes both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+
+from torch import nn
+
+from llm_collapse.interventions.base import (
+    Intervention,
+    InterventionError,
+    ModelContext,
+    check_positive_finite,
+    format_number,
+)
+
+
+def rotary_modules(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
+    """``(parent, attribute, module)`` for every rotary-embedding module built from a config."""
+    found = []
+    for parent in model.modules():
+        for attr, child in parent.named_children():
+            if type(child).__name__.endswith("RotaryEmbedding") and hasattr(child, "config"):
+                found.append((parent, attr, child))
+    return found
+
+
+class RopeIntervention(Intervention):
+    """Base for RoPE baselines: subclasses say how one RoPE parameter dict changes."""
+
+    kind = "rope"
+
+    def __init__(self, *, layer_types: tuple[str, ...] | str | None = None) -> None:
+        if isinstance(layer_types, str) and layer_types != "all":
+            layer_types = (layer_types,)
+        self.layer_types = layer_types
+
+    def updated(self, rope: dict, config, context: ModelContext) -> dict:
+        """The new RoPE parameter dict for one (layer type's) dict ``rope``."""
+        raise NotImplementedError
+
+    def trained_length(self, config, context: ModelContext) -> int:
+        return int(context.trained_length or config.max_position_embeddings)
+
+    def _targets(self, config) -> list[str | None]:
+        parameters = config.rope_parameters
+        if not isinstance(parameters, dict):
+            raise InterventionError(f"{self.slug}: the config has no RoPE parameters")
+        if "rope_type" in parameters or "rope_theta" in parameters:  # one dict for all layers
+            return [None]
+        available = sorted(parameters)
+        wanted = available if self.layer_types == "all" else list(self.layer_types or ["full_attention"])
+        missing = sorted(set(wanted) - set(available))
+        if missing:
+            raise InterventionError(
+                f"{self.slug}: layer types {missing} have no RoPE parameters; available: {available}"
+            )
+        return wanted
+
+    def rebuilt_config(self, config, context: ModelContext):
+        """A deep copy of ``config`` with this intervention's RoPE parameters."""
+        new = copy.deepcopy(config)
+        for layer_type in self._targets(config):
+            rope = dict(new.rope_parameters if layer_type is None else new.rope_parameters[layer_type])
+            rope = self.updated(rope, new, context)
+            if layer_type is None:
+                new.rope_parameters = rope
+            else:
+                new.rope_parameters[layer_type] = rope
+        return new
+
+    @contextlib.contextmanager
+    def _apply(self, model: nn.Module, context: ModelContext) -> Iterator[None]:
+        found = rotary_modules(model)
+        if not found:
+            raise InterventionError(
+                f"{self.slug} needs a RoPE model; {context.name} has no rotary embedding (absolute positions)"
+            )
+        swaps = []
+        for parent, attr, module in found:
+            fresh = type(module)(config=self.rebuilt_config(module.config, context))
+            if (buffer := next(module.buffers(), None)) is not None:
+                fresh.to(buffer.device)
+            swaps.append((parent, attr, module, fresh))
+        try:
+            for parent, attr, _, fresh in swaps:
+                setattr(parent, attr, fresh)
+            yield
+        finally:
+            for parent, attr, original, _ in swaps:
+                setattr(parent, attr, original)
+
+
+def _check_factor(name: str, factor: float) -> float:
+    return check_positive_finite(name, factor, minimum=1.0, inclusive=True)
+
+
+class NTK(RopeIntervention):
+    """NTK-aware scaling as a RoPE base override: ``rope_theta = theta`` (LongEmbed's ``--rope_theta``)."""
+
+    def __init__(self, theta: float, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.theta = check_positive_finite("theta", theta)
+
+    @property
+    def slug(self) -> str:
+        return f"ntk-theta{format_number(self.theta)}"
+
+    def params(self) -> dict:
+        return {
+            "method": "ntk",
+            "rope_theta": self.theta,
+            "layer_types": self.layer_types or "full_attention/all",
+        }
+
+    def updated(self, rope: dict, config, context: ModelContext) -> dict:
+        return {**rope, "rope_theta": self.theta}
+
+
+class DynamicNTK(RopeIntervention):
+    """transformers' ``dynamic`` RoPE (NTK base grows with length beyond the trained length)."""
+
+    def __init__(self, factor: float, trained_length: int | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.factor = _check_factor("dynamic NTK factor", factor)
+        self.explicit_length = (
+            None if trained_length is None else int(check_positive_finite("trained_length", trained_length))
+        )
+
+    @property
+    def slug(self) -> str:
+        length = f"-o{self.explicit_length}" if self.explicit_length else ""
+        return f"dynamic-f{format_number(self.factor)}{length}"
+
+    def params(self) -> dict:
+        return {
+            "method": "dynamic",
+            "factor": self.factor,
+            "trained_length": self.explicit_length or "model default",
+        }
+
+    def trained_length(self, config, context: ModelContext) -> int:
+        return self.explicit_length or super().trained_length(config, context)
+
+    def rebuilt_config(self, config, context: ModelContext):
+        new = super().rebuilt_config(config, context)
+        new.max_position_embeddings = self.trained_length(
+            config, context
+        )  # dynamic reads the trained length here
+        return new
+
+    def updated(self, rope: dict, config, context: ModelContext) -> dict:
+        return {**rope, "rope_type": "dynamic", "factor": self.factor}
+
+
+class YaRN(RopeIntervention):
+    """YaRN (``rope_type="yarn"``) with its default attention factor, or a given one (1.0: no temperature)."""
+
+    def __init__(
+        self,
+        factor: float,
+        original_length: int | None = None,
+        attention_factor: float | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.factor = _check_factor("YaRN factor", factor)
+        self.original_length = (
+            None
+            if original_length is None
+            else int(check_positive_finite("original_length", original_length))
+        )
+        self.attention_factor = (
+            None if attention_factor is None else check_positive_finite("attention_factor", attention_factor)
+        )
+
+    @property
+    def slug(self) -> str:
+        length = f"-o{self.original_length}" if self.original_length else ""
+        af = f"-af{format_number(self.attention_factor)}" if self.attention_factor is not None else ""
+        return f"yarn-f{format_number(self.factor)}{length}{af}"
+
+    def params(self) -> dict:
+        return {
+            "method": "yarn",
+            "factor": self.factor,
+            "original_max_position_embeddings": self.original_length or "model trained length",
+            "attention_factor": self.attention_factor
+            if self.attention_factor is not None
+            else "default 0.1 ln(factor) + 1",
+        }
+
+    def updated(self, rope: dict, config, context: ModelContext) -> dict:
+        new = {**rope, "rope_type": "yarn", "factor": self.factor}
+        new["original_max_position_embeddings"] = self.original_length or self.trained_length(config, context)
+        if self.attention_factor is not None:
+            new["attention_factor"] = self.attention_factor
+        else:
+            new.pop("attention_factor", None)
+        return new
+
+
+class PositionInterpolation(RopeIntervention):
+    """Linear position interpolation (``rope_type="linear"``): positions divided by ``factor``."""
+
+    def __init__(self, factor: float, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.factor = _check_factor("PI factor", factor)
+
+    @property
+    def slug(self) -> str:
+        return f"pi-{format_number(self.factor)}"
+
+    def params(self) -> dict:
+        return {"method": "linear", "factor": self.factor}
+
+    def updated(self, rope: dict, config, context: ModelContext) -> dict:
+        return {**rope, "rope_type": "linear", "factor": self.factor}

@@ -1,0 +1,176 @@
+"""TempScale: an attention temperature tau (Zhou et al., "Length collapse", arXiv 2410.24200).
+
+Reference semantics (Yuqi-Zhou/Length_Collapse ``src/model.py``): attention logits are divided by tau *after*
+the usual 1/sqrt(d) scaling, in every layer and head, one global tau; tau < 1 sharpens attention. Dividing the
+logits by tau equals multiplying the module's ``scaling`` by 1/tau (the mask is -inf or a large negative
+number either way), so the constant schedule only changes that float.
+
+Gemma 2 softcaps logits: ``c * tanh(s * qk / c)``. Two placements, recorded in the slug:
+
+- ``inside`` (default): ``c * tanh((s / tau) * qk / c)``: tau applied before the cap, via ``scaling`` alone.
+- ``after``: ``(c * tanh(s * qk / c)) / tau``: a true temperature on the capped logits. Since
+  ``(c / tau) * tanh((s / tau) * qk / (c / tau)) == c * tanh(s * qk / c) / tau``, it is ``scaling / tau``
+  together with ``softcap / tau``: two module attributes, no new attention code.
+
+`TempScaleLog` is the length-dependent tau(L) = 1 / max(1, log_{L0} L) that LongEmbed applied silently
+(queries multiplied by max(1, log_{L0} L)). L is each text's own token count (not the padded batch length),
+so it is applied per row through a registered attention function that scales the queries, which equals
+scaling that row's logits before any softcap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from llm_collapse.interventions.attention import (
+    attention_modules,
+    patched_attributes,
+    routed_attention,
+    select_layers,
+)
+from llm_collapse.interventions.base import (
+    Intervention,
+    InterventionError,
+    ModelContext,
+    check_positive_finite,
+    format_number,
+)
+
+PLACEMENTS: tuple[str, ...] = ("inside", "after")
+
+
+def _check_layers(layers) -> tuple[int, ...] | None:
+    if layers is None:
+        return None
+    layers = tuple(layers)
+    if not layers or not all(isinstance(i, int) and i >= 0 for i in layers):
+        raise InterventionError(
+            f"layers={layers!r} is not allowed; give non-negative layer indices, or None for all"
+        )
+    return tuple(sorted(set(layers)))
+
+
+def _layers_slug(layers: tuple[int, ...] | None) -> str:
+    return "" if layers is None else "-L" + "_".join(map(str, layers))
+
+
+class TempScale(Intervention):
+    """Constant attention temperature.
+
+    Args:
+        tau: Temperature > 0; logits are divided by it (tau < 1 sharpens).
+        layers: Layer indices to change; None for all.
+        placement: ``"inside"`` or ``"after"`` the softcap (only meaningful for softcapped attention).
+        include_pooler: Also scale NV-Embed's latent-attention pooler (left alone by default).
+    """
+
+    kind = "attention"
+
+    def __init__(
+        self,
+        tau: float,
+        *,
+        layers: tuple[int, ...] | None = None,
+        placement: str = "inside",
+        include_pooler: bool = False,
+    ) -> None:
+        self.tau = check_positive_finite("tau", tau)
+        self.layers = _check_layers(layers)
+        if placement not in PLACEMENTS:
+            raise InterventionError(f"placement={placement!r} is not allowed; use one of {PLACEMENTS}")
+        self.placement = placement
+        self.include_pooler = include_pooler
+
+    @property
+    def slug(self) -> str:
+        suffix = "-after" if self.placement == "after" else ""
+        pooler = "-pooler" if self.include_pooler else ""
+        return f"tempscale-{format_number(self.tau)}{_layers_slug(self.layers)}{suffix}{pooler}"
+
+    def params(self) -> dict:
+        return {
+            "tau": self.tau,
+            "layers": list(self.layers) if self.layers is not None else "all",
+            "placement": self.placement,
+            "include_pooler": self.include_pooler,
+        }
+
+    def _apply(self, model: nn.Module, context: ModelContext) -> contextlib.AbstractContextManager:
+        modules = select_layers(
+            attention_modules(model, include_pooler=self.include_pooler), self.layers, what=self.slug
+        )
+        targets: list[tuple[object, str, object]] = [(m, "scaling", m.scaling / self.tau) for _, m in modules]
+        if self.placement == "after":
+            capped = [m for _, m in modules if getattr(m, "attn_logit_softcapping", None)]
+            if not capped:
+                raise InterventionError(
+                    f"{self.slug}: placement='after' only differs for softcapped attention (Gemma 2); "
+                    f"{context.name} has no attention softcap, use placement='inside'"
+                )
+            targets += [(m, "attn_logit_softcapping", m.attn_logit_softcapping / self.tau) for m in capped]
+        return patched_attributes(targets)
+
+
+class TempScaleLog(Intervention):
+    """Length-dependent temperature tau(L) = 1 / max(1, log_{L0} L), L = each text's token count.
+
+    Args:
+        base_length: L0 > 1; texts up to L0 tokens are unchanged.
+        layers: Layer indices to change; None for all.
+    """
+
+    kind = "attention"
+
+    def __init__(self, base_length: float, *, layers: tuple[int, ...] | None = None) -> None:
+        self.base_length = check_positive_finite("L0", base_length, minimum=1.0)
+        self.layers = _check_layers(layers)
+
+    @property
+    def slug(self) -> str:
+        return f"tempscale-log{format_number(self.base_length)}{_layers_slug(self.layers)}"
+
+    def params(self) -> dict:
+        return {
+            "schedule": "1/max(1, log_L0(L))",
+            "L0": self.base_length,
+            "layers": list(self.layers) if self.layers is not None else "all",
+        }
+
+    def factors(self, lengths: torch.Tensor) -> torch.Tensor:
+        """1 / tau(L) per text: max(1, ln L / ln L0)."""
+        return torch.clamp(torch.log(lengths.double()) / math.log(self.base_length), min=1.0)
+
+    @contextlib.contextmanager
+    def _apply(self, model: nn.Module, context: ModelContext) -> Iterator[None]:
+        selected = {id(m) for _, m in select_layers(attention_modules(model), self.layers, what=self.slug)}
+        state: dict[str, torch.Tensor] = {}
+
+        def remember_lengths(_module, args, kwargs):
+            mask = kwargs.get("attention_mask")
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            if mask is not None and mask.ndim == 2:
+                state["factors"] = self.factors(mask.sum(-1))
+            else:
+                state["factors"] = self.factors(torch.full((ids.shape[0],), ids.shape[-1]))
+
+        def wrap(original, module):
+            if id(module) not in selected:
+                return original
+
+            def scaled(module, query, key, value, attention_mask, **kwargs):
+                factor = state["factors"].to(device=query.device, dtype=query.dtype).view(-1, 1, 1, 1)
+                return original(module, query * factor, key, value, attention_mask, **kwargs)
+
+            return scaled
+
+        handle = model.register_forward_pre_hook(remember_lengths, with_kwargs=True)
+        try:
+            with routed_attention(model, wrap, tag="tempscale_log"):
+                yield
+        finally:
+            handle.remove()

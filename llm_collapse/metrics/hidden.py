@@ -1,0 +1,172 @@
+"""Diagnostics from token hidden states and attention maps (torch tensors in, floats out).
+
+Use them on the per-layer states of the same forward pass that produced the embeddings
+(``Embedder.iter_batches(..., output_hidden_states=True)``). The frequency view follows anchors §1.5:
+self-attention acts as a low-pass filter, so deeper layers and longer inputs keep mostly the DC
+component (the mean token).
+
+High-frequency energy ratio of one sequence X (n real tokens, (n, H))::
+
+    DC[X] = (1/n) 1 1^T X            (the mean token at every position)
+    HC[X] = X - DC[X]
+    r_HF  = ||HC[X]||_F^2 / ||X||_F^2   in [0, 1]
+
+Attention entropy of head h, for query row i with attendable keys K_i and probabilities p_ij::
+
+    H_i     = -sum_{j in K_i} p_ij ln p_ij                   (nats, 0 ln 0 = 0)
+    H_i^norm = H_i / ln |K_i|                                (1 = uniform over K_i, 0 = one-hot)
+    entropy = mean over real query rows i of H_i  (or of H_i^norm)
+
+Decisions and gotchas:
+
+- Everything is computed in ``dtype`` (float32 by default, float64 on request) whatever the input dtype;
+  masked positions are filled with 0 before use, so padding may hold anything, even NaN.
+- r_HF subtracts the mean explicitly instead of using ``||X||^2 - n ||mean||^2``, which cancels
+  catastrophically exactly when collapse makes r_HF small.
+- r_HF needs >= 2 real tokens (a single token is its own mean, giving a spurious 0): fewer gives NaN
+  and a warning; an all-zero sequence also gives NaN.
+- Decoder models put a massive-norm "attention sink" state on the first token, which can dominate
+  ||X||_F^2. To study the rest, pass a mask with that position zeroed (any (B, L) mask works).
+- ``layerwise_high_frequency`` returns one row per entry of ``hidden_states``; for Hugging Face outputs
+  row 0 is the embedding layer, row l the output of block l.
+- Attendable keys: keys whose ``attention_mask`` is 1 and, with ``causal=True``, whose position is at
+  most the query's. Query row t is aligned to key position ``Lk - Lq + t`` (the usual alignment when
+  Lq < Lk). Real query rows default to ``attention_mask`` at those positions; pass ``query_mask`` to
+  override (e.g. an echo pooling span). ``normalized=True`` also skips rows with a single attendable
+  key, whose entropy is 0 by construction; a sequence with no usable row gets NaN.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def _batched(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, L, H) or (L, H) states and an optional mask -> (B, L, H) states and a (B, L) bool mask."""
+    if hidden.dim() == 2:
+        hidden = hidden.unsqueeze(0)
+        if attention_mask is not None and attention_mask.dim() == 1:
+            attention_mask = attention_mask.unsqueeze(0)
+    if hidden.dim() != 3:
+        raise ValueError(f"hidden must be (B, L, H) or (L, H), got shape {tuple(hidden.shape)}")
+    if attention_mask is None:
+        attention_mask = torch.ones(hidden.shape[:2], dtype=torch.bool, device=hidden.device)
+    if tuple(attention_mask.shape) != tuple(hidden.shape[:2]):
+        raise ValueError(f"mask shape {tuple(attention_mask.shape)} != (B, L) = {tuple(hidden.shape[:2])}")
+    return hidden, attention_mask.to(device=hidden.device).bool()
+
+
+def high_frequency_energy_ratio(
+    hidden: torch.Tensor, attention_mask: torch.Tensor | None = None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """Per-sequence share of the token-state energy outside the mean token.
+
+    Args:
+        hidden: (B, L, H) or (L, H) token states of one layer.
+        attention_mask: (B, L) (or (L,)) 1 for real tokens; None means all tokens are real.
+        dtype: Computation dtype.
+
+    Returns:
+        (B,) tensor of ``||X - mean(X)||_F^2 / ||X||_F^2`` over each sequence's real tokens ((1,) for a
+        2-D input); NaN where a sequence has < 2 real tokens or zero energy.
+    """
+    hidden, mask = _batched(hidden, attention_mask)
+    m = mask.unsqueeze(-1)  # (B, L, 1)
+    X = torch.where(m, hidden.to(dtype), torch.zeros((), dtype=dtype, device=hidden.device))  # (B, L, H)
+    n_real = mask.sum(dim=1)  # (B,)
+    mean = X.sum(dim=1) / n_real.clamp(min=1).unsqueeze(-1).to(dtype)  # (B, H)
+    centred = torch.where(
+        m, X - mean.unsqueeze(1), torch.zeros((), dtype=dtype, device=X.device)
+    )  # (B, L, H)
+    high = centred.pow(2).sum(dim=(1, 2))  # (B,)
+    total = X.pow(2).sum(dim=(1, 2))  # (B,)
+    short = n_real < 2
+    if bool(short.any()):
+        logger.warning(
+            "high_frequency_energy_ratio: sequences %s have < 2 real tokens; NaN",
+            short.nonzero().flatten().tolist(),
+        )
+    bad = short | (total <= 0)
+    return torch.where(
+        bad, torch.full_like(total, float("nan")), high / total.clamp(min=torch.finfo(dtype).tiny)
+    )
+
+
+def layerwise_high_frequency(
+    hidden_states: Sequence[torch.Tensor], attention_mask: torch.Tensor | None = None
+) -> np.ndarray:
+    """``high_frequency_energy_ratio`` for every layer.
+
+    Args:
+        hidden_states: Per-layer (B, L, H) tensors, e.g. a Hugging Face ``output.hidden_states``.
+        attention_mask: (B, L) 1 for real tokens.
+
+    Returns:
+        (n_layers, B) float64 array (n_layers = len(hidden_states)).
+    """
+    rows = [high_frequency_energy_ratio(h, attention_mask).double().cpu().numpy() for h in hidden_states]
+    return np.stack(rows) if rows else np.zeros((0, 0))
+
+
+def _attendable(
+    B: int, Lq: int, Lk: int, key_mask: torch.Tensor, causal: bool, device: torch.device
+) -> torch.Tensor:
+    """(B, Lq, Lk) bool: which keys each query row may attend."""
+    att = key_mask.bool().to(device).unsqueeze(1).expand(B, Lq, Lk)  # (B, Lq, Lk)
+    if causal:
+        q_pos = torch.arange(Lq, device=device).unsqueeze(1) + (Lk - Lq)  # (Lq, 1)
+        att = att & (torch.arange(Lk, device=device).unsqueeze(0) <= q_pos)  # (B, Lq, Lk)
+    return att
+
+
+def attention_entropy(
+    attn_probs: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    normalized: bool = False,
+    causal: bool = False,
+    query_mask: torch.Tensor | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Mean Shannon entropy (nats) of the attention rows of each head.
+
+    Args:
+        attn_probs: (B, heads, Lq, Lk) post-softmax attention weights of one layer.
+        attention_mask: (B, Lk) 1 for real keys; None means all keys are real.
+        normalized: Divide each row's entropy by ln(number of attendable keys of that row).
+        causal: Keys after the query position are not attendable.
+        query_mask: (B, Lq) real query rows; defaults to ``attention_mask[:, Lk - Lq:]`` (all rows if None).
+        dtype: Computation dtype.
+
+    Returns:
+        (B, heads) tensor; NaN for a sequence with no usable query row.
+    """
+    if attn_probs.dim() != 4:
+        raise ValueError(f"attn_probs must be (B, heads, Lq, Lk), got shape {tuple(attn_probs.shape)}")
+    B, _, Lq, Lk = attn_probs.shape
+    device = attn_probs.device
+    key_mask = (
+        torch.ones(B, Lk, dtype=torch.bool, device=device) if attention_mask is None else attention_mask
+    )
+    if query_mask is None:
+        query_mask = (
+            key_mask[:, Lk - Lq :] if Lq <= Lk else torch.ones(B, Lq, dtype=torch.bool, device=device)
+        )
+    att = _attendable(B, Lq, Lk, key_mask, causal, device)  # (B, Lq, Lk)
+    p = torch.where(att.unsqueeze(1), attn_probs.to(dtype), torch.zeros((), dtype=dtype, device=device))
+    ent = -torch.xlogy(p, p).sum(dim=-1)  # (B, heads, Lq)
+    n_att = att.sum(dim=-1)  # (B, Lq)
+    rows = query_mask.bool().to(device) & (n_att >= (2 if normalized else 1))  # (B, Lq)
+    if normalized:
+        ent = ent / torch.log(n_att.clamp(min=2).to(dtype)).unsqueeze(1)
+    keep = rows.unsqueeze(1)  # (B, 1, Lq)
+    ent = torch.where(keep, ent, torch.zeros((), dtype=dtype, device=device))  # padding rows may be NaN
+    n_rows = keep.sum(dim=-1).to(dtype)  # (B, 1)
+    mean = ent.sum(dim=-1) / n_rows.clamp(min=1)  # (B, heads)
+    return torch.where(n_rows > 0, mean, torch.full_like(mean, math.nan))

@@ -1,0 +1,184 @@
+"""Uncertainty and trend statistics over per-bin metric values.
+
+Bootstrap (percentile interval): with ``theta = statistic(data)`` and B resamples ``data*_b`` of the
+n rows drawn with replacement (``numpy.random.default_rng(seed)``)::
+
+    (point, low, high) = (theta, Q_{alpha/2}(theta*_b), Q_{1-alpha/2}(theta*_b))
+
+where Q is the empirical quantile (``numpy.percentile``, linear interpolation) of the finite
+``theta*_b``.
+
+Spearman trend across bins: ``rho, p = scipy.stats.spearmanr(positions, values)`` after dropping bins
+whose value or position is NaN; fewer than 3 bins left, or a constant series, gives NaN.
+
+Decisions and gotchas:
+
+- Rows are resampled, so for an (n, d) group one resample is n embeddings and the statistic
+  (e.g. ``mean_pairwise_cosine``) sees duplicates, which it counts as distinct items with cosine 1.
+  That is the standard nonparametric bootstrap; it makes a leave-one-out kNN probe optimistic
+  (a duplicate is its own neighbour), so do not bootstrap ``knn_label_accuracy`` this way.
+- Speed: the indices for all resamples are drawn at once (``(n_boot, n)`` integers), so the result
+  depends only on ``seed``, ``n`` and ``n_boot``. A per-row statistic is called once per resample; an
+  O(n d) statistic at n = 200, d = 384 runs 1000 resamples in ~0.2 s. ``batched=True`` instead hands
+  the statistic stacks ``(b, n, ...)`` of resamples, chunked to at most ``max_batch_bytes``.
+- Duplicates bias statistics over pairs or spectra. A resample of n rows has about n/e repeated
+  items, so ``mean_pairwise_cosine`` on it is inflated by roughly (1 - theta)/n (visible when the
+  true spread is small, e.g. near-random embeddings, where the naive interval can miss theta), and
+  ``effective_rank`` drops sharply (repeated rows add no rank). For pairwise cosine use
+  ``pairwise_cosine_ci``: same resamples, but pairs of copies of one original item are excluded::
+
+      theta*_b = (||sum_i w_i x_i||^2 - sum_i w_i^2) / (n^2 - sum_i w_i^2),   w_b = resample counts
+
+  (over multinomial counts, E[numerator] = (n-1)^2 theta and E[denominator] = (n-1)^2). Do not
+  bootstrap ``effective_rank`` by rows; compare bins at equal n instead. ``centroid_distance`` is
+  pulled down the same way (duplicates move the resample centroid towards them), by O(1/n): harmless
+  when the interval is O(1/sqrt(n)) wide (real, heterogeneous bins), but in near-random groups the
+  naive interval can exclude the point. Means of per-row values (``statistic=np.mean``) are unbiased.
+- A NaN point estimate gives a NaN interval without resampling. Non-finite resample values are
+  dropped from the quantiles (with a warning when any were dropped).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+from llm_collapse.metrics.collapse import mean_pairwise_cosine, normalize_rows
+
+logger = logging.getLogger(__name__)
+
+
+def _resample_values(
+    data: np.ndarray, statistic: Callable, idx: np.ndarray, batched: bool, max_batch_bytes: int
+) -> np.ndarray:
+    """Statistic of every resample ``data[idx[b]]``: (n_boot, n) indices -> (n_boot,) float64."""
+    n_boot, n = idx.shape
+    if not batched:
+        return np.array([statistic(data[row]) for row in idx], dtype=np.float64)
+    per_resample = max(1, data[:1].nbytes * n)
+    step = max(1, int(max_batch_bytes // per_resample))
+    parts = [np.asarray(statistic(data[idx[s : s + step]]), dtype=np.float64) for s in range(0, n_boot, step)]
+    return np.concatenate(parts).reshape(n_boot)
+
+
+def bootstrap_ci(
+    data: Sequence[float] | np.ndarray,
+    statistic: Callable,
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+    batched: bool = False,
+    max_batch_bytes: int = 64 * 2**20,
+) -> tuple[float, float, float]:
+    """Percentile bootstrap confidence interval, resampling the rows of ``data``.
+
+    Args:
+        data: (n,) values or (n, d) rows (e.g. one bin's embeddings).
+        statistic: Maps an array shaped like ``data`` to a float; with ``batched=True`` it maps a stack
+            ``(b, n, ...)`` to ``(b,)``.
+        n_boot: Number of resamples.
+        alpha: Two-sided level; the interval is the [alpha/2, 1 - alpha/2] percentile range.
+        seed: Seed of ``numpy.random.default_rng``; equal seeds give equal intervals.
+        batched: Call ``statistic`` on stacks of resamples instead of one at a time.
+        max_batch_bytes: Upper bound on one stack's size when ``batched``.
+
+    Returns:
+        ``(point, low, high)``; all NaN when the point estimate is NaN or no resample is finite.
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    data = np.asarray(data)
+    n = data.shape[0]
+    point = float(statistic(data[None])[0]) if batched else float(statistic(data))
+    if not np.isfinite(point) or n == 0:
+        return (point, float("nan"), float("nan"))
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))  # (n_boot, n)
+    boot = _resample_values(data, statistic, idx, batched, max_batch_bytes)  # (n_boot,)
+    return _interval(point, boot, alpha)
+
+
+def _interval(point: float, boot: np.ndarray, alpha: float) -> tuple[float, float, float]:
+    """Percentile interval of the finite resample values ``boot`` (n_boot,) around ``point``."""
+    finite = np.isfinite(boot)
+    if not finite.all():
+        logger.warning(
+            "bootstrap: %d of %d resamples were not finite; dropped", int((~finite).sum()), boot.size
+        )
+    if not finite.any():
+        return (point, float("nan"), float("nan"))
+    low, high = np.percentile(boot[finite], [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return (point, float(low), float(high))
+
+
+def pairwise_cosine_ci(
+    X: np.ndarray, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0, label: str | None = None
+) -> tuple[float, float, float]:
+    """Bootstrap interval of ``mean_pairwise_cosine`` that ignores pairs of duplicated items.
+
+    Uses the same resample indices as ``bootstrap_ci`` with the same seed, as count vectors, so all
+    resamples cost one (n_boot, n) @ (n, d) product.
+
+    Args:
+        X: (n, d) embeddings of one group.
+        n_boot: Number of resamples.
+        alpha: Two-sided level.
+        seed: Seed of ``numpy.random.default_rng``.
+        label: Group name for warnings.
+
+    Returns:
+        ``(point, low, high)``; NaN interval when the point is NaN (n < 2).
+    """
+    U = normalize_rows(X)  # (n, d)
+    n = U.shape[0]
+    point = mean_pairwise_cosine(U, label=label)
+    if not np.isfinite(point):
+        return (point, float("nan"), float("nan"))
+    sq_norms = np.einsum("ij,ij->i", U, U)  # (n,) ~= 1
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))  # (n_boot, n)
+    step = max(1, 4_000_000 // n)
+    parts = []
+    for s in range(0, n_boot, step):
+        block = idx[s : s + step]  # (b, n)
+        offsets = (np.arange(block.shape[0]) * n)[:, None]
+        w = np.bincount((block + offsets).ravel(), minlength=block.size).reshape(-1, n).astype(np.float64)
+        S = w @ U  # (b, d)
+        num = np.einsum("bd,bd->b", S, S) - (w * w) @ sq_norms
+        den = n * n - (w * w).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            parts.append(np.where(den > 0, num / den, np.nan))
+    return _interval(point, np.concatenate(parts), alpha)
+
+
+def spearman_trend(bin_values: Sequence[float], bin_positions: Sequence[float]) -> dict[str, float]:
+    """Spearman rank correlation between a per-bin metric and the bins' positions (e.g. mean length).
+
+    Args:
+        bin_values: (n_bins,) metric per bin; NaN bins are dropped.
+        bin_positions: (n_bins,) position of each bin (any monotone coordinate: mean tokens, bin index).
+
+    Returns:
+        ``{"rho", "p_value", "n_bins"}`` with ``n_bins`` the bins used; rho and p are NaN with < 3 bins
+        or a constant series.
+    """
+    v = np.asarray(bin_values, dtype=np.float64).reshape(-1)
+    x = np.asarray(bin_positions, dtype=np.float64).reshape(-1)
+    if v.shape != x.shape:
+        raise ValueError(f"{v.size} values for {x.size} positions")
+    keep = np.isfinite(v) & np.isfinite(x)
+    v, x = v[keep], x[keep]
+    out = {"rho": float("nan"), "p_value": float("nan"), "n_bins": float(v.size)}
+    if v.size < 3:
+        logger.warning("spearman_trend needs >= 3 finite bins, got %d; returning NaN", v.size)
+        return out
+    if np.ptp(v) == 0 or np.ptp(x) == 0:
+        logger.warning("spearman_trend: constant values or positions; returning NaN")
+        return out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = sps.spearmanr(x, v)
+    out["rho"], out["p_value"] = float(res.statistic), float(res.pvalue)
+    return out
