@@ -1,0 +1,41 @@
+"""Per-layer statistics from the embedding forward pass, against direct computations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import llm_collapse as lc
+from llm_collapse.layerwise import measure_layers
+
+TEXTS = ["the grass is green and the sky is blue " * 3, "short text", "here we go " * 5]
+
+
+@pytest.mark.parametrize(("name", "fixture"), [("mistral", "tiny_e5_dir"), ("bge-gemma2", "tiny_bge_dir"), ("gemma3-270m", "tiny_gemma3_dir"), ("nv-embed", "tiny_nv_embed_dir")])
+def test_entropy_equals_eager_attention_weights(name, fixture, request):
+    directory = request.getfixturevalue(fixture)
+    embedder = lc.load_embedder(name, path=directory, dtype="fp32")
+    result = measure_layers(embedder, TEXTS)
+    np.testing.assert_allclose(result.embeddings, embedder.encode(TEXTS), atol=1e-6)  # same vectors as encode
+    eager = lc.load_embedder(name, path=directory, dtype="fp32", attn_implementation="eager")
+    for i, text in enumerate(TEXTS):
+        ids = torch.tensor([eager.tokenize([text])[0].input_ids])
+        with torch.no_grad():
+            out = eager.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+        for layer, probs in enumerate(out.attentions):
+            p = probs[0].double()  # (heads, L, L)
+            entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1).mean().item()
+            assert result.attention_entropy[i, layer] == pytest.approx(entropy, abs=1e-4)
+    assert result.high_frequency.shape == (3, embedder.model.config.get_text_config().num_hidden_layers + 1)
+    assert np.all((result.high_frequency >= 0) & (result.high_frequency <= 1))
+    assert np.all(result.attention_entropy_normalized <= 1 + 1e-6)
+
+
+def test_measure_leaves_the_model_as_it_was(tiny_e5_dir):
+    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+    before = embedder.encode(TEXTS)
+    implementation = embedder.model.config._attn_implementation
+    measure_layers(embedder, TEXTS)
+    assert embedder.model.config._attn_implementation == implementation
+    assert np.array_equal(embedder.encode(TEXTS), before)
