@@ -58,6 +58,8 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "NV_EMBED_FF_KEY_STYLES",
     "TINY_BUILDERS",
+    "TINY_RANDOM_MARKER",
+    "is_tiny_random",
     "nv_embed_expected_keys",
     "save_tiny_bge_gemma2",
     "save_tiny_e5_mistral",
@@ -187,10 +189,20 @@ def _write_json(path: Path, payload: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+TINY_RANDOM_MARKER = "TINY_RANDOM.txt"
+
+
 def _prepare(path: str | Path) -> Path:
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
+    # Reports look for this file: numbers from random weights are code-path checks, never findings.
+    (out / TINY_RANDOM_MARKER).write_text("Random weights built by llm_collapse.testing; not a trained model.\n")
     return out
+
+
+def is_tiny_random(directory: str | Path) -> bool:
+    """Whether ``directory`` holds a checkpoint built by this module."""
+    return (Path(directory) / TINY_RANDOM_MARKER).is_file()
 
 
 # ----------------------------------------------------------------------------- NV-Embed

@@ -1,0 +1,193 @@
+"""`CompareConfig`: what a comparison run does. Precedence: command line > YAML file > defaults.
+
+The defaults are the embedded default run: the models that install offline, base + TempScale + one RoPE
+baseline, on sotu and passkey, sized for a 2-core CPU in about 10 minutes. All validation happens in
+`CompareConfig.validate`, so a bad value fails before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from llm_collapse.adapters import resolve_spec
+from llm_collapse.backends import BACKENDS
+from llm_collapse.backends.hf import QUANTIZATIONS
+from llm_collapse.interventions import parse_interventions
+
+TASKS: tuple[str, ...] = ("collapse", "knn", "passkey", "needle", "layerwise")
+DEFAULT_LABELS = {"sotu": "party", "movie_reviews": "sentiment", "kjv": "testament"}
+
+
+class ConfigError(ValueError):
+    """A configuration value that is not allowed; the message is one line."""
+
+
+@dataclass
+class CompareConfig:
+    """One comparison run: models x methods x tasks x lengths."""
+
+    models: list[str] = field(
+        default_factory=lambda: ["minilm", "gemma3-270m", "echo-gemma3-270m"],
+        metadata={"help": "embedders (see llm_collapse.list_embedders(); echo:<model> works too)"},
+    )
+    methods: list[str] = field(
+        default_factory=lambda: ["base", "tempscale:0.8", "ntk:4e6"],
+        metadata={"help": "interventions, e.g. base,tempscale:0.8,ntk:1e5,yarn:8,yarn:8:af1"},
+    )
+    tasks: list[str] = field(
+        default_factory=lambda: ["collapse", "passkey"], metadata={"help": f"of {TASKS}"}
+    )
+    corpus: str = field(default="sotu", metadata={"help": "text source for collapse/knn/layerwise"})
+    lengths: list[int] = field(
+        default_factory=lambda: [64, 128, 256, 512],
+        metadata={
+            "help": "token-length targets (bins [t, 1.1 t) for collapse; passkey/needle document lengths)"
+        },
+    )
+    backend: str = field(default="hf", metadata={"help": f"one of {BACKENDS}"})
+    dtype: str | None = field(default=None, metadata={"help": "auto (bf16 where native), bf16, fp16, fp32"})
+    quant: str | None = field(default=None, metadata={"help": f"bitsandbytes quantization: {QUANTIZATIONS}"})
+    model_paths: dict[str, str] = field(
+        default_factory=dict, metadata={"help": "name=/local/dir or file.gguf"}
+    )
+    max_per_bin: int = field(default=24, metadata={"help": "texts per length bin (collapse, knn, layerwise)"})
+    retrieval_docs: int = field(
+        default=20, metadata={"help": "passkey/needle candidates per length (LongEmbed: 100)"}
+    )
+    retrieval_queries: int = field(
+        default=10, metadata={"help": "passkey/needle queries per length (LongEmbed: 50)"}
+    )
+    layerwise_per_bin: int = field(default=8, metadata={"help": "texts per bin for the per-layer analysis"})
+    label: str | None = field(
+        default=None, metadata={"help": "document label for the kNN probe (sotu: party)"}
+    )
+    batch_size: int = field(default=16, metadata={"help": "most texts per forward pass"})
+    seed: int = field(default=0, metadata={"help": "sampling and generation seed"})
+    out: str = field(default="reports/default", metadata={"help": "run directory"})
+
+    # --- resolution and validation --------------------------------------------------------------------
+
+    def validate(self) -> CompareConfig:
+        """Checks every value; raises `ConfigError` (one line) or the registries' unknown-name errors."""
+        if not self.models:
+            raise ConfigError("--models is empty; name at least one embedder")
+        for name in self.models:
+            resolve_spec(name)  # UnknownNameError with a suggestion
+        for path_name in self.model_paths:
+            if path_name not in self.models:
+                raise ConfigError(f"--model-path names {path_name!r}, which is not in --models {self.models}")
+        for method in self.methods:
+            parse_interventions(method)  # InterventionError naming the parameter
+        for task in self.tasks:
+            if task not in TASKS:
+                raise ConfigError(f"Unknown task {task!r}; available: {', '.join(TASKS)}")
+        from llm_collapse.data import CORPORA
+
+        if not self.corpus.startswith("folder:"):
+            CORPORA.get(self.corpus)
+        if not self.lengths or any(not isinstance(n, int) or n < 8 for n in self.lengths):
+            raise ConfigError(f"--lengths must be integers >= 8, got {self.lengths}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"Unknown backend {self.backend!r}; available: {', '.join(BACKENDS)}")
+        if self.quant is not None and self.quant not in QUANTIZATIONS:
+            raise ConfigError(f"Unknown --quant {self.quant!r}; allowed: {', '.join(QUANTIZATIONS)}")
+        for name in ("max_per_bin", "retrieval_docs", "retrieval_queries", "layerwise_per_bin", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.retrieval_queries > self.retrieval_docs:
+            raise ConfigError("--retrieval-queries must be <= --retrieval-docs")
+        if "knn" in self.tasks and self.knn_label is None:
+            raise ConfigError(
+                f"the knn task needs --label for corpus {self.corpus!r} (sotu: party, movie_reviews: sentiment)"
+            )
+        self.lengths = sorted(set(self.lengths))
+        return self
+
+    @property
+    def knn_label(self) -> str | None:
+        return self.label or DEFAULT_LABELS.get(self.corpus)
+
+    def run_id(self) -> str:
+        """Hash of everything that defines the results (not where they go)."""
+        data = {k: v for k, v in asdict(self).items() if k != "out"}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    # --- construction -----------------------------------------------------------------------------------
+
+    @classmethod
+    def from_sources(cls, cli: dict, yaml_path: str | None = None) -> CompareConfig:
+        """Defaults, overridden by the YAML file, overridden by command-line values that were given."""
+        values = asdict(cls())
+        if yaml_path:
+            values.update(_read_yaml(yaml_path))
+        values.update({k: v for k, v in cli.items() if v is not None})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown configuration keys {unknown}; allowed: {sorted(known)}")
+        return cls(**values).validate()
+
+
+def _read_yaml(path: str) -> dict:
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"--config {path!r} does not exist")
+    data = yaml.safe_load(file.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path!r} must hold a mapping of option: value")
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per config field (default None, so unset flags fall through to YAML and defaults)."""
+    for f in fields(CompareConfig):
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f"{f.metadata.get('help', '')} (default: {_default_text(f)})"
+        if f.name == "model_paths":
+            parser.add_argument(
+                "--model-path", dest="model_paths", action="append", metavar="NAME=PATH", help=help_text
+            )
+        elif f.name == "quant":
+            parser.add_argument(flag, dest=f.name, help=help_text)
+        elif f.type in ("int",):
+            parser.add_argument(flag, type=int, help=help_text)
+        else:
+            parser.add_argument(flag, help=help_text)
+
+
+def _default_text(f) -> str:
+    default = CompareConfig().__getattribute__(f.name)
+    return ",".join(map(str, default)) if isinstance(default, list) else str(default)
+
+
+def cli_values(namespace: argparse.Namespace) -> dict:
+    """Parses list- and mapping-valued flags; leaves unset flags as None."""
+    values = {f.name: getattr(namespace, f.name, None) for f in fields(CompareConfig)}
+    for name in ("models", "methods", "tasks"):
+        if values[name] is not None:
+            values[name] = [x.strip() for x in values[name].split(",") if x.strip()]
+    if values["lengths"] is not None:
+        try:
+            values["lengths"] = [int(x) for x in values["lengths"].split(",")]
+        except ValueError:
+            raise ConfigError(
+                f"--lengths must be comma-separated integers, got {values['lengths']!r}"
+            ) from None
+    if values["model_paths"] is not None:
+        pairs = {}
+        for item in values["model_paths"]:
+            name, sep, path = item.partition("=")
+            if not sep or not name or not path:
+                raise ConfigError(f"--model-path {item!r} must look like NAME=PATH, e.g. mistral=/models/e5")
+            pairs[name] = path
+        values["model_paths"] = pairs
+    return values

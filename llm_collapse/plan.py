@@ -1,0 +1,71 @@
+"""``--dry-run``: what a comparison would embed, how many tokens, and a rough time estimate.
+
+The estimate counts forward FLOPs from each model's config (2 x non-embedding parameters per token, plus
+the attention score and value products, 4 x layers x hidden x L per token) and divides by a nominal
+throughput: ``LLM_COLLAPSE_PLAN_GFLOPS`` (default 150 GFLOP/s, about what bf16 transformers reaches on the
+2-core AMX CPU this project is developed on; a GPU is 100x more). It is a planning aid, not a measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from llm_collapse.adapters import resolve_spec
+from llm_collapse.adapters.echo import EchoFormat
+from llm_collapse.backends.weights import resolve_weights
+from llm_collapse.config import CompareConfig
+from llm_collapse.data.bins import count_tokens
+
+
+def describe_plan(config: CompareConfig) -> str:
+    from transformers import AutoTokenizer
+
+    from llm_collapse.tasks.inputs import build_inputs
+
+    specs = {name: resolve_spec(name) for name in config.models}
+    weights = {
+        name: resolve_weights(spec.name, spec.hub_id, spec.source, config.model_paths.get(name) or implied)
+        for name, (spec, implied) in specs.items()
+    }
+    first = config.models[0]
+    tokenizer = AutoTokenizer.from_pretrained(weights[first].directory, trust_remote_code=False)
+    inputs = build_inputs(config, tokenizer)
+    texts = [t.text for t in inputs.binned]
+    for tasks in inputs.retrieval.values():
+        for task in tasks:
+            texts += list(task.documents) + list(task.queries)
+    tokens = sum(count_tokens(texts, tokenizer)) if texts else 0
+    gflops = float(os.environ.get("LLM_COLLAPSE_PLAN_GFLOPS", 150))
+    lines = [
+        f"run id {config.run_id()} -> {config.out}",
+        f"models {config.models}; methods {config.methods}; tasks {config.tasks}; corpus {config.corpus}; lengths {config.lengths}",
+        f"inputs: {json.dumps(inputs.describe())}",
+        f"{len(texts)} distinct texts, {tokens} tokens under {first}'s tokenizer, per model and method",
+    ]
+    total = 0.0
+    for name, (spec, _) in specs.items():
+        config_json = json.loads((weights[name].directory / "config.json").read_text())
+        per_pass = _flops(config_json, texts, tokenizer, echo=isinstance(spec.input_format, EchoFormat))
+        seconds = per_pass * len(config.methods) / (gflops * 1e9)
+        total += seconds
+        lines.append(
+            f"  {name}: ~{per_pass / 1e12:.2f} TFLOP per method, ~{seconds / 60:.1f} min for {len(config.methods)} methods"
+        )
+    lines.append(
+        f"estimated total ~{total / 60:.1f} min at {gflops:g} GFLOP/s (cached embeddings are not recomputed)"
+    )
+    return "\n".join(lines)
+
+
+def _flops(config: dict, texts: list[str], tokenizer, *, echo: bool) -> float:
+    text_config = config.get("text_config") or config
+    hidden = text_config.get("hidden_size", 768)
+    layers = text_config.get("num_hidden_layers", 12)
+    ffn = text_config.get("intermediate_size", 4 * hidden)
+    params = layers * (4 * hidden * hidden + 3 * hidden * ffn)
+    total = 0.0
+    for n in count_tokens(texts, tokenizer):
+        n = 2 * n if echo else n
+        total += 2 * params * n + 4 * layers * hidden * n * n
+    return total

