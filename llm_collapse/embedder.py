@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -197,7 +198,9 @@ class Embedder:
         )
         if show_progress_bar is None:
             show_progress_bar = len(batches) > 1 and logger.isEnabledFor(logging.INFO)
-        with tqdm(total=len(encoded), desc=self.name, unit="text", disable=not show_progress_bar) as bar:
+        label = self.name if self.interventions == "base" else f"{self.name} [{self.interventions}]"
+        started, tokens = time.perf_counter(), 0
+        with tqdm(total=len(encoded), desc=label, unit="text", disable=not show_progress_bar) as bar:
             for indices in batches:
                 items = [encoded[i] for i in indices]
                 input_ids, attention_mask, pool_mask = self._collate(items)
@@ -208,6 +211,8 @@ class Embedder:
                     out.last_hidden_state, pool_mask.to(out.last_hidden_state.device), self.spec.pooling
                 )
                 embeddings = torch.nn.functional.normalize(pooled, p=2, dim=-1).cpu()
+                tokens += int(attention_mask.sum())
+                bar.set_postfix_str(f"{tokens / max(time.perf_counter() - started, 1e-9):,.0f} tok/s", refresh=False)
                 bar.update(len(indices))
                 yield EmbeddedBatch(indices, embeddings, items, attention_mask, pool_mask, out.hidden_states)
 

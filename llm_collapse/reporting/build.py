@@ -1,0 +1,554 @@
+"""Assemble report.md and a self-contained report.html from loaded runs, written atomically.
+
+The report is a list of blocks (heading, paragraph, bullet list, table, figure) rendered twice, to
+markdown and to HTML, so the two always say the same. Sections: run summary, summary table, one section
+per task (figures, each value-vs-length figure followed by its values table), the temperature sweep, and
+Caveats.
+
+Decisions:
+
+- Self-contained HTML: PNGs are embedded as ``data:image/png;base64,`` URIs, CSS is inline, nothing is
+  fetched. report.md links the PNGs under ``figures/``.
+- Byte-identical rebuilds: no build time, no absolute paths (runs are named by their label), sorted
+  iteration, deterministic PNGs (see `figures`).
+- Atomic: everything is rendered into a staging folder (inside ``out_dir`` when it exists, else in its
+  nearest existing ancestor) and only then moved into place: the old ``figures/`` is swapped for the new
+  one and report.md/report.html are replaced with ``os.replace``. A failure before that leaves ``out_dir``
+  untouched; the staging folder is always removed.
+- Caveats list only what applies: tiny_random models (in bold: code-path checks only, never findings),
+  truncation counts, lengths past a sliding window without ``window-off``, methods the runner recorded as
+  ``not_applicable`` and ``oom_retries``, merged runs (machines and commits), models renamed because
+  several runs measured the same thing, missing metadata.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llm_collapse.reporting.figures import (
+    SWEEP_SECTION,
+    FigureFile,
+    length_label,
+    make_figures,
+    task_order,
+)
+from llm_collapse.reporting.frames import ReportData, as_dict, as_int, load_runs, metric_info, sorted_methods
+from llm_collapse.reporting.tables import (
+    Table,
+    inline_html,
+    models_table,
+    summary_legend,
+    summary_models,
+    summary_table,
+    values_by_length,
+)
+
+logger = logging.getLogger(__name__)
+
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+FIGURES_DIR = "figures"
+SECTION_TITLES = {
+    "collapse": "Collapse geometry",
+    "knn": "kNN probe",
+    "passkey": "Passkey retrieval",
+    "needle": "Needle retrieval",
+    "layerwise": "Layerwise statistics",
+    SWEEP_SECTION: "Temperature sweep",
+}
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
+line-height:1.45;color:#222}
+h1,h2,h3{line-height:1.2}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.8em 0;font-size:.85em;display:block;overflow-x:auto}
+th,td{border:1px solid #ccc;padding:.25em .5em;vertical-align:top}th{background:#f3f3f3}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+figure{margin:1em 0}img{max-width:100%;height:auto}figcaption{font-size:.9em;color:#555}
+code{background:#f4f4f4;padding:0 .2em;border-radius:3px}
+""".strip()
+
+
+# ----------------------------------------------------------------------------------------------- blocks
+
+
+@dataclass(frozen=True)
+class Heading:
+    """A heading of ``level`` (1-3)."""
+
+    level: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    """A paragraph of inline markup."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Bullets:
+    """A bullet list of inline-markup items."""
+
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Image:
+    """A figure: PNG on disk, referenced by ``rel`` from the report folder."""
+
+    path: Path
+    rel: str
+    alt: str
+    caption: str
+
+
+Block = Heading | Paragraph | Bullets | Table | Image
+
+
+def render_markdown(blocks: Sequence[Block]) -> str:
+    """The blocks as markdown (ends with one newline)."""
+    parts = []
+    for block in blocks:
+        if isinstance(block, Heading):
+            parts.append(f"{'#' * block.level} {block.text}")
+        elif isinstance(block, Paragraph):
+            parts.append(block.text)
+        elif isinstance(block, Bullets):
+            parts.append("\n".join(f"- {item}" for item in block.items))
+        elif isinstance(block, Table):
+            parts.append(block.to_markdown())
+        elif isinstance(block, Image):
+            parts.append(f"![{block.alt}]({block.rel})\n\n*{block.caption}*")
+    return "\n\n".join(parts) + "\n"
+
+
+def render_html(blocks: Sequence[Block], title: str) -> str:
+    """The blocks as one self-contained HTML page (images inlined as base64)."""
+    body = []
+    for block in blocks:
+        if isinstance(block, Heading):
+            body.append(f"<h{block.level}>{inline_html(block.text)}</h{block.level}>")
+        elif isinstance(block, Paragraph):
+            body.append(f"<p>{inline_html(block.text)}</p>")
+        elif isinstance(block, Bullets):
+            body.append("<ul>\n" + "\n".join(f"<li>{inline_html(i)}</li>" for i in block.items) + "\n</ul>")
+        elif isinstance(block, Table):
+            body.append(block.to_html())
+        elif isinstance(block, Image):
+            data = base64.b64encode(block.path.read_bytes()).decode("ascii")
+            body.append(
+                f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(block.alt)}">'
+                f"<figcaption>{inline_html(block.caption)}</figcaption></figure>"
+            )
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{html.escape(title)}</title>\n<style>\n{CSS}\n</style>\n</head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body>\n</html>\n"
+    )
+
+
+# --------------------------------------------------------------------------------------------- sections
+
+
+def _title(data: ReportData) -> str:
+    return "Length-collapse report: " + ", ".join(run.label for run in data.runs)
+
+
+def _codes(values: Iterable[object]) -> str:
+    return ", ".join(f"`{v}`" for v in values) or "none"
+
+
+def _find(tree: Any, key: str) -> Any:
+    """First value of ``key`` in a nested dict/list, depth-first in sorted key order."""
+    if isinstance(tree, dict):
+        if key in tree:
+            return tree[key]
+        children = [tree[k] for k in sorted(tree, key=str)]
+    elif isinstance(tree, list):
+        children = tree
+    else:
+        return None
+    for child in children:
+        found = _find(child, key)
+        if found is not None:
+            return found
+    return None
+
+
+def _seconds(total: float) -> str:
+    if total < 120:
+        return f"{total:.1f} s"
+    minutes = total / 60
+    return f"{minutes:.1f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_compact(value[k])}" for k in sorted(value, key=str)) or "?"
+    if isinstance(value, list):
+        return "[" + ", ".join(_compact(v) for v in value) + "]"
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def run_summary(data: ReportData) -> list[Block]:
+    """The "Run summary" section."""
+    results = data.results
+    lengths = sorted(int(x) for x in results["length"].unique())
+    items = [
+        f"Methods: {_codes(data.methods)}",
+        f"Tasks: {_codes(task_order(data.tasks))}",
+        f"Corpus: {_codes(data.corpora)}",
+        f"Lengths (tokens): {', '.join(length_label(n) for n in lengths)}",
+    ]
+    for run in data.runs:
+        items.append(_run_line(run))
+    notes = [f"{run.label}: {note}" for run in data.runs for note in _notes(run.meta.get("notes"))]
+    blocks: list[Block] = [
+        Heading(2, "Run summary"),
+        Bullets(tuple(items)),
+        Heading(3, "Models"),
+        models_table(data),
+    ]
+    if notes:
+        blocks += [Heading(3, "Notes"), Bullets(tuple(notes))]
+    return blocks
+
+
+def _notes(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _wall_text(stages: dict[str, float], limit: int = 8) -> str:
+    """Total and per-group seconds; stages ``"a:b:c"`` are grouped by ``a``, the largest ``limit`` shown."""
+    groups: dict[str, float] = {}
+    for stage, seconds in stages.items():
+        key = stage.split(":", 1)[0]
+        groups[key] = groups.get(key, 0.0) + seconds
+    shown = sorted(sorted(groups.items()), key=lambda kv: -kv[1])[:limit]
+    more = ", ..." if len(groups) > limit else ""
+    parts = ", ".join(f"{k} {_seconds(v)}" for k, v in sorted(shown))
+    return f"{_seconds(sum(stages.values()))} ({parts}{more})"
+
+
+def _run_line(run) -> str:
+    meta = run.meta
+    seed = _find(as_dict(meta.get("config")), "seed")
+    wall = as_dict(meta.get("wall_time_s"))
+    stages = {
+        str(k): float(v) for k, v in wall.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+    wall_text = _wall_text(stages) if stages else "?"
+    parts = [
+        f"seed {seed if seed is not None else '?'}",
+        f"wall time {wall_text}",
+        f"commit `{meta.get('git_commit') or '?'}`",
+        f"started {meta.get('started') or '?'}",
+        f"hardware: {_compact(meta.get('hardware') or '?')}",
+    ]
+    versions = meta.get("versions")
+    if versions:
+        parts.append(f"versions: {_compact(versions)}")
+    return f"Run **{run.label}**: " + "; ".join(parts)
+
+
+def summary_section(data: ReportData) -> list[Block]:
+    """The summary table with its legend and tiny-model note."""
+    table = summary_table(data)
+    blocks: list[Block] = [Heading(2, "Summary")]
+    if table is None:
+        return [
+            *blocks,
+            Paragraph(
+                "No headline metric (pairwise cosine, centroid distance, kNN, Acc@1) in these results."
+            ),
+        ]
+    _, all_tiny = summary_models(data)
+    tiny = data.tiny_models
+    intro = (
+        "Value at the shortest and the longest length per row, with CIs where reported; Δ = longest − shortest. "
+        "Δ has no CI of its own (the endpoint intervals come from separate bootstraps); "
+        "'CIs overlap' marks a change that lies within the endpoint intervals."
+    )
+    if all_tiny:
+        intro += " **Every model here is tiny_random: these rows are code-path checks, not findings.**"
+    elif tiny:
+        intro += f" tiny_random models left out: {_codes(tiny)}."
+    return [*blocks, Paragraph(intro), table, Bullets(tuple(summary_legend(data)))]
+
+
+def task_sections(data: ReportData, figures: Sequence[FigureFile], out_root: Path) -> list[Block]:
+    """One section per task plus the temperature sweep, in figure order."""
+    blocks: list[Block] = []
+    sections = [*task_order(data.tasks), SWEEP_SECTION]
+    for section in sections:
+        figs = [f for f in figures if f.section == section]
+        if not figs and section == SWEEP_SECTION:
+            continue
+        blocks.append(Heading(2, SECTION_TITLES.get(section, f"Task: {section}")))
+        if not figs:
+            blocks.append(Paragraph("No figure: the rows this section plots are absent."))
+        for fig in figs:
+            blocks += _figure_blocks(data, fig, out_root)
+    return blocks
+
+
+def _figure_blocks(data: ReportData, fig: FigureFile, out_root: Path) -> list[Block]:
+    rel = fig.path.relative_to(out_root).as_posix()
+    blocks: list[Block] = [Heading(3, fig.title), Image(fig.path, rel, fig.title, fig.caption)]
+    if fig.kind == "length":
+        table = values_by_length(data, fig.task, fig.metric, fig.corpus)
+        if table is not None:
+            label = metric_info(fig.metric).label
+            blocks += [Paragraph(f"{label[0].upper()}{label[1:]} by length (tokens):"), table]
+    return blocks
+
+
+# ---------------------------------------------------------------------------------------------- caveats
+
+
+def caveats(data: ReportData) -> list[str]:
+    """Caveat lines that apply to these results (empty when none does)."""
+    lines = _tiny_caveats(data)
+    lines += _truncation_caveats(data)
+    lines += _window_caveats(data)
+    lines += _skipped_caveats(data)
+    lines += _merge_caveats(data)
+    lines += _metadata_caveats(data)
+    return lines
+
+
+def _tiny_caveats(data: ReportData) -> list[str]:
+    tiny = data.tiny_models
+    if not tiny:
+        return []
+    _, all_tiny = summary_models(data)
+    where = (
+        "no real model is present, so every summary row is marked"
+        if all_tiny
+        else "they are left out of the summary table"
+    )
+    return [
+        f"tiny_random models {_codes(tiny)}: **their numbers are code-path checks only and are never findings** "
+        f"(random weights); {where}."
+    ]
+
+
+def _truncation_caveats(data: ReportData) -> list[str]:
+    lines = []
+    multi = len(data.runs) > 1
+    for model in data.models:
+        for run, meta in data.model_meta(model):
+            truncated = as_dict(meta.get("truncated"))
+            max_length = as_dict(meta.get("describe")).get("max_length")
+            n_texts = meta.get("n_texts")
+            for method in sorted_methods(truncated):
+                count = as_int(truncated[method]) or 0
+                if count <= 0:
+                    continue
+                of = f" of {n_texts}" if n_texts is not None else ""
+                cap = f" to max_length {max_length}" if max_length is not None else ""
+                prefix = f"[{run.label}] " if multi else ""
+                lines.append(f"{prefix}Truncation: {model} / `{method}`: {count}{of} texts truncated{cap}.")
+    return lines
+
+
+def _skipped_caveats(data: ReportData) -> list[str]:
+    """Methods the runner could not apply (``not_applicable``) and OOM retries, per model."""
+    lines = []
+    multi = len(data.runs) > 1
+    for model in data.models:
+        for run, meta in data.model_meta(model):
+            prefix = f"[{run.label}] " if multi else ""
+            skipped = as_dict(meta.get("not_applicable"))
+            for what in sorted(skipped):
+                lines.append(f"{prefix}Not measured: {model} / `{what}`: {skipped[what]}")
+            retries = as_dict(meta.get("oom_retries"))
+            for what in sorted(retries):
+                if (as_int(retries[what]) or 0) > 0:
+                    lines.append(
+                        f"{prefix}Out-of-memory retries: {model} / `{what}`: {retries[what]} (smaller batches)."
+                    )
+    return lines
+
+
+def _window_caveats(data: ReportData) -> list[str]:
+    lines = []
+    for model in data.models:
+        windows = sorted(
+            {
+                int(w)
+                for _, meta in data.model_meta(model)
+                if (w := as_int(as_dict(meta.get("describe")).get("sliding_window")))
+            }
+        )
+        if not windows:
+            continue
+        window = windows[0]
+        rows = data.results[(data.results["model"] == model) & (data.results["length"] > window)]
+        rows = rows[~rows["method"].map(lambda m: "window-off" in m.split("+"))]
+        if rows.empty:
+            continue
+        lengths = ", ".join(length_label(n) for n in sorted(rows["length"].unique()))
+        lines.append(
+            f"Sliding window: {model} has a {window}-token sliding window (in its sliding-window layers a token "
+            f"sees only the last {window} tokens); lengths {lengths} exceed it under {_codes(sorted_methods(rows['method']))}. "
+            f"Compare with `window-off` before reading those bins as full-context behaviour."
+        )
+    return lines
+
+
+def _merge_caveats(data: ReportData) -> list[str]:
+    if len(data.runs) < 2:
+        return []
+    known = {
+        json.dumps(run.meta["hardware"], sort_keys=True) for run in data.runs if run.meta.get("hardware")
+    }
+    unknown = [run.label for run in data.runs if not run.meta.get("hardware")]
+    if len(known) > 1:
+        machines = (
+            "from several machines: timings and low-level numerics (kernels, dtypes) may differ between runs"
+        )
+    elif unknown:
+        machines = f"whose hardware is not recorded for {', '.join(unknown)}, so they may come from different machines"
+    else:
+        machines = "with the same recorded hardware"
+    runs = "; ".join(
+        f"**{run.label}** (hardware: {_compact(run.meta.get('hardware') or '?')})" for run in data.runs
+    )
+    lines = [f"Merged {len(data.runs)} runs {machines}: {runs}."]
+    commits = sorted({str(run.meta["git_commit"]) for run in data.runs if run.meta.get("git_commit")})
+    if len(commits) > 1:
+        lines.append(f"The merged runs come from different commits: {_codes(commits)}.")
+    if data.renamed:
+        renamed = ", ".join(
+            f"{name} from {run} shown as {display}" for display, (run, name) in data.renamed.items()
+        )
+        lines.append(f"Several runs measured the same cells, so their models are kept apart: {renamed}.")
+    return lines
+
+
+def _metadata_caveats(data: ReportData) -> list[str]:
+    lines = [
+        f"Run {run.label} has no run.json: model metadata and caveats are incomplete."
+        for run in data.runs
+        if not run.has_meta
+    ]
+    for model in data.models:
+        for run, meta in data.model_meta(model):
+            if run.has_meta and not meta:
+                lines.append(f"Run {run.label} has no run.json entry for model {model}.")
+    return lines
+
+
+def caveats_section(data: ReportData) -> list[Block]:
+    """The "Caveats" section."""
+    lines = caveats(data)
+    body: Block = Bullets(tuple(lines)) if lines else Paragraph("None of the checked caveats applies.")
+    return [Heading(2, "Caveats"), body]
+
+
+def report_blocks(data: ReportData, figures: Sequence[FigureFile], out_root: Path) -> list[Block]:
+    """All blocks of the report, in order."""
+    warning = (
+        [
+            Paragraph(
+                f"**tiny_random models present ({', '.join(data.tiny_models)}): their numbers are code-path checks only and are never findings.**"
+            )
+        ]
+        if data.tiny_models
+        else []
+    )
+    return [
+        Heading(1, _title(data)),
+        *warning,
+        *run_summary(data),
+        *summary_section(data),
+        *task_sections(data, figures, out_root),
+        *caveats_section(data),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+def _staging_dir(out_dir: Path) -> Path:
+    anchor = out_dir
+    while not anchor.exists():
+        anchor = anchor.parent
+    if not anchor.is_dir():
+        raise NotADirectoryError(f"{anchor} is not a directory")
+    return Path(tempfile.mkdtemp(prefix=".report-tmp-", dir=anchor))
+
+
+def _render(data: ReportData, root: Path) -> None:
+    figures = make_figures(data, root / FIGURES_DIR)
+    blocks = report_blocks(data, figures, root)
+    (root / REPORT_MD).write_text(render_markdown(blocks), encoding="utf-8")
+    (root / REPORT_HTML).write_text(render_html(blocks, _title(data)), encoding="utf-8")
+
+
+def _publish(staging: Path, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    old = out_dir / FIGURES_DIR
+    if old.is_dir():
+        shutil.move(str(old), str(staging / "old-figures"))
+    shutil.move(str(staging / FIGURES_DIR), str(out_dir / FIGURES_DIR))
+    for name in (REPORT_MD, REPORT_HTML):
+        os.replace(staging / name, out_dir / name)
+
+
+def write_report(data: ReportData, out_dir: Path | str) -> dict[str, Path]:
+    """Render and atomically publish the report for already-loaded data.
+
+    Args:
+        data: From `load_runs`.
+        out_dir: Folder for report.md, report.html and figures/ (created if needed).
+
+    Returns:
+        Relative path (``report.md``, ``report.html``, ``figures/<name>.png``) -> absolute path.
+    """
+    out_dir = Path(out_dir).absolute()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NotADirectoryError(f"{out_dir} is not a directory")
+    staging = _staging_dir(out_dir)
+    try:
+        _render(data, staging)
+        names = sorted(p.name for p in (staging / FIGURES_DIR).glob("*.png"))
+        _publish(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    files = {REPORT_MD: out_dir / REPORT_MD, REPORT_HTML: out_dir / REPORT_HTML}
+    files.update({f"{FIGURES_DIR}/{name}": out_dir / FIGURES_DIR / name for name in names})
+    logger.info("wrote %s (%d figures)", out_dir, len(names))
+    return files
+
+
+def build_report(run_dirs: Sequence[Path | str], out_dir: Path | str) -> dict[str, Path]:
+    """Load run directories and write report.md, report.html and figures/ into ``out_dir``.
+
+    Args:
+        run_dirs: One or more run directories (merged when several).
+        out_dir: Output folder.
+
+    Returns:
+        Relative path -> absolute path of every file written.
+
+    Raises:
+        SchemaError: Bad input (missing directory or results, schema mismatch); nothing is written.
+    """
+    return write_report(load_runs(run_dirs), out_dir)

@@ -1,0 +1,594 @@
+"""One seaborn function per figure kind, and `make_figures`, which decides which figures a run gets.
+
+Figures (file names are slugified, deterministic, and unique within a report):
+
+- ``{task}-{metric}-{corpus}.png``: value vs length (log2 axis), one panel per model, one line per method,
+  CI bands where ``ci_low``/``ci_high`` exist. For every metric of every task except ``layerwise``
+  (passkey/needle use their overall rows: depth NaN, or the n-weighted mean over depths).
+- ``{task}-{metric}-depth-{model}-{corpus}.png``: passkey/needle Acc@1 heatmap, depth (rows) x length
+  (columns), one panel per method of that model.
+- ``layerwise-{model}-{corpus}.png``: hf_ratio and attention entropy vs layer, one line per length bin, one
+  panel per metric, ``base`` method only.
+- ``tempsweep-{task}-{metric}-{corpus}.png``: metric vs tau, one line per length, one panel per model; only
+  when at least two plain ``tempscale-<tau>`` methods exist (``base`` joins as tau = 1), and only for the
+  headline metrics (`frames.HEADLINE`, the summary table's; all metrics when none of them is present) so
+  that the sweep section stays readable.
+
+Decisions:
+
+- The Agg backend is selected before pyplot is imported; styles are applied with context managers only,
+  so importing this module changes no global seaborn/matplotlib style.
+- Each method keeps one colour/dash/marker across all figures of a report (`MethodStyles`); the legend
+  is drawn by hand from those styles, so it never depends on which panel happened to have which lines.
+- Lines are drawn with ``errorbar=None`` (one row per point; seaborn must not bootstrap anything) and the
+  bands come from the results' own CIs via ``fill_between``.
+- Accuracy-type metrics in [0, 1] get a fixed 0..1 y axis (heatmaps: colour scale); geometry metrics get a free y axis per panel because
+  baseline anisotropy differs a lot between models and the question is the trend with length.
+- Bytes are reproducible: fixed size and dpi, ``metadata={"Software": None}`` (PNG then carries no version
+  or time), sorted iteration everywhere.
+- Missing data never raises: a figure whose rows are absent is skipped with an INFO log.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator  # noqa: E402
+
+from llm_collapse.reporting.frames import (  # noqa: E402
+    HEADLINE,
+    HIGHER_IS_BETTER,
+    METRICS,
+    ReportData,
+    metric_info,
+    overall_rows,
+    sorted_methods,
+)
+
+logger = logging.getLogger(__name__)
+
+DPI = 120
+PANEL_SIZE = (4.2, 3.2)
+MAX_COLUMNS = 3
+RC = {
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "legend.fontsize": 9,
+    "legend.title_fontsize": 9,
+    "xtick.labelsize": 9,
+    "ytick.labelsize": 9,
+    "figure.dpi": DPI,
+    "savefig.dpi": DPI,
+}
+PNG_METADATA = {"Software": None}
+TASK_ORDER: tuple[str, ...] = ("collapse", "knn", "passkey", "needle", "layerwise")
+DEPTH_TASKS: frozenset[str] = frozenset({"passkey", "needle"})
+HEATMAP_METRIC = "acc@1"
+LAYERWISE_TASK = "layerwise"
+SWEEP_SECTION = "temperature"
+_COLORS = sns.color_palette("tab10").as_hex()
+_DASHES: tuple[tuple[float, ...], ...] = ((), (5.0, 2.0), (1.5, 1.5), (4.0, 1.5, 1.5, 1.5))
+_MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "*")
+_TEMPSCALE = re.compile(r"^tempscale-([0-9][0-9.]*(?:e-?[0-9]+)?)$")
+
+
+@dataclass(frozen=True)
+class FigureFile:
+    """A written figure.
+
+    Attributes:
+        path: The PNG.
+        section: Report section (a task name, or ``"temperature"``).
+        title: Short title.
+        caption: One-sentence description for the report.
+        kind: ``"length"``, ``"depth"``, ``"layerwise"`` or ``"sweep"``.
+        task: The task plotted.
+        metric: The metric plotted ("" for several).
+        corpus: The corpus plotted.
+    """
+
+    path: Path
+    section: str
+    title: str
+    caption: str
+    kind: str = ""
+    task: str = ""
+    metric: str = ""
+    corpus: str = ""
+
+
+@dataclass(frozen=True)
+class MethodStyles:
+    """Fixed colour, dash pattern and marker per method (``base`` first)."""
+
+    methods: tuple[str, ...]
+
+    @classmethod
+    def of(cls, methods: Iterable[str]) -> MethodStyles:
+        """Styles for these methods, in canonical order."""
+        return cls(tuple(sorted_methods(methods)))
+
+    def color(self, method: str) -> str:
+        """Hex colour."""
+        return _COLORS[self.methods.index(method) % len(_COLORS)]
+
+    def dashes(self, method: str) -> tuple[float, ...]:
+        """Dash pattern (empty: solid); changes once the ten colours are used up."""
+        return _DASHES[(self.methods.index(method) // len(_COLORS)) % len(_DASHES)]
+
+    def marker(self, method: str) -> str:
+        """Marker symbol."""
+        return _MARKERS[self.methods.index(method) % len(_MARKERS)]
+
+    def handle(self, method: str) -> Line2D:
+        """Legend handle drawn like the method's lines."""
+        line = Line2D([], [], color=self.color(method), marker=self.marker(method), label=method)
+        if self.dashes(method):
+            line.set_dashes(self.dashes(method))
+        return line
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def slugify(*parts: object) -> str:
+    """File-name slug: lowercase, runs of anything but ``[a-z0-9.]`` become ``-``, parts joined by ``-``."""
+    words = [re.sub(r"[^a-z0-9.]+", "-", str(p).lower()).strip("-.") for p in parts]
+    return "-".join(w for w in words if w) or "figure"
+
+
+def length_label(length: float) -> str:
+    """Tick label for a length: 512, 1k, 32k (multiples of 1024 as k)."""
+    length = int(length)
+    return f"{length // 1024}k" if length >= 1024 and length % 1024 == 0 else str(length)
+
+
+def tau_of(method: str) -> float | None:
+    """Temperature of a plain ``tempscale-<tau>`` method, 1.0 for ``base``, else None."""
+    if method == "base":
+        return 1.0
+    match = _TEMPSCALE.match(method)
+    if not match:
+        return None
+    try:
+        return float(match.group(1))
+    except ValueError:
+        return None
+
+
+def _grid(n_panels: int, panel_size: tuple[float, float] = PANEL_SIZE, sharey: bool = False):
+    ncols = min(n_panels, MAX_COLUMNS)
+    nrows = math.ceil(n_panels / ncols)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), sharey=sharey, squeeze=False
+    )
+    flat = list(axes.flat)
+    for ax in flat[n_panels:]:
+        ax.set_visible(False)
+    return fig, flat[:n_panels]
+
+
+def _log2_lengths(ax, lengths: Sequence[float]) -> None:
+    ticks = sorted({float(x) for x in lengths})
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([length_label(t) for t in ticks])
+    if len(ticks) == 1:
+        ax.set_xlim(ticks[0] / 1.5, ticks[0] * 1.5)
+
+
+def _fill_ci(ax, rows: pd.DataFrame, x: str, color: str) -> None:
+    band = rows.dropna(subset=["ci_low", "ci_high"]).sort_values(x)
+    if len(band):
+        ax.fill_between(band[x], band["ci_low"], band["ci_high"], color=color, alpha=0.12, linewidth=0)
+
+
+def _is_fraction(metric: str, values: pd.Series) -> bool:
+    """Accuracy-type metric whose values (and CIs) all lie in [0, 1]: it gets a fixed 0..1 scale."""
+    finite = values[np.isfinite(values)]
+    return metric_info(metric).direction == HIGHER_IS_BETTER and bool(((finite >= 0) & (finite <= 1)).all())
+
+
+def _metric_ylim(ax, metric: str, rows: pd.DataFrame) -> None:
+    if _is_fraction(metric, pd.concat([rows["value"], rows["ci_low"], rows["ci_high"]])):
+        ax.set_ylim(-0.02, 1.02)
+
+
+def _panel_title(model: str, tiny: set[str]) -> str:
+    return f"{model} (tiny random)" if model in tiny else model
+
+
+def _save(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=DPI, bbox_inches="tight", metadata=PNG_METADATA)
+    plt.close(fig)
+
+
+def _metric_order(metrics: Iterable[str]) -> list[str]:
+    known = list(METRICS)
+    return sorted(set(metrics), key=lambda m: (known.index(m) if m in known else len(known), m))
+
+
+def task_order(tasks: Iterable[str]) -> list[str]:
+    """Tasks in report order: collapse, knn, passkey, needle, layerwise, then others by name."""
+    return sorted(set(tasks), key=lambda t: (TASK_ORDER.index(t) if t in TASK_ORDER else len(TASK_ORDER), t))
+
+
+# ------------------------------------------------------------------------------------ figure functions
+
+
+def plot_metric_vs_length(
+    rows: pd.DataFrame, metric: str, styles: MethodStyles, tiny: set[str], title: str
+) -> plt.Figure:
+    """Value vs length (log2), one panel per model, one line per method, CI bands.
+
+    Args:
+        rows: Overall rows (no depth, no layer) of one task, metric and corpus.
+        metric: The metric (axis label, y range).
+        styles: Method styles of the report.
+        tiny: Models marked tiny_random (flagged in panel titles).
+        title: Figure title.
+
+    Returns:
+        The figure (caller saves and closes it).
+    """
+    models = sorted(rows["model"].unique())
+    with sns.axes_style("whitegrid"), plt.rc_context(RC):
+        fig, axes = _grid(len(models))
+        for ax, model in zip(axes, models, strict=True):
+            sub = rows[rows["model"] == model]
+            methods = sorted_methods(sub["method"].unique())
+            sns.lineplot(
+                data=sub,
+                x="length",
+                y="value",
+                hue="method",
+                hue_order=methods,
+                palette={m: styles.color(m) for m in methods},
+                style="method",
+                style_order=methods,
+                dashes={m: styles.dashes(m) for m in methods},
+                markers={m: styles.marker(m) for m in methods},
+                errorbar=None,
+                legend=False,
+                ax=ax,
+            )
+            for method in methods:
+                _fill_ci(ax, sub[sub["method"] == method], "length", styles.color(method))
+            _log2_lengths(ax, sub["length"].unique())
+            _metric_ylim(ax, metric, sub)
+            ax.set(
+                title=_panel_title(model, tiny), xlabel="length (tokens)", ylabel=metric_info(metric).label
+            )
+        methods = sorted_methods(rows["method"].unique())
+        fig.legend(
+            handles=[styles.handle(m) for m in methods],
+            title="method",
+            loc="center left",
+            bbox_to_anchor=(1.0, 0.5),
+        )
+        fig.suptitle(title)
+        fig.tight_layout()
+    return fig
+
+
+def plot_depth_heatmap(rows: pd.DataFrame, metric: str, title: str) -> plt.Figure:
+    """Heatmap of ``metric`` over depth (rows) x length (columns), one panel per method of one model.
+
+    Args:
+        rows: Per-depth rows of one task, metric, corpus and model.
+        metric: The metric (colour bar label).
+        title: Figure title (names the model).
+
+    Returns:
+        The figure.
+    """
+    methods = sorted_methods(rows["method"].unique())
+    bounded = _is_fraction(metric, rows["value"])
+    with sns.axes_style("white"), plt.rc_context(RC):
+        fig, axes = _grid(len(methods), panel_size=(4.6, 3.4))
+        for i, (ax, method) in enumerate(zip(axes, methods, strict=True)):
+            grid = rows[rows["method"] == method].pivot_table(
+                index="depth", columns="length", values="value", aggfunc="mean"
+            )
+            grid = grid.sort_index().sort_index(axis=1)
+            sns.heatmap(
+                grid,
+                ax=ax,
+                annot=True,
+                fmt=".2f",
+                annot_kws={"fontsize": 8},
+                cmap="viridis",
+                vmin=0.0 if bounded else None,
+                vmax=1.0 if bounded else None,
+                cbar=i == len(methods) - 1,
+                cbar_kws={"label": metric_info(metric).label},
+            )
+            ax.set_xticklabels([length_label(c) for c in grid.columns], rotation=0)
+            ax.set_yticklabels([f"{d:.2f}" for d in grid.index], rotation=0)
+            ax.set(title=method, xlabel="length (tokens)", ylabel="depth")
+        fig.suptitle(title)
+        fig.tight_layout()
+    return fig
+
+
+def plot_layerwise(rows: pd.DataFrame, title: str) -> plt.Figure:
+    """Per-layer metrics (hf_ratio, attention entropy, ...), one panel per metric, one line per length.
+
+    Args:
+        rows: Layer rows of one model, method and corpus.
+        title: Figure title (names the model).
+
+    Returns:
+        The figure.
+    """
+    metrics = _metric_order(rows["metric"].unique())
+    lengths = sorted(int(x) for x in rows["length"].unique())
+    palette = dict(zip(lengths, sns.color_palette("viridis", len(lengths)).as_hex(), strict=True))
+    with sns.axes_style("whitegrid"), plt.rc_context(RC):
+        fig, axes = _grid(len(metrics))
+        for ax, metric in zip(axes, metrics, strict=True):
+            sub = rows[rows["metric"] == metric]
+            sns.lineplot(
+                data=sub, x="layer", y="value", hue="length", hue_order=lengths, palette=palette,
+                marker="o", markersize=4, errorbar=None, legend=False, ax=ax,
+            )  # fmt: skip
+            for length in lengths:
+                _fill_ci(ax, sub[sub["length"] == length], "layer", palette[length])
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set(
+                title=metric,
+                xlabel="layer",
+                ylabel=metric_info(metric).label,
+            )
+        handles = [Line2D([], [], color=palette[n], marker="o", label=length_label(n)) for n in lengths]
+        fig.legend(handles=handles, title="length", loc="center left", bbox_to_anchor=(1.0, 0.5))
+        fig.suptitle(title)
+        fig.tight_layout()
+    return fig
+
+
+def plot_temperature_sweep(rows: pd.DataFrame, metric: str, tiny: set[str], title: str) -> plt.Figure:
+    """Metric vs temperature tau, one panel per model, one line per length bin.
+
+    Args:
+        rows: Overall rows of one task, metric and corpus with a ``tau`` column.
+        metric: The metric.
+        tiny: Models marked tiny_random.
+        title: Figure title.
+
+    Returns:
+        The figure.
+    """
+    models = sorted(rows["model"].unique())
+    lengths = sorted(int(x) for x in rows["length"].unique())
+    palette = dict(zip(lengths, sns.color_palette("viridis", len(lengths)).as_hex(), strict=True))
+    with sns.axes_style("whitegrid"), plt.rc_context(RC):
+        fig, axes = _grid(len(models))
+        for ax, model in zip(axes, models, strict=True):
+            sub = rows[rows["model"] == model]
+            sns.lineplot(
+                data=sub, x="tau", y="value", hue="length", hue_order=lengths, palette=palette,
+                marker="o", errorbar=None, legend=False, ax=ax,
+            )  # fmt: skip
+            for length in lengths:
+                _fill_ci(ax, sub[sub["length"] == length], "tau", palette[length])
+            ax.axvline(1.0, color="0.5", linestyle=":", linewidth=1)
+            ax.set_xticks(sorted(sub["tau"].unique()))
+            _metric_ylim(ax, metric, sub)
+            ax.set(title=_panel_title(model, tiny), xlabel="tau (1 = base)", ylabel=metric_info(metric).label)
+        handles = [Line2D([], [], color=palette[n], marker="o", label=length_label(n)) for n in lengths]
+        fig.legend(handles=handles, title="length", loc="center left", bbox_to_anchor=(1.0, 0.5))
+        fig.suptitle(title)
+        fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------------------------------- catalogue
+
+
+class _Writer:
+    """Saves figures under one folder with unique slugs and collects `FigureFile` records."""
+
+    def __init__(self, fig_dir: Path) -> None:
+        self.fig_dir = fig_dir
+        self.files: list[FigureFile] = []
+        self._used: set[str] = set()
+
+    def save(self, fig, slug: str, section: str, title: str, caption: str, **what: str) -> None:
+        name, k = slug, 1
+        while name in self._used:
+            k += 1
+            name = f"{slug}-{k}"
+        self._used.add(name)
+        path = self.fig_dir / f"{name}.png"
+        _save(fig, path)
+        self.files.append(FigureFile(path=path, section=section, title=title, caption=caption, **what))
+        logger.info("figure %s", path.name)
+
+
+def make_figures(data: ReportData, fig_dir: Path) -> list[FigureFile]:
+    """Write every figure the data supports into ``fig_dir``.
+
+    Args:
+        data: Loaded results.
+        fig_dir: Output folder (created).
+
+    Returns:
+        The figures in report order (tasks in `TASK_ORDER`, then the temperature sweep).
+    """
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    writer = _Writer(fig_dir)
+    styles = MethodStyles.of(data.results["method"])
+    tiny = set(data.tiny_models)
+    results = data.results
+    for task in task_order(results["task"].unique()):
+        rows = results[results["task"] == task]
+        if task == LAYERWISE_TASK:
+            _layerwise_figures(writer, rows, tiny)
+            continue
+        _length_figures(writer, task, rows, styles, tiny)
+        if task in DEPTH_TASKS:
+            _depth_figures(writer, task, rows, tiny)
+    _sweep_figures(writer, results, tiny)
+    return writer.files
+
+
+def _length_figures(
+    writer: _Writer, task: str, rows: pd.DataFrame, styles: MethodStyles, tiny: set[str]
+) -> None:
+    flat = overall_rows(rows)
+    if flat.empty:
+        logger.info("%s: no overall rows; skipping value-vs-length figures", task)
+        return
+    for metric in _metric_order(flat["metric"].unique()):
+        for corpus in sorted(flat["corpus"].unique()):
+            sub = flat[(flat["metric"] == metric) & (flat["corpus"] == corpus)]
+            if sub.empty:
+                continue
+            label = metric_info(metric)
+            title = f"{task}: {label.label} vs length ({corpus})"
+            fig = plot_metric_vs_length(sub, metric, styles, tiny, title)
+            caption = (
+                f"{label.label[0].upper()}{label.label[1:]} vs length (log2 axis) on corpus {corpus}; one panel per model, one line per "
+                f"method, bands are the reported CIs{'; ' + label.direction if label.direction else ''}."
+            )
+            writer.save(
+                fig,
+                slugify(task, metric, corpus),
+                task,
+                title,
+                caption,
+                kind="length",
+                task=task,
+                metric=metric,
+                corpus=corpus,
+            )
+
+
+def _depth_figures(writer: _Writer, task: str, rows: pd.DataFrame, tiny: set[str]) -> None:
+    deep = rows[rows["depth"].notna() & rows["layer"].isna() & (rows["metric"] == HEATMAP_METRIC)]
+    if deep.empty:
+        logger.info("%s: no per-depth %s rows; skipping depth heatmaps", task, HEATMAP_METRIC)
+        return
+    for model in sorted(deep["model"].unique()):
+        for corpus in sorted(deep["corpus"].unique()):
+            sub = deep[(deep["model"] == model) & (deep["corpus"] == corpus)]
+            if sub.empty:
+                continue
+            title = f"{task}: {metric_info(HEATMAP_METRIC).label} by depth and length, {_panel_title(model, tiny)} ({corpus})"
+            fig = plot_depth_heatmap(sub, HEATMAP_METRIC, title)
+            caption = (
+                f"{metric_info(HEATMAP_METRIC).label} of {model} on {corpus} by needle depth (rows, bin centres) "
+                f"and length (columns); one panel per method."
+            )
+            slug = slugify(task, HEATMAP_METRIC, "depth", model, corpus)
+            writer.save(
+                fig, slug, task, title, caption, kind="depth", task=task, metric=HEATMAP_METRIC, corpus=corpus
+            )
+
+
+def _layerwise_figures(writer: _Writer, rows: pd.DataFrame, tiny: set[str]) -> None:
+    layered = rows[rows["layer"].notna()]
+    base = layered[layered["method"] == "base"]
+    if base.empty:
+        logger.info("layerwise: no base-method layer rows; skipping layerwise figures")
+        return
+    others = sorted_methods(set(layered["method"]) - {"base"})
+    if others:
+        logger.info("layerwise figures show the base method only (also measured: %s)", ", ".join(others))
+    for model in sorted(base["model"].unique()):
+        for corpus in sorted(base["corpus"].unique()):
+            sub = base[(base["model"] == model) & (base["corpus"] == corpus)]
+            if sub.empty:
+                continue
+            title = f"layerwise: {_panel_title(model, tiny)}, base ({corpus})"
+            fig = plot_layerwise(sub, title)
+            caption = (
+                f"Per-layer statistics of {model} (base method) on {corpus}: one panel per metric, one line "
+                f"per length bin."
+            )
+            slug = slugify(LAYERWISE_TASK, model, corpus)
+            writer.save(
+                fig,
+                slug,
+                LAYERWISE_TASK,
+                title,
+                caption,
+                kind="layerwise",
+                task=LAYERWISE_TASK,
+                corpus=corpus,
+            )
+
+
+def sweep_rows(results: pd.DataFrame) -> pd.DataFrame:
+    """Overall rows of ``base`` and plain ``tempscale-<tau>`` methods with a ``tau`` column.
+
+    Empty unless at least two distinct ``tempscale-<tau>`` methods exist. Where a ``tempscale-1`` exists
+    next to ``base``, the explicit one is kept for tau = 1.
+
+    Args:
+        results: Tidy results.
+
+    Returns:
+        Rows (layerwise excluded) with ``tau``.
+    """
+    methods = [m for m in results["method"].unique() if m != "base" and tau_of(m) is not None]
+    if len(methods) < 2:
+        return results.iloc[0:0].assign(tau=pd.Series(dtype=float))
+    rows = overall_rows(results[results["task"] != LAYERWISE_TASK])
+    rows = rows[rows["method"].map(lambda m: tau_of(m) is not None)].assign(
+        tau=lambda f: f["method"].map(tau_of)
+    )
+    explicit_one = set(rows.loc[(rows["method"] != "base") & (rows["tau"] == 1.0), "model"])
+    rows = rows[~((rows["method"] == "base") & rows["model"].isin(explicit_one))]
+    return rows
+
+
+def _sweep_figures(writer: _Writer, results: pd.DataFrame, tiny: set[str]) -> None:
+    rows = sweep_rows(results)
+    if rows.empty:
+        logger.info("fewer than two tempscale-<tau> methods; skipping the temperature sweep")
+        return
+    present = sorted(set(map(tuple, rows[["task", "metric"]].drop_duplicates().to_numpy().tolist())))
+    pairs = [pair for pair in HEADLINE if pair in present] or present
+    for task, metric in pairs:
+        for corpus in sorted(rows["corpus"].unique()):
+            sub = rows[(rows["task"] == task) & (rows["metric"] == metric) & (rows["corpus"] == corpus)]
+            if sub.empty or sub["tau"].nunique() < 2:
+                continue
+            label = metric_info(metric).label
+            title = f"temperature sweep: {task} {label} ({corpus})"
+            fig = plot_temperature_sweep(sub, metric, tiny, title)
+            caption = (
+                f"Task {task}: {label} on {corpus} vs attention temperature tau (base = 1, tau < 1 sharpens); "
+                f"one panel per model, one line per length bin."
+            )
+            slug = slugify("tempsweep", task, metric, corpus)
+            writer.save(
+                fig,
+                slug,
+                SWEEP_SECTION,
+                title,
+                caption,
+                kind="sweep",
+                task=task,
+                metric=metric,
+                corpus=corpus,
+            )

@@ -1,0 +1,644 @@
+"""Load run directories into pandas frames: tidy results + run metadata, validated and merged.
+
+A run directory holds ``results.parquet`` (tidy rows, `RESULT_COLUMNS`; ``results.csv`` is the same for
+people and is not read here) and ``run.json`` (resolved config, versions, hardware, per-model metadata).
+
+Decisions:
+
+- Schema: every column in `RESULT_COLUMNS` must be present (the error names the missing ones); extra
+  columns are dropped with a warning, so a newer writer does not break an older report. Types are
+  coerced (``length`` and ``n`` must be integral); a value that cannot be coerced is a `SchemaError`.
+- Rows are unique on `KEY_COLUMNS` within one run; a duplicate is a `SchemaError` because every plot and
+  table would otherwise silently average it away.
+- A missing ``run.json`` is tolerated (the report says so in its caveats); an unreadable one is an error.
+  Its contents are read defensively (`as_dict`, `as_int`): an entry of the wrong type is treated as
+  absent rather than crashing the report.
+- Merging runs adds two columns: ``run`` (the run label, the directory name, made unique) and
+  ``source_model`` (the model name as written). When the same key (model, method, task, ...) is measured
+  in several runs, the colliding models are shown as ``"model [run]"`` so both series stay visible and
+  nothing is averaged across machines; `ReportData.renamed` records it for the caveats.
+- Everything is sorted (models by name, methods with ``base`` first) so that a rebuild is byte-identical.
+- `write_synthetic_run` builds a small, valid run directory for tests and demos; its numbers are random
+  (seeded) and mean nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+logger = logging.getLogger(__name__)
+
+RESULTS_FILE = "results.parquet"
+RESULTS_CSV = "results.csv"
+RUN_FILE = "run.json"
+
+STRING_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "metric")
+FLOAT_COLUMNS: tuple[str, ...] = ("depth", "layer", "value", "ci_low", "ci_high")
+INT_COLUMNS: tuple[str, ...] = ("length", "n")
+RESULT_COLUMNS: tuple[str, ...] = (
+    "model",
+    "method",
+    "task",
+    "corpus",
+    "length",
+    "depth",
+    "layer",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n",
+)
+KEY_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "length", "depth", "layer", "metric")
+
+MORE_COLLAPSE_IF_HIGHER = "higher = more collapse"
+MORE_COLLAPSE_IF_LOWER = "lower = more collapse"
+HIGHER_IS_BETTER = "higher is better"
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """How to label a metric and which way is bad.
+
+    Attributes:
+        label: Axis and table label.
+        direction: One of `MORE_COLLAPSE_IF_HIGHER`, `MORE_COLLAPSE_IF_LOWER`, `HIGHER_IS_BETTER`, or ""
+            when unknown (no judgement is printed).
+    """
+
+    label: str
+    direction: str
+
+
+METRICS: dict[str, MetricInfo] = {
+    "pairwise_cosine": MetricInfo("mean pairwise cosine", MORE_COLLAPSE_IF_HIGHER),
+    "centroid_cosine": MetricInfo("cosine to global centroid", MORE_COLLAPSE_IF_HIGHER),
+    "centroid_distance": MetricInfo("mean distance to bin centroid", MORE_COLLAPSE_IF_LOWER),
+    "global_centroid_distance": MetricInfo("mean distance to global centroid", MORE_COLLAPSE_IF_LOWER),
+    "effective_rank": MetricInfo("effective rank", MORE_COLLAPSE_IF_LOWER),
+    "hf_ratio": MetricInfo("high-frequency energy ratio", MORE_COLLAPSE_IF_LOWER),
+    "knn_accuracy": MetricInfo("kNN accuracy", HIGHER_IS_BETTER),
+    "acc@1": MetricInfo("Acc@1", HIGHER_IS_BETTER),
+    "ndcg@10": MetricInfo("nDCG@10", HIGHER_IS_BETTER),
+    "tokens": MetricInfo("mean tokens per text", ""),
+    "attention_entropy": MetricInfo("attention entropy (nats)", ""),
+    "attention_entropy_normalized": MetricInfo("attention entropy / ln(#keys)", ""),
+}
+
+
+# Metrics of the summary table and the temperature sweep, in this order.
+HEADLINE: tuple[tuple[str, str], ...] = (
+    ("collapse", "pairwise_cosine"),
+    ("collapse", "centroid_distance"),
+    ("knn", "knn_accuracy"),
+    ("passkey", "acc@1"),
+    ("needle", "acc@1"),
+)
+
+
+def metric_info(metric: str) -> MetricInfo:
+    """Label and direction of ``metric``; unknown metrics get their own name and no direction."""
+    return METRICS.get(metric, MetricInfo(metric, ""))
+
+
+class SchemaError(ValueError):
+    """A run directory or its files do not match the contract (one line, fit for a CLI)."""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One loaded run directory.
+
+    Attributes:
+        label: Short unique name used in the report (the directory name, de-duplicated).
+        path: The directory.
+        meta: The parsed ``run.json`` ({} when absent).
+        has_meta: Whether ``run.json`` existed.
+    """
+
+    label: str
+    path: Path
+    meta: dict[str, Any]
+    has_meta: bool = True
+
+    def model_meta(self, model: str) -> dict[str, Any]:
+        """``run.json``'s ``models[model]`` entry, or {}."""
+        return as_dict(as_dict(self.meta.get("models")).get(model))
+
+
+@dataclass
+class ReportData:
+    """Validated, merged results of one or more runs.
+
+    Attributes:
+        results: Tidy rows (`RESULT_COLUMNS` plus ``run`` and ``source_model``), sorted.
+        runs: The runs, in the order given.
+        renamed: Display model name -> (run label, model name as written), for models renamed because the
+            same measurement appeared in several runs.
+    """
+
+    results: pd.DataFrame
+    runs: list[RunInfo]
+    renamed: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @property
+    def models(self) -> list[str]:
+        """Display model names, sorted."""
+        return sorted(self.results["model"].unique())
+
+    @property
+    def methods(self) -> list[str]:
+        """Methods, ``base`` first then sorted."""
+        return sorted_methods(self.results["method"].unique())
+
+    @property
+    def tasks(self) -> list[str]:
+        """Tasks, sorted."""
+        return sorted(self.results["task"].unique())
+
+    @property
+    def corpora(self) -> list[str]:
+        """Corpora, sorted."""
+        return sorted(self.results["corpus"].unique())
+
+    def model_sources(self, model: str) -> list[tuple[RunInfo, str]]:
+        """The (run, model name as written) pairs behind a display model, in run order."""
+        rows = self.results.loc[self.results["model"] == model, ["run", "source_model"]].drop_duplicates()
+        pairs = set(map(tuple, rows.to_numpy().tolist()))
+        return [(run, name) for run in self.runs for (label, name) in sorted(pairs) if label == run.label]
+
+    def model_meta(self, model: str) -> list[tuple[RunInfo, dict[str, Any]]]:
+        """``run.json`` entries of a display model, one per run it comes from."""
+        return [(run, run.model_meta(name)) for run, name in self.model_sources(model)]
+
+    def is_tiny(self, model: str) -> bool:
+        """Whether any run marks this model ``tiny_random``."""
+        return any(bool(meta.get("tiny_random")) for _, meta in self.model_meta(model))
+
+    @property
+    def tiny_models(self) -> list[str]:
+        """Display names of models marked ``tiny_random``."""
+        return [m for m in self.models if self.is_tiny(m)]
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """``value`` if it is a dict, else {} (run.json is read defensively: bad metadata never crashes a report)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_int(value: Any) -> int | None:
+    """``value`` as an int when it is a whole number (bools excluded), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return int(number) if math.isfinite(number) and number.is_integer() else None
+
+
+def sorted_methods(methods: Iterable[str]) -> list[str]:
+    """Unique methods with ``base`` first, then in string order."""
+    return sorted(set(methods), key=lambda m: (m != "base", m))
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+
+def validate_results(frame: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Check and coerce a results frame to the contract.
+
+    Args:
+        frame: Raw rows as read from ``results.parquet``.
+        source: Where it came from, for error messages.
+
+    Returns:
+        A new frame with exactly `RESULT_COLUMNS`, typed (str, int64, float64).
+
+    Raises:
+        SchemaError: Missing columns (named), uncoercible values, or duplicate keys.
+    """
+    missing = [c for c in RESULT_COLUMNS if c not in frame.columns]
+    if missing:
+        raise SchemaError(f"{source}: missing columns {', '.join(missing)}")
+    extra = sorted(str(c) for c in frame.columns if c not in RESULT_COLUMNS)
+    if extra:
+        logger.warning("%s: ignoring extra columns %s", source, ", ".join(extra))
+    out = pd.DataFrame({c: frame[c] for c in RESULT_COLUMNS}).reset_index(drop=True)
+    for col in STRING_COLUMNS:
+        if out[col].isna().any():
+            raise SchemaError(f"{source}: column {col} has missing values")
+        out[col] = out[col].astype(str).astype(object)
+    for col in FLOAT_COLUMNS:
+        out[col] = _coerce(out[col], float, col, source)
+    for col in INT_COLUMNS:
+        values = _coerce(out[col], float, col, source)
+        if not np.all(np.isfinite(values)) or not np.all(values == np.round(values)):
+            raise SchemaError(f"{source}: column {col} must hold whole numbers")
+        out[col] = values.astype("int64")
+    depth = out["depth"].dropna()
+    if ((depth < 0) | (depth > 1)).any():
+        raise SchemaError(f"{source}: column depth must lie in [0, 1] (or be NaN)")
+    dup = out.duplicated(subset=list(KEY_COLUMNS), keep=False)
+    if dup.any():
+        first = out.loc[dup, list(KEY_COLUMNS)].iloc[0].to_dict()
+        raise SchemaError(f"{source}: {int(dup.sum())} rows share a key, e.g. {first}")
+    return out
+
+
+def _coerce(series: pd.Series, kind: type, col: str, source: str) -> pd.Series:
+    try:
+        return pd.to_numeric(series, errors="raise").astype(kind)
+    except (TypeError, ValueError):
+        raise SchemaError(f"{source}: column {col} is not numeric") from None
+
+
+def read_run_meta(run_dir: Path) -> tuple[dict[str, Any], bool]:
+    """Parse ``run.json``; ({}, False) when it is absent.
+
+    Raises:
+        SchemaError: The file exists but is not a JSON object.
+    """
+    path = run_dir / RUN_FILE
+    if not path.is_file():
+        logger.warning("%s: no %s; the report will lack run metadata", run_dir, RUN_FILE)
+        return {}, False
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise SchemaError(f"{path}: unreadable ({err})") from None
+    if not isinstance(meta, dict):
+        raise SchemaError(f"{path}: expected a JSON object")
+    return meta, True
+
+
+def load_run(run_dir: Path | str) -> tuple[pd.DataFrame, dict[str, Any], bool]:
+    """Read and validate one run directory.
+
+    Args:
+        run_dir: Directory with ``results.parquet`` and (usually) ``run.json``.
+
+    Returns:
+        (validated results, run.json contents, whether run.json existed).
+
+    Raises:
+        SchemaError: Missing directory or results file, unreadable files, schema mismatch.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise SchemaError(f"{run_dir}: no such run directory")
+    path = run_dir / RESULTS_FILE
+    if not path.is_file():
+        raise SchemaError(f"{run_dir}: no {RESULTS_FILE}")
+    try:
+        raw = pd.read_parquet(path)
+    except Exception as err:  # pyarrow raises several types for corrupt files
+        raise SchemaError(f"{path}: unreadable ({type(err).__name__}: {err})") from None
+    results = validate_results(raw, str(path))
+    meta, has_meta = read_run_meta(run_dir)
+    logger.info("loaded %s: %d rows", run_dir, len(results))
+    return results, meta, has_meta
+
+
+def _labels(run_dirs: Sequence[Path]) -> list[str]:
+    """Unique short labels: directory names, then parent/name, then a numeric suffix."""
+    names = [p.resolve().name or str(p) for p in run_dirs]
+    if len(set(names)) < len(names):
+        names = [f"{p.resolve().parent.name}/{p.resolve().name}" for p in run_dirs]
+    seen: dict[str, int] = {}
+    labels = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        labels.append(name if names.count(name) == 1 else f"{name}#{seen[name]}")
+    return labels
+
+
+def load_runs(run_dirs: Sequence[Path | str]) -> ReportData:
+    """Load, validate and merge run directories (see the module docstring for the merge rules).
+
+    Args:
+        run_dirs: One or more run directories.
+
+    Returns:
+        The merged `ReportData`.
+
+    Raises:
+        SchemaError: Any directory fails `load_run`, or no directory / no rows were given.
+    """
+    if not run_dirs:
+        raise SchemaError("no run directories given")
+    paths = [Path(p) for p in run_dirs]
+    labels = _labels(paths)
+    frames, runs = [], []
+    for path, label in zip(paths, labels, strict=True):
+        results, meta, has_meta = load_run(path)
+        frames.append(results.assign(run=label, source_model=results["model"]))
+        runs.append(RunInfo(label=label, path=path, meta=meta, has_meta=has_meta))
+    merged = pd.concat(frames, ignore_index=True)
+    if merged.empty:
+        raise SchemaError(f"{', '.join(map(str, paths))}: results hold no rows")
+    merged, renamed = _separate_collisions(merged)
+    return ReportData(results=sort_results(merged), runs=runs, renamed=renamed)
+
+
+def _separate_collisions(merged: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, tuple[str, str]]]:
+    """Rename models whose measurements appear in more than one run to ``"model [run]"``."""
+    runs_per_key = merged.groupby(list(KEY_COLUMNS), dropna=False)["run"].nunique()
+    colliding = runs_per_key[runs_per_key > 1].reset_index()["model"].unique()
+    renamed: dict[str, tuple[str, str]] = {}
+    if len(colliding) == 0:
+        return merged, renamed
+    merged = merged.copy()
+    hit = merged["model"].isin(colliding)
+    merged.loc[hit, "model"] = merged.loc[hit, "model"] + " [" + merged.loc[hit, "run"] + "]"
+    for display, run, name in merged.loc[hit, ["model", "run", "source_model"]].drop_duplicates().to_numpy():
+        renamed[str(display)] = (str(run), str(name))
+    logger.warning("same measurements in several runs for %s; kept apart per run", ", ".join(colliding))
+    return merged, dict(sorted(renamed.items()))
+
+
+def overall_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows with no depth and no layer: one value per (model, method, task, corpus, length, metric).
+
+    Where a cell has only per-depth rows (passkey/needle without an overall row), its overall value is
+    the n-weighted mean over depths (``n`` summed, no CI), and this is logged.
+
+    Args:
+        frame: Tidy results (any subset).
+
+    Returns:
+        The overall rows, canonically sorted.
+    """
+    flat = frame[frame["depth"].isna() & frame["layer"].isna()]
+    by_depth = frame[frame["depth"].notna() & frame["layer"].isna()]
+    if by_depth.empty:
+        return flat
+    keys = [
+        c
+        for c in ("model", "method", "task", "corpus", "length", "metric", "run", "source_model")
+        if c in frame
+    ]
+    have = set(map(tuple, flat[keys].to_numpy().tolist()))
+    parts = []
+    for key, group in by_depth.groupby(keys, sort=True):
+        if tuple(key) in have:
+            continue
+        weights = group["n"].to_numpy(dtype=float)
+        values = group["value"].to_numpy(dtype=float)
+        value = float(np.average(values, weights=weights)) if weights.sum() > 0 else float(values.mean())
+        row = dict(zip(keys, key, strict=True))
+        row.update(depth=math.nan, layer=math.nan, value=value, ci_low=math.nan, ci_high=math.nan)
+        row["n"] = int(group["n"].sum())
+        parts.append(row)
+    if not parts:
+        return flat
+    logger.info("%d overall values averaged from per-depth rows (no overall row given)", len(parts))
+    return sort_results(pd.concat([flat, pd.DataFrame(parts)[list(flat.columns)]], ignore_index=True))
+
+
+def sort_results(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows in a canonical order (method ``base`` first), index reset."""
+    order = frame.assign(_base=frame["method"] != "base")
+    keys = ["task", "metric", "corpus", "model", "_base", "method", "length", "depth", "layer"]
+    if "run" in order.columns:
+        keys.append("run")
+    order = order.sort_values(keys, na_position="first", kind="mergesort")
+    return order.drop(columns="_base").reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------------- synthetic runs
+
+SYNTHETIC_MODELS: tuple[str, ...] = ("synth-decoder", "synth-encoder")
+SYNTHETIC_METHODS: tuple[str, ...] = ("base", "tempscale-0.8", "tempscale-0.9")
+SYNTHETIC_LENGTHS: tuple[int, ...] = (256, 512, 1024, 2048)
+SYNTHETIC_DEPTHS: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)
+SYNTHETIC_LAYERS: int = 6
+SYNTHETIC_TASKS: tuple[str, ...] = ("collapse", "knn", "passkey", "layerwise")
+
+
+def _row(model, method, task, corpus, length, metric, value, n, *, depth=math.nan, layer=math.nan, ci=None):
+    low, high = ci if ci is not None else (math.nan, math.nan)
+    return {
+        "model": model,
+        "method": method,
+        "task": task,
+        "corpus": corpus,
+        "length": int(length),
+        "depth": float(depth),
+        "layer": float(layer),
+        "metric": metric,
+        "value": float(value),
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "n": int(n),
+    }
+
+
+def _tau(method: str) -> float:
+    return float(method.split("-", 1)[1]) if method.startswith("tempscale-") else 1.0
+
+
+def synthetic_results(
+    *,
+    seed: int = 0,
+    models: Sequence[str] = SYNTHETIC_MODELS,
+    methods: Sequence[str] = SYNTHETIC_METHODS,
+    lengths: Sequence[int] = SYNTHETIC_LENGTHS,
+    corpus: str = "synthetic",
+    tasks: Sequence[str] = SYNTHETIC_TASKS,
+) -> pd.DataFrame:
+    """Random but plausible tidy results (collapse grows with length, less so for tau < 1).
+
+    Args:
+        seed: numpy seed; the same arguments always give the same frame.
+        models: Model names.
+        methods: Method slugs (``tempscale-<tau>`` values shape the numbers, others are noise).
+        lengths: Length bins.
+        corpus: Corpus name.
+        tasks: Subset of `SYNTHETIC_TASKS` to keep.
+
+    Returns:
+        A frame with `RESULT_COLUMNS` covering ``tasks`` (passkey: overall and per-depth rows).
+    """
+    rng = np.random.default_rng(seed)
+    rows = []
+    for mi, model in enumerate(models):
+        for method in methods:
+            relief = 1.0 - _tau(method)  # tau < 1 sharpens attention: less collapse
+            for li, length in enumerate(lengths):
+                rows += _synthetic_bin(rng, model, method, corpus, li, length, 0.1 * mi, relief)
+    frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
+    return sort_results(frame[frame["task"].isin(tasks)])
+
+
+def _synthetic_bin(rng, model, method, corpus, li, length, offset, relief):  # noqa: PLR0913
+    """Rows of one (model, method, length) cell."""
+    n = 64
+    grow = 0.12 * li * (1.0 - 2.0 * relief)
+    noise = lambda s=0.01: float(rng.normal(0, s))  # noqa: E731
+    cos = min(0.3 + offset + grow + noise(), 0.99)
+    dist = max(0.8 - 0.9 * (cos - 0.3), 0.05)
+    acc = float(np.clip(0.95 - 0.15 * li * (1 - 3 * relief) + noise(0.02), 0.05, 0.95))
+    rows = [
+        _row(
+            model, method, "collapse", corpus, length, "pairwise_cosine", cos, n, ci=(cos - 0.02, cos + 0.02)
+        ),
+        _row(
+            model,
+            method,
+            "collapse",
+            corpus,
+            length,
+            "centroid_distance",
+            dist,
+            n,
+            ci=(dist - 0.03, dist + 0.03),
+        ),
+        _row(model, method, "collapse", corpus, length, "global_centroid_distance", dist + 0.05, n),
+        _row(model, method, "collapse", corpus, length, "centroid_cosine", min(cos + 0.2, 1.0), n),
+        _row(model, method, "collapse", corpus, length, "effective_rank", 40 * dist + noise(), n),
+        _row(model, method, "knn", corpus, length, "knn_accuracy", acc, n, ci=(acc - 0.05, acc + 0.05)),
+    ]
+    depth_accs = [
+        float(np.clip(acc - 0.2 * (1 - abs(d - 0.5) * 2) * li / 3 + noise(0.03), 0, 1))
+        for d in SYNTHETIC_DEPTHS
+    ]
+    rows.append(_row(model, method, "passkey", corpus, length, "acc@1", float(np.mean(depth_accs)), n))
+    for depth, value in zip(SYNTHETIC_DEPTHS, depth_accs, strict=True):
+        rows.append(_row(model, method, "passkey", corpus, length, "acc@1", value, n // 5, depth=depth))
+    for layer in range(SYNTHETIC_LAYERS + 1):
+        hf = 0.5 * math.exp(-layer / 3) * (1 - 0.1 * li) + abs(noise(0.005))
+        rows.append(_row(model, method, "layerwise", corpus, length, "hf_ratio", hf, n, layer=layer))
+        if layer > 0:
+            ent = math.log(length) * (0.5 + 0.05 * layer) + noise(0.02)
+            rows.append(
+                _row(model, method, "layerwise", corpus, length, "attention_entropy", ent, n, layer=layer)
+            )
+            rows.append(
+                _row(
+                    model,
+                    method,
+                    "layerwise",
+                    corpus,
+                    length,
+                    "attention_entropy_normalized",
+                    ent / math.log(length),
+                    n,
+                    layer=layer,
+                )
+            )
+    return rows
+
+
+def synthetic_meta(
+    results: pd.DataFrame,
+    *,
+    tiny_random: bool | Iterable[str] = False,
+    hardware: dict[str, Any] | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """A ``run.json`` dict matching ``results``.
+
+    The first model gets a 512-token sliding window and the last a ``max_length`` of 1024 with truncated
+    texts in the longest bin, so the report's caveats have something to say.
+
+    Args:
+        results: Frame from `synthetic_results`.
+        tiny_random: True to mark every model, or the names of the models to mark.
+        hardware: The ``hardware`` entry (default: a fixed CPU description).
+        seed: Recorded as ``config.seed``.
+
+    Returns:
+        The run metadata.
+    """
+    models = sorted(results["model"].unique())
+    methods = sorted_methods(results["method"].unique())
+    tiny = set(models) if tiny_random is True else set(tiny_random or ())
+    longest = int(results["length"].max())
+    entries = {}
+    for i, model in enumerate(models):
+        window = 512 if i == 0 else None
+        max_length = 1024 if i == len(models) - 1 and len(models) > 1 else 32768
+        truncated = {m: (8 if longest > max_length else 0) for m in methods}
+        describe = {
+            "dtype": "float32",
+            "attn_implementation": "sdpa",
+            "sliding_window": window,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+            "max_length": max_length,
+            "weights": {"source": f"synthetic/{model}"},
+        }
+        entries[model] = {
+            "describe": describe,
+            "tiny_random": model in tiny,
+            "truncated": truncated,
+            "n_texts": 256,
+        }
+    return {
+        "config": {
+            "seed": seed,
+            "models": models,
+            "methods": methods,
+            "tasks": sorted(results["task"].unique()),
+            "corpus": sorted(results["corpus"].unique()),
+            "lengths": sorted(int(x) for x in results["length"].unique()),
+        },
+        "versions": {"llm_collapse": "0.1.0", "python": "3.12"},
+        "git_commit": "0000000synthetic",
+        "hardware": hardware
+        if hardware is not None
+        else {"device": "cpu", "cpu": "synthetic CPU", "n_cpus": 2},
+        "started": "2025-01-01T00:00:00+00:00",
+        "wall_time_s": {"embed": 12.5, "metrics": 3.25},
+        "models": entries,
+        "notes": ["synthetic results for tests: the numbers mean nothing"],
+    }
+
+
+def write_synthetic_run(
+    run_dir: Path | str,
+    *,
+    seed: int = 0,
+    models: Sequence[str] = SYNTHETIC_MODELS,
+    methods: Sequence[str] = SYNTHETIC_METHODS,
+    lengths: Sequence[int] = SYNTHETIC_LENGTHS,
+    corpus: str = "synthetic",
+    tasks: Sequence[str] = SYNTHETIC_TASKS,
+    tiny_random: bool | Iterable[str] = False,
+    hardware: dict[str, Any] | None = None,
+) -> Path:
+    """Write a valid synthetic run directory (``results.parquet``, ``results.csv``, ``run.json``).
+
+    Args:
+        run_dir: Directory to create (parents too); existing files are overwritten.
+        seed: Seed for the numbers.
+        models: Model names (default two).
+        methods: Method slugs (default ``base`` and two temperatures, enough for a sweep figure).
+        lengths: Length bins (default four).
+        corpus: Corpus name.
+        tasks: Subset of `SYNTHETIC_TASKS` to write.
+        tiny_random: Mark all (True) or the named models ``tiny_random``.
+        hardware: ``hardware`` entry of ``run.json``.
+
+    Returns:
+        ``run_dir`` as a Path.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    results = synthetic_results(
+        seed=seed, models=models, methods=methods, lengths=lengths, corpus=corpus, tasks=tasks
+    )
+    results.to_parquet(run_dir / RESULTS_FILE, index=False)
+    results.to_csv(run_dir / RESULTS_CSV, index=False)
+    meta = synthetic_meta(results, tiny_random=tiny_random, hardware=hardware, seed=seed)
+    (run_dir / RUN_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return run_dir

@@ -1,0 +1,352 @@
+"""Tables for the report: a small `Table` type rendered to markdown and to equivalent HTML, and builders.
+
+Decisions:
+
+- No markdown dependency: a `Table` holds cells as text with two inline marks only, ``**bold**`` and
+  ```code```, which `inline_html` turns into HTML after escaping everything else. report.md and report.html
+  are rendered from the same `Table` objects, so they cannot disagree.
+- Summary table: rows are model x method (x corpus when there are several); for each headline metric
+  present, the value at the row's shortest and longest length with its CI, and the change. The change
+  has no CI: the endpoint intervals come from separate bootstraps and cannot be combined honestly; the
+  cell says ``CIs overlap`` when they do. When every row shares the same shortest/longest length it goes
+  into the header, otherwise into each cell.
+- tiny_random models are left out of the summary table when a real model exists; when none does, every
+  row is kept and marked, so a tiny-only report can never be read as a finding.
+- Numbers: 3 decimals (1 decimal from 100 up); NaN prints as ``n/a``.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from llm_collapse.reporting.frames import (
+    HEADLINE,
+    HIGHER_IS_BETTER,
+    MORE_COLLAPSE_IF_HIGHER,
+    MORE_COLLAPSE_IF_LOWER,
+    ReportData,
+    as_dict,
+    metric_info,
+    overall_rows,
+    sorted_methods,
+)
+
+TINY_MARK = "**(tiny random)**"
+_INLINE = re.compile(r"\*\*(.+?)\*\*|`([^`]+)`")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of inline-markup strings.
+
+    Attributes:
+        headers: Column headers.
+        rows: Rows, each as long as ``headers``.
+        numeric: Per column, whether to right-align it.
+    """
+
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    numeric: tuple[bool, ...]
+
+    def to_markdown(self) -> str:
+        """GitHub-flavoured markdown, no trailing newline."""
+        lines = [_md_row(self.headers), _md_row(["---:" if num else "---" for num in self.numeric])]
+        lines += [_md_row(row) for row in self.rows]
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        """An HTML ``<table>`` with the same content."""
+        align = [' class="num"' if num else "" for num in self.numeric]
+        head = "".join(f"<th{a}>{inline_html(h)}</th>" for a, h in zip(align, self.headers, strict=True))
+        body = "\n".join(
+            "<tr>"
+            + "".join(f"<td{a}>{inline_html(c)}</td>" for a, c in zip(align, row, strict=True))
+            + "</tr>"
+            for row in self.rows
+        )
+        return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
+
+
+def _md_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+
+def inline_html(text: str) -> str:
+    """Escape ``text`` for HTML, turning ``**x**`` into <strong> and ```x``` into <code>."""
+    out, pos = [], 0
+    for match in _INLINE.finditer(text):
+        out.append(html.escape(text[pos : match.start()]))
+        if match.group(1) is not None:
+            out.append(f"<strong>{inline_html(match.group(1))}</strong>")
+        else:
+            out.append(f"<code>{html.escape(match.group(2))}</code>")
+        pos = match.end()
+    out.append(html.escape(text[pos:]))
+    return "".join(out)
+
+
+def fmt(value: float) -> str:
+    """3 decimals, 1 from 100 up, ``n/a`` for NaN."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.3f}"
+
+
+def fmt_ci(value: float, low: float, high: float) -> str:
+    """``value [low, high]``, or just the value when there is no CI."""
+    if math.isfinite(low) and math.isfinite(high):
+        return f"{fmt(value)} [{fmt(low)}, {fmt(high)}]"
+    return fmt(value)
+
+
+def length_text(length: int) -> str:
+    """``@512``, ``@4k``."""
+    return f"@{length // 1024}k" if length >= 1024 and length % 1024 == 0 else f"@{length}"
+
+
+def judge(metric: str, delta: float) -> str:
+    """Words for a change of ``delta`` in ``metric``: more/less collapse, better/worse, or ""."""
+    direction = metric_info(metric).direction
+    if not math.isfinite(delta) or delta == 0 or not direction:
+        return ""
+    up = delta > 0
+    if direction == MORE_COLLAPSE_IF_HIGHER:
+        return "more collapse" if up else "less collapse"
+    if direction == MORE_COLLAPSE_IF_LOWER:
+        return "less collapse" if up else "more collapse"
+    if direction == HIGHER_IS_BETTER:
+        return "better" if up else "worse"
+    return ""
+
+
+def model_cell(model: str, tiny: set[str]) -> str:
+    """Model name, marked when tiny_random."""
+    return f"{model} {TINY_MARK}" if model in tiny else model
+
+
+# ------------------------------------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    length: int
+    value: float
+    low: float
+    high: float
+
+
+def _endpoints(cell: pd.DataFrame) -> tuple[_Endpoint, _Endpoint] | None:
+    cell = cell.dropna(subset=["value"]).sort_values("length")
+    if cell.empty:
+        return None
+    first, last = cell.iloc[0], cell.iloc[-1]
+
+    def point(row) -> _Endpoint:
+        return _Endpoint(int(row["length"]), float(row["value"]), float(row["ci_low"]), float(row["ci_high"]))
+
+    return point(first), point(last)
+
+
+def _overlap(a: _Endpoint, b: _Endpoint) -> bool:
+    finite = all(math.isfinite(x) for x in (a.low, a.high, b.low, b.high))
+    return finite and a.low <= b.high and b.low <= a.high
+
+
+def summary_models(data: ReportData) -> tuple[list[str], bool]:
+    """Models the summary table covers and whether they are all tiny (rows then get marked).
+
+    Args:
+        data: Loaded results.
+
+    Returns:
+        (models, all_tiny).
+    """
+    tiny = set(data.tiny_models)
+    real = [m for m in data.models if m not in tiny]
+    return (real, False) if real else (list(data.models), bool(tiny))
+
+
+def headline_metrics(data: ReportData) -> list[tuple[str, str]]:
+    """The (task, metric) pairs of `HEADLINE` that the results contain."""
+    present = set(map(tuple, data.results[["task", "metric"]].drop_duplicates().to_numpy().tolist()))
+    return [pair for pair in HEADLINE if pair in present]
+
+
+def summary_table(data: ReportData) -> Table | None:
+    """Side-by-side summary: shortest vs longest length per model x method for each headline metric.
+
+    Args:
+        data: Loaded results.
+
+    Returns:
+        The table, or None when no headline metric is present.
+    """
+    pairs = headline_metrics(data)
+    if not pairs:
+        return None
+    models, all_tiny = summary_models(data)
+    rows = overall_rows(data.results[data.results["model"].isin(models)])
+    corpora = sorted(rows["corpus"].unique())
+    keys = [
+        (model, method, corpus)
+        for model in models
+        for method in sorted_methods(rows.loc[rows["model"] == model, "method"])
+        for corpus in corpora
+        if ((rows["model"] == model) & (rows["method"] == method) & (rows["corpus"] == corpus)).any()
+    ]
+    ends = {(key, pair): _cell_endpoints(rows, key, pair) for key in keys for pair in pairs}
+    headers = ["model", "method"] + (["corpus"] if len(corpora) > 1 else [])
+    numeric = [False] * len(headers)
+    columns = []
+    metric_names = [pair[1] for pair in pairs]
+    for pair in pairs:
+        name = pair[1] if metric_names.count(pair[1]) == 1 else f"{pair[0]} {pair[1]}"
+        found = [e for (_, p), e in ends.items() if p == pair and e is not None]
+        shorts = {e[0].length for e in found}
+        longs = {e[1].length for e in found}
+        short_h = length_text(shorts.pop()) if len(shorts) == 1 else "shortest"
+        long_h = length_text(longs.pop()) if len(longs) == 1 else "longest"
+        per_cell = short_h == "shortest" or long_h == "longest"
+        headers += [f"{name} {short_h}", f"{name} {long_h}", f"Δ {name}"]
+        numeric += [True, True, False]
+        columns.append(per_cell)
+    tiny = set(data.tiny_models) if all_tiny else set()
+    body = []
+    for key in keys:
+        model, method, corpus = key
+        row = [model_cell(model, tiny), f"`{method}`"] + ([corpus] if len(corpora) > 1 else [])
+        for pair, per_cell in zip(pairs, columns, strict=True):
+            row += _summary_cells(ends[(key, pair)], pair[1], per_cell)
+        body.append(tuple(row))
+    return Table(tuple(headers), tuple(body), tuple(numeric))
+
+
+def _cell_endpoints(rows: pd.DataFrame, key: tuple[str, str, str], pair: tuple[str, str]):
+    model, method, corpus = key
+    task, metric = pair
+    mask = (
+        (rows["model"] == model)
+        & (rows["method"] == method)
+        & (rows["corpus"] == corpus)
+        & (rows["task"] == task)
+        & (rows["metric"] == metric)
+    )
+    return _endpoints(rows[mask])
+
+
+def _summary_cells(ends: tuple[_Endpoint, _Endpoint] | None, metric: str, per_cell: bool) -> list[str]:
+    if ends is None:
+        return ["—", "—", "—"]
+    short, long = ends
+    where = (lambda e: f" ({length_text(e.length)})") if per_cell else (lambda e: "")
+    cells = [
+        fmt_ci(short.value, short.low, short.high) + where(short),
+        fmt_ci(long.value, long.low, long.high) + where(long),
+    ]
+    if short.length == long.length:
+        return [*cells, "— (one length)"]
+    delta = long.value - short.value
+    words = [w for w in (judge(metric, delta), "CIs overlap" if _overlap(short, long) else "") if w]
+    return [*cells, f"{delta:+.3f}" + (f" ({'; '.join(words)})" if words else "")]
+
+
+def summary_legend(data: ReportData) -> list[str]:
+    """One line per headline metric: its label and direction."""
+    lines = []
+    for _, metric in headline_metrics(data):
+        info = metric_info(metric)
+        lines.append(f"`{metric}`: {info.label}" + (f" ({info.direction})" if info.direction else ""))
+    return lines
+
+
+# -------------------------------------------------------------------------------------- per-task tables
+
+
+def values_by_length(data: ReportData, task: str, metric: str, corpus: str) -> Table | None:
+    """Values of one task/metric/corpus: rows model x method, one column per length.
+
+    Args:
+        data: Loaded results.
+        task: Task name.
+        metric: Metric name.
+        corpus: Corpus name.
+
+    Returns:
+        The table, or None without rows.
+    """
+    rows = overall_rows(data.results[data.results["task"] == task])
+    rows = rows[(rows["metric"] == metric) & (rows["corpus"] == corpus)]
+    if rows.empty:
+        return None
+    lengths = sorted(int(x) for x in rows["length"].unique())
+    tiny = set(data.tiny_models)
+    body = []
+    for model in sorted(rows["model"].unique()):
+        sub = rows[rows["model"] == model]
+        for method in sorted_methods(sub["method"]):
+            values = dict(
+                zip(
+                    sub.loc[sub["method"] == method, "length"],
+                    sub.loc[sub["method"] == method, "value"],
+                    strict=True,
+                )
+            )
+            cells = [fmt(float(values[n])) if n in values else "—" for n in lengths]
+            body.append((model_cell(model, tiny), f"`{method}`", *cells))
+    headers = ("model", "method", *(length_text(n)[1:] for n in lengths))
+    return Table(headers, tuple(body), (False, False, *([True] * len(lengths))))
+
+
+def models_table(data: ReportData) -> Table:
+    """Model metadata: dtype, attention, sliding window, max length, weights source, tiny flag, texts.
+
+    Args:
+        data: Loaded results.
+
+    Returns:
+        One row per (model, run it comes from).
+    """
+    headers = (
+        "model",
+        "run",
+        "dtype",
+        "attention",
+        "sliding window",
+        "max length",
+        "weights",
+        "tiny random",
+        "texts",
+    )
+    body = []
+    for model in data.models:
+        for run, meta in data.model_meta(model):
+            describe = as_dict(meta.get("describe"))
+            weights = describe.get("weights") or {}
+            source = weights.get("source") if isinstance(weights, dict) else weights
+            body.append(
+                (
+                    model,
+                    run.label,
+                    _text(describe.get("dtype")),
+                    _text(describe.get("attn_implementation")),
+                    _text(describe.get("sliding_window"), none="none" if describe else "?"),
+                    _text(describe.get("max_length")),
+                    _text(source),
+                    "**yes**" if meta.get("tiny_random") else ("no" if meta else "?"),
+                    _text(meta.get("n_texts")),
+                )
+            )
+    return Table(headers, tuple(body), (False,) * 5 + (True, False, False, True))
+
+
+def _text(value: object, none: str = "?") -> str:
+    if value is None or value == "":
+        return none
+    return str(value)

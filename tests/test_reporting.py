@@ -1,0 +1,302 @@
+"""Reports from synthetic run directories: files, self-contained HTML, determinism, merging, caveats, CLI."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from llm_collapse.report import main as report_main
+from llm_collapse.reporting import SchemaError, build_report, load_runs, write_synthetic_run
+from llm_collapse.reporting.frames import RESULT_COLUMNS, overall_rows, synthetic_results, validate_results
+from llm_collapse.reporting.tables import Table, inline_html
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+DATA_URI = "data:image/png;base64,"
+
+
+class _Images(HTMLParser):
+    """Collects every <img> src and all text of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.srcs: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.srcs.append(dict(attrs).get("src") or "")
+        for name, value in attrs:
+            assert not (name in ("src", "href") and value and value.startswith(("http:", "https:", "//")))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _parse(path: Path) -> _Images:
+    parser = _Images()
+    parser.feed(path.read_text(encoding="utf-8"))
+    parser.close()
+    return parser
+
+
+def _pngs(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((folder / "figures").glob("*.png"))}
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One full synthetic run, reported into its own directory (the CLI default)."""
+    run = write_synthetic_run(tmp_path_factory.mktemp("runs") / "run-a")
+    files = build_report([run], run)
+    return run, files
+
+
+# ------------------------------------------------------------------------------------------- full report
+
+
+def test_report_files_exist_and_cover_every_figure_kind(built):
+    run, files = built
+    assert files["report.md"] == run.absolute() / "report.md" and files["report.md"].is_file()
+    assert files["report.html"].is_file()
+    figures = sorted(p.name for p in (run / "figures").glob("*.png"))
+    assert figures == sorted(k.split("/", 1)[1] for k in files if k.startswith("figures/"))
+    assert "collapse-pairwise-cosine-synthetic.png" in figures
+    assert "knn-knn-accuracy-synthetic.png" in figures
+    assert "passkey-acc-1-synthetic.png" in figures
+    assert {
+        "passkey-acc-1-depth-synth-decoder-synthetic.png",
+        "passkey-acc-1-depth-synth-encoder-synthetic.png",
+    } <= set(figures)
+    assert {"layerwise-synth-decoder-synthetic.png", "layerwise-synth-encoder-synthetic.png"} <= set(figures)
+    assert "tempsweep-collapse-pairwise-cosine-synthetic.png" in figures
+    assert not list(run.glob(".report-tmp-*")), "staging folder left behind"
+    md = files["report.md"].read_text(encoding="utf-8")
+    for name in figures:
+        assert f"(figures/{name})" in md
+    for heading in (
+        "## Run summary",
+        "## Summary",
+        "## Collapse geometry",
+        "## Passkey retrieval",
+        "## Caveats",
+    ):
+        assert heading in md
+
+
+def test_html_is_self_contained_with_one_png_per_figure(built):
+    run, files = built
+    page = _parse(files["report.html"])
+    n_figures = len(list((run / "figures").glob("*.png")))
+    assert len(page.srcs) == n_figures > 0
+    for src in page.srcs:
+        assert src.startswith(DATA_URI)
+        assert base64.b64decode(src[len(DATA_URI) :], validate=True).startswith(PNG_MAGIC)
+    embedded = sorted(base64.b64decode(s[len(DATA_URI) :]) for s in page.srcs)
+    assert embedded == sorted(_pngs(run).values())
+    text = "".join(page.text)
+    assert "Caveats" in text and "synth-decoder" in text and "<table>" not in text  # tables are real HTML
+
+
+def test_summary_and_caveats_content(built):
+    _, files = built
+    md = files["report.md"].read_text(encoding="utf-8")
+    summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    assert "| model | method | pairwise_cosine @256 | pairwise_cosine @2k | Δ pairwise_cosine |" in summary
+    assert "more collapse" in summary and "[" in summary  # direction words and CIs
+    caveats = md.split("## Caveats", 1)[1]
+    assert "Truncation: synth-encoder / `base`: 8 of 256 texts truncated to max_length 1024." in caveats
+    assert "synth-decoder has a 512-token sliding window" in caveats and "1k, 2k" in caveats
+    assert "tiny_random" not in md  # nothing flagged
+    assert "seed 0" in md and "float32" in md and "synthetic/synth-decoder" in md
+
+
+def test_rebuild_elsewhere_is_byte_identical(built, tmp_path):
+    run, files = built
+    copy = build_report([run], tmp_path / "copy")  # a new output folder, created on publish
+    assert copy["report.md"].read_bytes() == files["report.md"].read_bytes()
+    assert copy["report.html"].read_bytes() == files["report.html"].read_bytes()
+    assert _pngs(tmp_path / "copy") == _pngs(run)
+
+
+def test_rebuild_in_place_is_byte_identical_and_drops_stale_figures(tmp_path):
+    run = write_synthetic_run(
+        tmp_path / "r", models=("m",), methods=("base", "tempscale-0.5"), tasks=("knn", "passkey")
+    )
+    first = build_report([run], run)
+    before = _snapshot(run)
+    (run / "figures" / "stale.png").write_bytes(PNG_MAGIC)
+    again = build_report([run], run)
+    assert again == first
+    assert _snapshot(run) == before
+
+
+# ------------------------------------------------------------------------------ merging and tiny models
+
+
+def test_merging_two_runs_mentions_both(tmp_path):
+    small = {"methods": ("base",), "tasks": ("knn", "passkey")}
+    a = write_synthetic_run(tmp_path / "gpu-run", seed=1, hardware={"device": "cuda", "gpu": "H100"}, **small)
+    b = write_synthetic_run(
+        tmp_path / "cpu-run", seed=2, models=("synth-decoder",), hardware={"device": "cpu"}, **small
+    )
+    data = load_runs([a, b])
+    assert [r.label for r in data.runs] == ["gpu-run", "cpu-run"]
+    assert "synth-decoder [cpu-run]" in data.models and "synth-decoder [gpu-run]" in data.models
+    assert "synth-encoder" in data.models  # measured once: keeps its name
+    out = tmp_path / "merged"
+    files = build_report([a, b], out)
+    md = files["report.md"].read_text(encoding="utf-8")
+    assert md.startswith("# Length-collapse report: gpu-run, cpu-run\n")
+    assert "Run **gpu-run**" in md and "Run **cpu-run**" in md
+    caveats = md.split("## Caveats", 1)[1]
+    assert "Merged 2 runs from several machines" in caveats and "gpu=H100" in caveats
+    assert "synth-decoder from cpu-run shown as synth-decoder [cpu-run]" in caveats
+    assert len(_parse(files["report.html"]).srcs) == len(_pngs(out))
+
+
+def test_tiny_random_caveat_and_summary_exclusion(tmp_path):
+    small = {"methods": ("base",), "tasks": ("knn",)}
+    run = write_synthetic_run(tmp_path / "mixed", tiny_random=["synth-encoder"], **small)
+    md = build_report([run], run)["report.md"].read_text(encoding="utf-8")
+    assert "**their numbers are code-path checks only and are never findings**" in md
+    assert "they are left out of the summary table" in md
+    summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    assert "| synth-decoder |" in summary and "synth-encoder" in summary.split("left out:", 1)[1]
+    assert "| synth-encoder" not in summary
+
+    only_tiny = write_synthetic_run(tmp_path / "tiny", tiny_random=True, **small)
+    md = build_report([only_tiny], only_tiny)["report.md"].read_text(encoding="utf-8")
+    summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in summary.splitlines() if line.startswith("| synth-")]
+    assert len(rows) == 2 and all("**(tiny random)**" in row for row in rows)
+    assert "no real model is present, so every summary row is marked" in md
+
+
+def test_missing_data_skips_figures_cleanly(tmp_path, caplog):
+    run = write_synthetic_run(
+        tmp_path / "knn-only", methods=("base", "ntk-theta1e5+window-off"), tasks=("knn",)
+    )
+    meta = json.loads((run / "run.json").read_text())
+    meta["models"]["synth-encoder"]["not_applicable"] = {"selfextend-g9-w512": "needs a RoPE model"}
+    meta["models"]["synth-encoder"]["oom_retries"] = {"base": 2}
+    meta["models"]["synth-decoder"]["describe"] = "not a dict"  # bad metadata must not crash the report
+    (run / "run.json").write_text(json.dumps(meta))
+    with caplog.at_level("INFO", logger="llm_collapse.reporting"):
+        files = build_report([run], run)
+    assert sorted(k for k in files if k.startswith("figures/")) == ["figures/knn-knn-accuracy-synthetic.png"]
+    assert "skipping the temperature sweep" in caplog.text
+    md = files["report.md"].read_text(encoding="utf-8")
+    assert "`ntk-theta1e5+window-off`" in md
+    assert "Not measured: synth-encoder / `selfextend-g9-w512`: needs a RoPE model" in md
+    assert "Out-of-memory retries: synth-encoder / `base`: 2" in md
+
+
+def test_needle_from_depth_rows_without_run_json(tmp_path):
+    run = write_synthetic_run(tmp_path / "needle", models=("m",), methods=("base",), tasks=("passkey",))
+    frame = pd.read_parquet(run / "results.parquet").assign(task="needle")
+    frame[frame["depth"].notna()].to_parquet(run / "results.parquet", index=False)  # per-depth rows only
+    (run / "run.json").unlink()
+    files = build_report([run], run)
+    assert sorted(k for k in files if k.startswith("figures/")) == [
+        "figures/needle-acc-1-depth-m-synthetic.png",
+        "figures/needle-acc-1-synthetic.png",
+    ]
+    md = files["report.md"].read_text(encoding="utf-8")
+    assert "## Needle retrieval" in md and "Run needle has no run.json" in md
+    assert "| m | `base` | " in md.split("## Summary", 1)[1]
+
+
+# ------------------------------------------------------------------------------------- schema and CLI
+
+
+def test_validate_names_missing_columns_and_rejects_duplicates():
+    frame = synthetic_results(methods=("base",), tasks=("knn",))
+    with pytest.raises(SchemaError, match="missing columns ci_low, n"):
+        validate_results(frame.drop(columns=["ci_low", "n"]), "x")
+    with pytest.raises(SchemaError, match="share a key"):
+        validate_results(pd.concat([frame, frame.iloc[:1]]), "x")
+    with pytest.raises(SchemaError, match="length must hold whole numbers"):
+        validate_results(frame.assign(length=frame["length"] + 0.5), "x")
+    assert list(validate_results(frame.assign(extra=1), "x").columns) == list(RESULT_COLUMNS)
+
+
+def test_overall_rows_average_depths_when_no_overall_row():
+    frame = synthetic_results(models=("m",), methods=("base",), tasks=("passkey",))
+    depth_only = frame[frame["depth"].notna()]
+    flat = overall_rows(depth_only)
+    assert len(flat) == frame["length"].nunique() and flat["depth"].isna().all()
+    first = depth_only[depth_only["length"] == flat["length"].iloc[0]]
+    assert math.isclose(flat["value"].iloc[0], first["value"].mean())  # equal n per depth
+
+
+def test_table_renders_same_cells_to_markdown_and_html():
+    table = Table(("a", "b|c"), (("**x** <y>", "`1`"),), (False, True))
+    assert table.to_markdown().splitlines()[1] == "| --- | ---: |"
+    assert "b\\|c" in table.to_markdown()
+    assert inline_html("**x** <y>") == "<strong>x</strong> &lt;y&gt;"
+    assert '<td class="num"><code>1</code></td>' in table.to_html()
+
+
+def test_cli_missing_dir_exits_2_with_one_line(tmp_path, capsys):
+    missing = tmp_path / "nope"
+    assert report_main([str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such run directory" in err
+    assert not missing.exists()
+
+
+def test_cli_missing_results_exits_2(tmp_path, capsys):
+    assert report_main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path}: no results.parquet\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_missing_columns_exits_2_and_writes_nothing(tmp_path, capsys):
+    run = write_synthetic_run(tmp_path / "bad", methods=("base",), tasks=("knn",))
+    frame = pd.read_parquet(run / "results.parquet").drop(columns=["ci_high", "metric"])
+    frame.to_parquet(run / "results.parquet", index=False)
+    before = _snapshot(tmp_path)
+    assert report_main([str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing columns metric, ci_high" in err
+    assert _snapshot(tmp_path) == before
+
+
+def test_cli_requires_out_when_merging_and_succeeds_with_it(tmp_path, capsys):
+    small = {"methods": ("base",), "tasks": ("knn",)}
+    a = write_synthetic_run(tmp_path / "a", **small)
+    b = write_synthetic_run(tmp_path / "b", models=("other",), **small)
+    assert report_main([str(a), str(b)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert report_main([str(a), str(b), "--out", str(tmp_path / "out")]) == 0
+    assert "report.html" in capsys.readouterr().out
+    assert (tmp_path / "out" / "report.html").is_file() and not (a / "report.md").exists()
+
+
+def test_failure_while_rendering_leaves_nothing(tmp_path, monkeypatch):
+    from llm_collapse.reporting import build
+
+    run = write_synthetic_run(tmp_path / "r", methods=("base",), tasks=("knn",))
+    build_report([run], run)
+    before = _snapshot(tmp_path)
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("render failed")
+
+    monkeypatch.setattr(build, "render_html", boom)
+    with pytest.raises(RuntimeError):
+        build_report([run], run)
+    with pytest.raises(RuntimeError):
+        build_report([run], tmp_path / "new" / "out")
+    assert _snapshot(tmp_path) == before
+    assert not (tmp_path / "new").exists()
