@@ -8,8 +8,9 @@ Texts are paragraph-aligned spans of the corpus with a token count in [t, 1.1 t)
 model's own tokenizer, capped at what the model holds without truncation (510 text tokens for minilm's 512
 positions, so the top bin is [480, 511)); ``--per-bin`` spans per length, deterministic for ``--seed``. Every
 bin is embedded with the same model; the table reports, per bin, the mean pairwise cosine (bootstrap CI over
-texts, duplicate-aware), the mean distance to the bin centroid (bootstrap CI), and a Spearman test of each
-metric against length. Library calls only: the metric definitions live in ``llm_collapse.metrics``.
+texts, duplicate-aware), the mean distance to the bin centroid (jackknife CI), and a Spearman test of each
+metric against length. The centroid-distance interval is a jackknife one (bootstrap resamples duplicate rows,
+which pulls the centroid towards them and biases the distance low). Library calls only: the metric definitions live in ``llm_collapse.metrics``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import llm_collapse as lc
 from llm_collapse.data import load_corpus, sample_length_binned
 from llm_collapse.data.bins import LengthBin
 from llm_collapse.metrics.collapse import centroid_distance
-from llm_collapse.metrics.stats import bootstrap_ci, pairwise_cosine_ci, spearman_trend
+from llm_collapse.metrics.stats import jackknife_ci, pairwise_cosine_ci, spearman_trend
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         vectors = embedder.encode([t.text for t in group])
         cos = pairwise_cosine_ci(vectors, seed=args.seed, label=f"{target} tokens")
-        dist = bootstrap_ci(vectors, centroid_distance, seed=args.seed)
+        dist = jackknife_ci(vectors, centroid_distance)
         rows.append((target, cos[0], dist[0]))
         mean_tokens = np.mean([t.n_tokens for t in group])
         print(

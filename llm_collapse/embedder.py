@@ -212,7 +212,9 @@ class Embedder:
                 )
                 embeddings = torch.nn.functional.normalize(pooled, p=2, dim=-1).cpu()
                 tokens += int(attention_mask.sum())
-                bar.set_postfix_str(f"{tokens / max(time.perf_counter() - started, 1e-9):,.0f} tok/s", refresh=False)
+                bar.set_postfix_str(
+                    f"{tokens / max(time.perf_counter() - started, 1e-9):,.0f} tok/s", refresh=False
+                )
                 bar.update(len(indices))
                 yield EmbeddedBatch(indices, embeddings, items, attention_mask, pool_mask, out.hidden_states)
 

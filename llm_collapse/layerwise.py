@@ -64,7 +64,9 @@ def record_attention_entropy(model: nn.Module) -> Iterator[dict[int, list[torch.
         def recording(module, query, key, value, attention_mask, **kwargs):
             output = original(module, query, key, value, attention_mask, **kwargs)
             scaling = kwargs.get("scaling") or query.shape[-1] ** -0.5
-            stats = _entropy(module, query, key, attention_mask, scaling, kwargs.get("softcap"), state.get("mask"))
+            stats = _entropy(
+                module, query, key, attention_mask, scaling, kwargs.get("softcap"), state.get("mask")
+            )
             records[layers[id(module)]].append(stats)
             return output
 
@@ -90,7 +92,9 @@ def _entropy(module, query, key, mask4d, scaling, softcap, mask2d) -> torch.Tens
         logits = (query[:, :, start:stop].float() @ key.float().transpose(-1, -2)) * scaling  # (B, h, c, Lk)
         if softcap:
             logits = softcap * torch.tanh(logits / softcap)
-        allowed = _allowed(module, mask4d, real_keys, start, stop, key.shape[2]).to(logits.device)  # (B, 1, c, Lk)
+        allowed = _allowed(module, mask4d, real_keys, start, stop, key.shape[2]).to(
+            logits.device
+        )  # (B, 1, c, Lk)
         logits = logits.masked_fill(~allowed, float("-inf"))
         logp = torch.log_softmax(logits, dim=-1)
         entropy = -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1).mean(1).double().cpu()  # (B, c)
@@ -120,7 +124,9 @@ def measure_layers(
 ) -> LayerwiseResult:
     """Embeddings, per-layer high-frequency ratio and attention entropy of ``texts`` from one forward pass each."""
     if any(p.replaces_attention for stack in embedder._active for p in stack.parts):
-        raise ValueError("attention entropy cannot be recorded while SelfExtend replaces the attention computation")
+        raise ValueError(
+            "attention entropy cannot be recorded while SelfExtend replaces the attention computation"
+        )
     n = len(texts)
     n_layers = len({layer_index(name) for name, _ in attention_modules(embedder.model)})
     out = LayerwiseResult(
@@ -132,7 +138,9 @@ def measure_layers(
     )
     bos = embedder.tokenizer.bos_token_id
     with record_attention_entropy(embedder.model) as records:
-        for batch in embedder.iter_batches(texts, kind=kind, batch_size=batch_size, output_hidden_states=True):
+        for batch in embedder.iter_batches(
+            texts, kind=kind, batch_size=batch_size, output_hidden_states=True
+        ):
             index = batch.indices
             mask = batch.attention_mask.clone()
             first = mask.float().argmax(dim=1)  # first real position (left or right padding)
@@ -147,4 +155,3 @@ def measure_layers(
                 out.attention_entropy[index, layer] = stats[:, 0]
                 out.attention_entropy_normalized[index, layer] = stats[:, 1]
     return out
-

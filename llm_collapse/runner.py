@@ -89,6 +89,7 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
             "truncated": {},
             "not_applicable": {},
             "oom_retries": {},
+            "n_texts": inputs.n_texts(),
         }
         for method in config.methods:
             _run_cell(embedder, model_name, method, config, inputs, state, overwrite)

@@ -199,3 +199,38 @@ def test_dry_run_prints_a_plan_and_writes_nothing(tiny_e5_dir, tiny_gemma3_dir, 
     printed = capsys.readouterr().out
     assert "distinct texts" in printed and "estimated total" in printed
     assert not out.exists()
+
+
+def test_report_is_written_embeds_every_figure_and_rebuilds_identically(
+    tiny_e5_dir, tiny_gemma3_dir, tmp_path
+):
+    import base64
+    from html.parser import HTMLParser
+
+    from llm_collapse.report import main as report_main
+
+    out = tmp_path / "run"
+    assert main(_args(tiny_e5_dir, tiny_gemma3_dir, out, "--methods", "base,tempscale:0.8")) == 0
+    figures = sorted((out / "figures").glob("*.png"))
+    assert figures and (out / "report.md").is_file()
+
+    class Images(HTMLParser):
+        sources: list[str] = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "img":
+                self.sources.append(dict(attrs)["src"])
+
+    parser = Images()
+    parser.feed((out / "report.html").read_text())
+    assert len(parser.sources) == len(figures)
+    for src in parser.sources:
+        assert base64.b64decode(src.removeprefix("data:image/png;base64,"))[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "tiny" in (out / "report.md").read_text().lower()  # random replicas are flagged, never findings
+    before = {p.name: p.read_bytes() for p in [out / "report.md", out / "report.html", *figures]}
+    assert report_main([str(out)]) == 0
+    after = {
+        p.name: p.read_bytes()
+        for p in [out / "report.md", out / "report.html", *sorted((out / "figures").glob("*.png"))]
+    }
+    assert before == after

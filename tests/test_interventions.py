@@ -391,7 +391,16 @@ def test_selfextend_composes_with_the_log_temperature_in_any_order(tiny_e5_dir):
         assert np.abs(embedder.encode(TEXTS) - first).max() > 1e-5
 
 
-MATRIX = ["tempscale:0.6", "tempscale-log:4", "ntk:1e5", "dynamic:4:8", "yarn:8:8", "yarn:8:8:af1", "pi:4", "selfextend:2:4"]
+MATRIX = [
+    "tempscale:0.6",
+    "tempscale-log:4",
+    "ntk:1e5",
+    "dynamic:4:8",
+    "yarn:8:8",
+    "yarn:8:8:af1",
+    "pi:4",
+    "selfextend:2:4",
+]
 
 
 @pytest.mark.parametrize("spec", MATRIX)

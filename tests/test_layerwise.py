@@ -12,7 +12,15 @@ from llm_collapse.layerwise import measure_layers
 TEXTS = ["the grass is green and the sky is blue " * 3, "short text", "here we go " * 5]
 
 
-@pytest.mark.parametrize(("name", "fixture"), [("mistral", "tiny_e5_dir"), ("bge-gemma2", "tiny_bge_dir"), ("gemma3-270m", "tiny_gemma3_dir"), ("nv-embed", "tiny_nv_embed_dir")])
+@pytest.mark.parametrize(
+    ("name", "fixture"),
+    [
+        ("mistral", "tiny_e5_dir"),
+        ("bge-gemma2", "tiny_bge_dir"),
+        ("gemma3-270m", "tiny_gemma3_dir"),
+        ("nv-embed", "tiny_nv_embed_dir"),
+    ],
+)
 def test_entropy_equals_eager_attention_weights(name, fixture, request):
     directory = request.getfixturevalue(fixture)
     embedder = lc.load_embedder(name, path=directory, dtype="fp32")

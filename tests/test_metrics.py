@@ -299,3 +299,15 @@ def test_spearman_p_value_is_exact_for_few_bins():
     trend = spearman_trend([0.1, 0.2, 0.3, 0.4, 0.5], [1, 2, 3, 4, 5])
     assert trend["rho"] == pytest.approx(1.0)
     assert trend["p_value"] == pytest.approx(2 / 120)  # only the two perfectly monotone orderings of 5 bins
+
+
+def test_jackknife_interval_contains_the_centroid_distance_point():
+    from llm_collapse.metrics.collapse import centroid_distance
+    from llm_collapse.metrics.stats import bootstrap_ci, jackknife_ci
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(24, 32)) + 0.5
+    point, low, high = jackknife_ci(X, centroid_distance)
+    assert low < point < high
+    # the percentile bootstrap of this statistic is biased low by resampled duplicates
+    assert bootstrap_ci(X, centroid_distance, seed=0)[2] < high

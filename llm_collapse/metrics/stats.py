@@ -102,6 +102,30 @@ def bootstrap_ci(
     return _interval(point, boot, alpha)
 
 
+def jackknife_ci(
+    data: Sequence[float] | np.ndarray, statistic: Callable, alpha: float = 0.05
+) -> tuple[float, float, float]:
+    """Leave-one-out (jackknife) normal interval: ``point +- z * se_jack``.
+
+    For statistics that resampled duplicates bias, such as the mean distance to the group's own centroid
+    (a duplicated row pulls the centroid towards itself, so bootstrap resamples sit systematically low and
+    the percentile interval can exclude the point estimate). Deterministic; needs n >= 3.
+
+    Returns:
+        ``(point, low, high)``; NaN interval when n < 3 or the point is NaN.
+    """
+    data = np.asarray(data)
+    n = data.shape[0]
+    point = float(statistic(data))
+    if not np.isfinite(point) or n < 3:
+        return (point, float("nan"), float("nan"))
+    keep = ~np.eye(n, dtype=bool)
+    values = np.array([statistic(data[keep[i]]) for i in range(n)], dtype=np.float64)  # (n,)
+    se = float(np.sqrt((n - 1) / n * np.sum((values - values.mean()) ** 2)))
+    z = float(sps.norm.ppf(1 - alpha / 2))
+    return (point, point - z * se, point + z * se)
+
+
 def _interval(point: float, boot: np.ndarray, alpha: float) -> tuple[float, float, float]:
     """Percentile interval of the finite resample values ``boot`` (n_boot,) around ``point``."""
     finite = np.isfinite(boot)

@@ -1,7 +1,8 @@
 """The collapse task: embedding geometry per length bin (definitions in `llm_collapse.metrics.collapse`).
 
-Per bin: mean pairwise cosine (duplicate-aware bootstrap CI), distance to the bin centroid and to the
-global centroid of all bins of this model and method (bootstrap CIs), cosine between bin and global
+Per bin: mean pairwise cosine (duplicate-aware bootstrap CI), distance to the bin centroid (jackknife CI:
+bootstrap duplicates pull the centroid towards themselves and bias resamples low) and to the global
+centroid of all bins of this model and method (bootstrap CI), cosine between bin and global
 centroids, effective rank (no CI: resampling duplicates rows, which breaks rank), and the mean token count
 under this model (``tokens``).
 """
@@ -17,7 +18,7 @@ from llm_collapse.metrics.collapse import (
     effective_rank,
     global_centroid_distance,
 )
-from llm_collapse.metrics.stats import bootstrap_ci, pairwise_cosine_ci
+from llm_collapse.metrics.stats import bootstrap_ci, jackknife_ci, pairwise_cosine_ci
 from llm_collapse.tasks.base import TaskContext
 
 NAN_CI = (float("nan"), float("nan"))
@@ -44,7 +45,7 @@ def run_collapse(ctx: TaskContext) -> list[dict]:
                 task="collapse", length=length, metric="pairwise_cosine", value=point, ci=(low, high), n=n
             )
         )
-        point, low, high = bootstrap_ci(X, centroid_distance, seed=seed)
+        point, low, high = jackknife_ci(X, centroid_distance)
         rows.append(
             ctx.row(
                 task="collapse", length=length, metric="centroid_distance", value=point, ci=(low, high), n=n

@@ -32,6 +32,15 @@ class RunInputs:
             groups.setdefault(text.target_tokens, []).append(text)
         return groups
 
+    def n_texts(self) -> int:
+        """Distinct texts a model embeds for this run (queries included)."""
+        texts = {t.text for t in self.binned}
+        for tasks in self.retrieval.values():
+            for task in tasks:
+                texts.update(task.documents)
+                texts.update(task.queries)
+        return len(texts)
+
     def describe(self) -> dict:
         return {
             "reference_tokenizer": self.tokenizer,

@@ -196,7 +196,9 @@ def _prepare(path: str | Path) -> Path:
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     # Reports look for this file: numbers from random weights are code-path checks, never findings.
-    (out / TINY_RANDOM_MARKER).write_text("Random weights built by llm_collapse.testing; not a trained model.\n")
+    (out / TINY_RANDOM_MARKER).write_text(
+        "Random weights built by llm_collapse.testing; not a trained model.\n"
+    )
     return out
 
 
