@@ -9,6 +9,7 @@ import pytest
 
 from llm_collapse.backends.hf import HFBackend
 from llm_collapse.compare import main
+from llm_collapse.results import COLUMNS
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 _FORWARD = HFBackend.forward  # the real one, before any test wraps it
@@ -71,7 +72,7 @@ def test_end_to_end_results_and_run_json(tiny_e5_dir, tiny_gemma3_dir, tmp_path)
     out = tmp_path / "run"
     assert main(_args(tiny_e5_dir, tiny_gemma3_dir, out, "--no-report")) == 0
     frame = pd.read_parquet(out / "results.parquet")
-    assert list(frame.columns) == [
+    assert tuple(frame.columns) == COLUMNS
         "model",
         "method",
         "task",

@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llm_collapse.results import COLUMNS
+
 logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.parquet"
@@ -44,20 +46,7 @@ RUN_FILE = "run.json"
 STRING_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "metric")
 FLOAT_COLUMNS: tuple[str, ...] = ("depth", "layer", "value", "ci_low", "ci_high")
 INT_COLUMNS: tuple[str, ...] = ("length", "n")
-RESULT_COLUMNS: tuple[str, ...] = (
-    "model",
-    "method",
-    "task",
-    "corpus",
-    "length",
-    "depth",
-    "layer",
-    "metric",
-    "value",
-    "ci_low",
-    "ci_high",
-    "n",
-)
+RESULT_COLUMNS: tuple[str, ...] = COLUMNS  # the writer's schema (llm_collapse.results): one source of truth
 KEY_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "length", "depth", "layer", "metric")
 
 MORE_COLLAPSE_IF_HIGHER = "higher = more collapse"
