@@ -6,6 +6,7 @@ Usage::
     python -m llm_collapse.compare --models mistral,nv-embed --methods base,tempscale:0.8,ntk:1e5,yarn:8 \\
         --tasks collapse,passkey --lengths 512,4096,32768 --model-path mistral=/models/e5 --out reports/gpu
     python -m llm_collapse.compare --config experiments/gpu_7b.yaml --dry-run
+    torchrun --nproc_per_node 2 -m llm_collapse.compare ...   # or: accelerate launch -m llm_collapse.compare ...
 
 Flags override the YAML file, which overrides the defaults; the resolved configuration is saved in run.json.
 Exit codes: 0 done, 2 bad input (one line on stderr, nothing written).
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from llm_collapse.config import CompareConfig, ConfigError, add_arguments, cli_values
@@ -61,9 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, InterventionError, UnknownNameError, RunDirectoryError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"results: {out / 'results.parquet'}")
-    if not args.no_report:
-        print(f"report:  {out / 'report.html'}")
+    if os.environ.get("RANK", "0") == "0":  # under torchrun/accelerate only rank 0 writes and reports
+        print(f"results: {out / 'results.parquet'}")
+        if not args.no_report:
+            print(f"report:  {out / 'report.html'}")
     return 0
 
 

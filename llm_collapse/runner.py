@@ -63,8 +63,21 @@ def prepare_run_dir(config: CompareConfig, *, overwrite: bool) -> Path:
 
 
 def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bool = True) -> Path:
-    """Runs everything ``config`` asks for and returns the run directory."""
-    out = prepare_run_dir(config, overwrite=overwrite)
+    """Runs everything ``config`` asks for and returns the run directory.
+
+    Under torchrun/accelerate with several processes, every rank first embeds its share of the texts into the
+    cache (`llm_collapse.distributed`); rank 0 then runs the comparison from the cache and writes everything.
+    """
+    from llm_collapse.distributed import embed_share, world
+
+    rank, world_size, dist = world()
+    out = prepare_run_dir(config, overwrite=overwrite) if rank == 0 else Path(config.out)
+    if world_size > 1:
+        embed_share(config, rank, world_size, overwrite=overwrite)
+        dist.wait_for_everyone()
+        if rank != 0:
+            return out
+        overwrite = False  # every embedding was just (re)computed by the ranks
     started, state = datetime.now(timezone.utc), RunState()
     inputs: RunInputs | None = None
     for model_name in config.models:
@@ -77,7 +90,7 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
             quantization=config.quant,
             batch_size=config.batch_size,
         )
-        _fit_max_length(embedder, config)
+        fit_max_length(embedder, config)
         state.wall_time_s[f"load:{model_name}"] = time.perf_counter() - clock
         if inputs is None:
             clock = time.perf_counter()
@@ -150,7 +163,7 @@ def _run_cell(embedder, model_name, method, config, inputs, state: RunState, ove
         context.__exit__(None, None, None)
 
 
-def _fit_max_length(embedder, config: CompareConfig) -> None:
+def fit_max_length(embedder, config: CompareConfig) -> None:
     """Raises max_length so the longest bin fits; absolute-position models are capped at their positions
     (minilm: 512), where longer texts are truncated, counted and reported."""
     from llm_collapse.interventions.rope import rotary_modules

@@ -1,0 +1,81 @@
+"""Several processes or GPUs: each embeds its share of the texts into the shared cache, rank 0 reports.
+
+Launch with ``accelerate launch -m llm_collapse.compare ...`` (GPUs) or, on one CPU machine, ``torchrun
+--nproc_per_node 2 -m llm_collapse.compare ...`` (accelerate's CPU launcher starts only one process without
+MPI). Every rank builds the same inputs (deterministic for the seed), embeds ``texts[rank::world]`` of every
+model x method into the on-disk cache (shard files are unique per process, so concurrent writers are safe),
+then all ranks meet at a barrier and rank 0 runs the ordinary single-process comparison, which now finds
+every embedding cached. Results therefore equal a single-process run's up to batch-composition rounding.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from llm_collapse.cache import cache_for, encode_cached
+from llm_collapse.config import CompareConfig
+from llm_collapse.interventions import InterventionError
+
+logger = logging.getLogger(__name__)
+
+
+def world() -> tuple[int, int, object | None]:
+    """``(rank, world_size, state)``; a single process unless launched by torchrun/accelerate."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return 0, 1, None
+    from accelerate import PartialState
+
+    state = PartialState(cpu=not _cuda())
+    return state.process_index, state.num_processes, state
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def embed_share(config: CompareConfig, rank: int, world_size: int, *, overwrite: bool = False) -> int:
+    """Embeds this rank's share of every text of the run into the cache; returns how many texts it embedded."""
+    import llm_collapse as lc
+    from llm_collapse.runner import fit_max_length
+    from llm_collapse.tasks.inputs import build_inputs
+
+    inputs, done = None, 0
+    for model_name in config.models:
+        embedder = lc.load_embedder(
+            model_name,
+            path=config.model_paths.get(model_name),
+            backend=config.backend,
+            dtype=config.dtype,
+            quantization=config.quant,
+            batch_size=config.batch_size,
+        )
+        fit_max_length(embedder, config)
+        inputs = inputs or build_inputs(config, embedder.tokenizer)
+        documents = [t.text for t in inputs.binned]
+        queries: list[str] = []
+        for tasks in inputs.retrieval.values():
+            for task in tasks:
+                documents += list(task.documents)
+                queries += list(task.queries)
+        for method in config.methods:
+            try:
+                with embedder.intervene(method):
+                    cache = cache_for(embedder)
+                    for kind, texts in (("document", documents), ("query", queries)):
+                        share = sorted(set(texts))[rank::world_size]
+                        encode_cached(
+                            embedder,
+                            share,
+                            kind=kind,
+                            cache=cache,
+                            batch_size=config.batch_size,
+                            overwrite=overwrite,
+                        )
+                        done += len(share)
+            except InterventionError:
+                continue  # rank 0 records it as not applicable
+    logger.info("rank %d/%d embedded %d texts", rank, world_size, done)
+    return done

