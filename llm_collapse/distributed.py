@@ -38,21 +38,12 @@ def _cuda() -> bool:
 
 def embed_share(config: CompareConfig, rank: int, world_size: int, *, overwrite: bool = False) -> int:
     """Embeds this rank's share of every text of the run into the cache; returns how many texts it embedded."""
-    import llm_collapse as lc
-    from llm_collapse.runner import fit_max_length
+    from llm_collapse.runner import load_for_run
     from llm_collapse.tasks.inputs import build_inputs
 
     inputs, done = None, 0
     for model_name in config.models:
-        embedder = lc.load_embedder(
-            model_name,
-            path=config.model_paths.get(model_name),
-            backend=config.backend,
-            dtype=config.dtype,
-            quantization=config.quant,
-            batch_size=config.batch_size,
-        )
-        fit_max_length(embedder, config)
+        embedder = load_for_run(model_name, config)
         inputs = inputs or build_inputs(config, embedder.tokenizer)
         documents = [t.text for t in inputs.binned]
         queries: list[str] = []

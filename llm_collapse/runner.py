@@ -82,15 +82,7 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
     inputs: RunInputs | None = None
     for model_name in config.models:
         clock = time.perf_counter()
-        embedder = lc.load_embedder(
-            model_name,
-            path=config.model_paths.get(model_name),
-            backend=config.backend,
-            dtype=config.dtype,
-            quantization=config.quant,
-            batch_size=config.batch_size,
-        )
-        fit_max_length(embedder, config)
+        embedder = load_for_run(model_name, config)
         state.wall_time_s[f"load:{model_name}"] = time.perf_counter() - clock
         if inputs is None:
             clock = time.perf_counter()
@@ -161,6 +153,20 @@ def _run_cell(embedder, model_name, method, config, inputs, state: RunState, ove
             record["oom_retries"][stack.slug] = cell.record["oom_retries"]
     finally:
         context.__exit__(None, None, None)
+
+
+def load_for_run(model_name: str, config: CompareConfig):
+    """Loads one model as the run's config asks, with max_length fitted to the longest bin."""
+    embedder = lc.load_embedder(
+        model_name,
+        path=config.model_paths.get(model_name),
+        backend=config.backend,
+        dtype=config.dtype,
+        quantization=config.quant,
+        batch_size=config.batch_size,
+    )
+    fit_max_length(embedder, config)
+    return embedder
 
 
 def fit_max_length(embedder, config: CompareConfig) -> None:
