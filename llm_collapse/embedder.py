@@ -106,7 +106,10 @@ class Embedder:
         ``with`` block; the model is restored exactly afterwards."""
         stack = parse_interventions(interventions)
         Stack([p for active in self._active for p in active.parts] + stack.parts)  # one RoPE / window change
-        with stack.apply(self.model, ModelContext(name=self.name, trained_length=self.spec.trained_length)):
+        context = ModelContext(name=self.name, trained_length=self.spec.trained_length)
+        # A backend without an in-process model (vllm) translates the stack itself.
+        intervene = getattr(self.backend, "intervene", None)
+        with intervene(stack, context) if intervene else stack.apply(self.model, context):
             self._active.append(stack)
             try:
                 yield stack
@@ -176,6 +179,11 @@ class Embedder:
         show_progress_bar: bool | None = None,
     ) -> Iterator[EmbeddedBatch]:
         """Runs length-sorted batches and yields each with its embeddings (and hidden states if asked)."""
+        pooled_backend = getattr(self.backend, "returns_pooled", False)
+        if output_hidden_states and pooled_backend:
+            raise ValueError(
+                f"backend={self.backend.name!r} returns pooled embeddings only; use backend='hf' for hidden states"
+            )
         encoded = self.tokenize(texts, kind=kind, instruction=instruction)
         if n_truncated := sum(e.truncated for e in encoded):
             logger.warning(
@@ -204,23 +212,27 @@ class Embedder:
             for indices in batches:
                 items = [encoded[i] for i in indices]
                 input_ids, attention_mask, pool_mask = self._collate(items)
-                out = self.backend.forward(
-                    input_ids, attention_mask, output_hidden_states=output_hidden_states
-                )
-                pooled = pool(
-                    out.last_hidden_state, pool_mask.to(out.last_hidden_state.device), self.spec.pooling
-                )
+                if pooled_backend:  # the backend pools our EncodedTexts itself, over their pool masks
+                    pooled, hidden_states = self.backend.embed(items, pooling=self.spec.pooling), None
+                else:
+                    out = self.backend.forward(
+                        input_ids, attention_mask, output_hidden_states=output_hidden_states
+                    )
+                    pooled = pool(
+                        out.last_hidden_state, pool_mask.to(out.last_hidden_state.device), self.spec.pooling
+                    )
+                    hidden_states = out.hidden_states
                 embeddings = torch.nn.functional.normalize(pooled, p=2, dim=-1).cpu()
                 tokens += int(attention_mask.sum())
                 bar.set_postfix_str(
                     f"{tokens / max(time.perf_counter() - started, 1e-9):,.0f} tok/s", refresh=False
                 )
                 bar.update(len(indices))
-                yield EmbeddedBatch(indices, embeddings, items, attention_mask, pool_mask, out.hidden_states)
+                yield EmbeddedBatch(indices, embeddings, items, attention_mask, pool_mask, hidden_states)
 
     def describe(self) -> dict:
         """Everything that changes a vector, as plain data (for run metadata and cache keys)."""
-        config = self.model.config.get_text_config()
+        config = (getattr(self.backend, "config", None) or self.model.config).get_text_config()
         return {
             **self.spec.describe(),
             **self.backend.describe(),

@@ -39,13 +39,16 @@ def load_embedder(
     max_tokens_per_batch: int = 16384,
     interventions=None,
     attn_implementation: str | None = None,
+    tensor_parallel_size: int = 1,
+    backend_options: dict | None = None,
 ) -> Embedder:
     """Loads a registered embedder (see `list_embedders`) or ``echo:<name-or-path>``.
 
     Args:
         name: Registry name or alias (``"mistral"``, ``"nv-embed"``, ``"minilm"``, ``"echo:gemma3-270m"``...).
         path: Local model folder or ``.gguf`` file; overrides the hub id / PyPI package.
-        backend: ``"hf"`` (transformers/Accelerate).
+        backend: ``"hf"`` (transformers/Accelerate) or ``"vllm"`` (optional install; pooled vectors only, see
+            `llm_collapse.backends.vllm_backend`).
         dtype: ``None``/``"auto"`` (bf16 where the hardware runs it natively, else fp32), ``"bf16"``,
             ``"fp16"`` or ``"fp32"``.
         quantization: None, ``"nf4"`` or ``"int8"`` (bitsandbytes; CPU or CUDA).
@@ -56,6 +59,9 @@ def load_embedder(
         max_tokens_per_batch: Most padded tokens per forward pass.
         attn_implementation: Override the spec's transformers attention backend (``"eager"`` to read
             attention weights; ``"sdpa"`` is the default, except eager for Gemma 2's softcap).
+        tensor_parallel_size: GPUs to shard over (``backend="vllm"`` only).
+        backend_options: Extra `VLLMBackend` arguments (``max_model_len``, ``kv_cache_gib``, ``engine_kwargs``,
+            ``engine_env``, ``verbose``) for ``backend="vllm"``.
         interventions: Applied at load time and kept (``"tempscale:0.8"``, objects, or a list; see
             `llm_collapse.interventions.parse_interventions`); `Embedder.clear_interventions` undoes them.
 
@@ -80,7 +86,20 @@ def load_embedder(
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     weights = resolve_weights(spec.name, spec.hub_id, spec.source, path if path is not None else implied_path)
-    hf = HFBackend(spec, weights, device=torch_device, dtype=torch_dtype, quantization=quantization)
+    if backend == "vllm":
+        from llm_collapse.backends.vllm_backend import VLLMBackend
+
+        hf = VLLMBackend(
+            spec,
+            weights,
+            device=torch_device,
+            dtype=torch_dtype,
+            quantization=quantization,
+            tensor_parallel_size=tensor_parallel_size,
+            **(backend_options or {}),
+        )
+    else:
+        hf = HFBackend(spec, weights, device=torch_device, dtype=torch_dtype, quantization=quantization)
     limit = max_length or spec.max_length or _default_max_length(spec, hf.max_positions)
     _check_positions(spec.name, limit, hf)
     logger.info("Loaded %s from %s (%s, max_length=%d)", spec.name, weights.source, torch_dtype, limit)
@@ -89,15 +108,18 @@ def load_embedder(
     )
     if stack.parts:
         embedder.apply_interventions(stack)
+    if backend == "vllm":
+        hf.start()  # start the engine now, with the load-time interventions, so load errors surface here
     return embedder
 
 
-def _check_positions(name: str, limit: int, hf: HFBackend) -> None:
+def _check_positions(name: str, limit: int, hf) -> None:
     """Absolute-position models cannot go past their position table; RoPE models may (with a warning)."""
     positions = hf.max_positions
     if positions is None or limit <= positions:
         return
-    if not rotary_modules(hf.model):
+    has_rope = getattr(hf, "has_rope", None)  # the vllm backend has no in-process model to inspect
+    if not (has_rope if has_rope is not None else rotary_modules(hf.model)):
         raise ValueError(
             f"max_length={limit} exceeds {name!r}'s {positions} absolute positions; use max_length <= {positions}"
         )

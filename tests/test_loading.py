@@ -151,3 +151,13 @@ def test_import_needs_neither_vllm_nor_bitsandbytes():
         ).stdout.strip()
         == "ok"
     )
+
+
+def test_vllm_backend_without_vllm_is_one_line_naming_the_extra(tiny_e5_dir):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    with pytest.raises(ImportError) as info:
+        lc.load_embedder("mistral", path=tiny_e5_dir, backend="vllm")
+    assert "\n" not in str(info.value) and "llm-collapse[vllm]" in str(info.value)

@@ -1,5 +1,6 @@
-"""Backends run the model: ``hf`` (transformers/Accelerate). Heavy imports stay inside each backend."""
+"""Backends run the model: ``hf`` (transformers/Accelerate) and ``vllm`` (optional: a vLLM engine in a subprocess,
+returning pooled vectors). Heavy imports stay inside each backend."""
 
 from __future__ import annotations
 
-BACKENDS: tuple[str, ...] = ("hf",)
+BACKENDS: tuple[str, ...] = ("hf", "vllm")
