@@ -175,6 +175,9 @@ def fit_max_length(embedder, config: CompareConfig) -> None:
     from llm_collapse.interventions.rope import rotary_modules
 
     needed = int(max(config.lengths) * 1.1) + 16  # the longest bin's texts plus prompt and special tokens
-    if not rotary_modules(embedder.model) and embedder.backend.max_positions:
+    has_rope = getattr(embedder.backend, "has_rope", None)  # the vLLM backend has no torch model to inspect
+    if has_rope is None:
+        has_rope = bool(rotary_modules(embedder.model))
+    if not has_rope and embedder.backend.max_positions:
         needed = min(needed, embedder.backend.max_positions)
     embedder.max_length = max(embedder.max_length, needed)
