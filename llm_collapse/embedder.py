@@ -3,6 +3,9 @@
 One forward pass serves both the embeddings and, when asked, every layer's token states
 (`Embedder.iter_batches(..., output_hidden_states=True)`), so analyses of hidden states see exactly the
 inputs the embeddings came from.
+
+Without hidden states, a text whose model input is a token prefix of another's (a duplicate included) is
+read from that one forward where this is exact (`llm_collapse.prefix`); ``share_prefixes`` turns it off.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from llm_collapse.backends.hf import HFBackend
 from llm_collapse.batching import plan_batches
 from llm_collapse.interventions import ModelContext, Stack, parse_interventions
 from llm_collapse.pooling import pool
+from llm_collapse.prefix import pool_prefixes, sharing_groups
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +63,10 @@ class Embedder:
         max_length: Token cap per text (per copy for echo).
         batch_size: Default most texts per batch.
         max_tokens_per_batch: Most padded tokens per batch (length-sorted batching).
+
+    Attributes:
+        padding_side: ``"right"`` or ``"left"``.
+        share_prefixes: Default of ``share_prefixes`` in `encode` / `iter_batches` (True).
     """
 
     def __init__(
@@ -76,6 +84,7 @@ class Embedder:
         self.batch_size = batch_size
         self.max_tokens_per_batch = max_tokens_per_batch
         self.padding_side = "right"
+        self.share_prefixes = True
         self._active: list[Stack] = []
         self._persistent = contextlib.ExitStack()
 
@@ -143,6 +152,7 @@ class Embedder:
         instruction: str | None = None,
         batch_size: int | None = None,
         show_progress_bar: bool | None = None,
+        share_prefixes: bool | None = None,
     ) -> np.ndarray:
         """Embeds ``texts``.
 
@@ -152,6 +162,8 @@ class Embedder:
             instruction: Task instruction for queries; defaults to the card's example instruction.
             batch_size: Most texts per batch (the token budget may make batches smaller).
             show_progress_bar: Defaults to on when logging is at INFO and there is more than one batch.
+            share_prefixes: Embed texts whose input is a token prefix of another's from that forward, where
+                exact (see `iter_batches`); None means ``self.share_prefixes``.
 
         Returns:
             (n, d) float32 array of unit vectors, in input order.
@@ -164,6 +176,7 @@ class Embedder:
             instruction=instruction,
             batch_size=batch_size,
             show_progress_bar=show_progress_bar,
+            share_prefixes=share_prefixes,
         ):
             out[batch.indices] = batch.embeddings.numpy()
         return out
@@ -177,8 +190,17 @@ class Embedder:
         batch_size: int | None = None,
         output_hidden_states: bool = False,
         show_progress_bar: bool | None = None,
+        share_prefixes: bool | None = None,
     ) -> Iterator[EmbeddedBatch]:
-        """Runs length-sorted batches and yields each with its embeddings (and hidden states if asked)."""
+        """Runs length-sorted batches and yields each with its embeddings (and hidden states if asked).
+
+        With prefix sharing (``share_prefixes``, default ``self.share_prefixes``; never with hidden states or
+        a backend that pools itself; only where `llm_collapse.prefix.supports_prefix_sharing` holds and some
+        input is a prefix of another) batches are planned over the longest inputs only, and each yield holds
+        every text read from its forwards: rows of ``attention_mask`` / ``pool_mask`` then mark each text's
+        positions in its root's row (left padding included), and a yield has at most
+        ``max(batch, max_tokens_per_batch // width)`` rows.
+        """
         pooled_backend = getattr(self.backend, "returns_pooled", False)
         if output_hidden_states and pooled_backend:
             raise ValueError(
@@ -199,8 +221,13 @@ class Embedder:
                 self.name,
                 n_empty,
             )
+        share = self.share_prefixes if share_prefixes is None else share_prefixes
+        groups = None
+        if share and not output_hidden_states and not pooled_backend and len(encoded) > 1:
+            groups = sharing_groups(self, encoded, kind=kind)
+        roots = sorted(groups) if groups else list(range(len(encoded)))  # the inputs that are run
         batches = plan_batches(
-            [len(e) for e in encoded],
+            [len(encoded[r]) for r in roots],
             max_batch_size=batch_size or self.batch_size,
             max_tokens=self.max_tokens_per_batch,
         )
@@ -209,26 +236,74 @@ class Embedder:
         label = self.name if self.interventions == "base" else f"{self.name} [{self.interventions}]"
         started, tokens = time.perf_counter(), 0
         with tqdm(total=len(encoded), desc=label, unit="text", disable=not show_progress_bar) as bar:
-            for indices in batches:
+            for batch in batches:
+                indices = [roots[b] for b in batch]
                 items = [encoded[i] for i in indices]
                 input_ids, attention_mask, pool_mask = self._collate(items)
                 if pooled_backend:  # the backend pools our EncodedTexts itself, over their pool masks
-                    pooled, hidden_states = self.backend.embed(items, pooling=self.spec.pooling), None
+                    pooled = self.backend.embed(items, pooling=self.spec.pooling)
+                    states = hidden_states = None
                 else:
                     out = self.backend.forward(
                         input_ids, attention_mask, output_hidden_states=output_hidden_states
                     )
-                    pooled = pool(
-                        out.last_hidden_state, pool_mask.to(out.last_hidden_state.device), self.spec.pooling
-                    )
+                    states = out.last_hidden_state
+                    pooled = pool(states, pool_mask.to(states.device), self.spec.pooling)
                     hidden_states = out.hidden_states
                 embeddings = torch.nn.functional.normalize(pooled, p=2, dim=-1).cpu()
                 tokens += int(attention_mask.sum())
                 bar.set_postfix_str(
                     f"{tokens / max(time.perf_counter() - started, 1e-9):,.0f} tok/s", refresh=False
                 )
-                bar.update(len(indices))
-                yield EmbeddedBatch(indices, embeddings, items, attention_mask, pool_mask, hidden_states)
+                if groups is None:
+                    bar.update(len(indices))
+                    yield EmbeddedBatch(indices, embeddings, items, attention_mask, pool_mask, hidden_states)
+                    continue
+                for shared in self._shared_rows(indices, groups, encoded, states, embeddings, attention_mask):
+                    bar.update(len(shared.indices))
+                    yield shared
+
+    def _shared_rows(
+        self,
+        roots: list[int],
+        groups: dict[int, list[int]],
+        encoded: list[EncodedText],
+        states: torch.Tensor,
+        embeddings: torch.Tensor,
+        attention_mask: torch.Tensor,
+    ) -> Iterator[EmbeddedBatch]:
+        """Every text read from one forward of ``roots``: a root and its equal inputs take the root's row,
+        shorter members are pooled from it (`llm_collapse.prefix.pool_prefixes`)."""
+        width = attention_mask.shape[1]
+        indices: list[int] = []
+        vectors: list[torch.Tensor] = []
+        spans: list[tuple[int, EncodedText]] = []  # (offset, input) of each row
+        for row, root in enumerate(roots):
+            offset = width - len(encoded[root]) if self.padding_side == "left" else 0
+            shorter = [m for m in groups[root] if len(encoded[m]) < len(encoded[root])]
+            pooled = {}
+            if shorter:
+                rows = pool_prefixes(states[row], offset, [encoded[m] for m in shorter], self.spec.pooling)
+                pooled = dict(zip(shorter, rows, strict=True))
+            for member in groups[root]:
+                indices.append(member)
+                vectors.append(pooled.get(member, embeddings[row]))
+                spans.append((offset, encoded[member]))
+        step = max(len(roots), self.max_tokens_per_batch // max(width, 1))
+        for start in range(0, len(indices), step):
+            chunk = slice(start, start + step)
+            attention = torch.zeros((len(spans[chunk]), width), dtype=torch.long)
+            pool_mask = torch.zeros_like(attention)
+            for row, (offset, item) in enumerate(spans[chunk]):
+                attention[row, offset : offset + len(item)] = 1
+                pool_mask[row, offset : offset + len(item)] = torch.tensor(item.pool_mask)
+            yield EmbeddedBatch(
+                indices[chunk],
+                torch.stack(vectors[chunk]),
+                [item for _, item in spans[chunk]],
+                attention,
+                pool_mask,
+            )
 
     def describe(self) -> dict:
         """Everything that changes a vector, as plain data (for run metadata and cache keys)."""

@@ -29,8 +29,15 @@ Decisions
       shared, and truncated texts share when their truncated inputs are prefixes. Detection sorts the
       inputs lexicographically: a sequence is a prefix of some other one iff it is a prefix of its sorted
       successor, so grouping costs one sort, also when many inputs share a long instruction prompt.
-    - Texts that share nothing go through ``embedder.encode`` unchanged; shared groups reuse the embedder's
-      own batch planning, collation (padding side included) and backend.
+    - Sharing is automatic: `Embedder.iter_batches` (so ``encode``, ``encode_cached`` and the MTEB wrapper)
+      asks `sharing_groups` and plans its batches over the group roots, texts that share nothing being
+      roots of one; roots keep the usual pooling, the other members are pooled from their root's row by
+      `pool_prefixes`. Off where hidden states are asked for (they would be the root's, not the text's),
+      for a backend that pools itself (vLLM), with ``Embedder.share_prefixes = False`` or
+      ``encode(..., share_prefixes=False)``, and whenever no input is a prefix of another (then batches
+      are exactly the unshared ones).
+    - A prefix matches its root only to float rounding (a different matmul shape), as a different batch
+      composition would; duplicates (equal inputs) are pooled once and get identical vectors.
 """
 
 from __future__ import annotations
@@ -42,7 +49,6 @@ import numpy as np
 import torch
 
 from llm_collapse.adapters.inputs import EncodedText, Kind, TemplateFormat
-from llm_collapse.batching import plan_batches
 from llm_collapse.interventions.attention import attention_modules
 from llm_collapse.pooling import last_token_pool
 
@@ -53,7 +59,9 @@ __all__ = [
     "LENGTH_DEPENDENT_ROPE_TYPES",
     "embed_prefixes",
     "encode_with_prefix_sharing",
+    "pool_prefixes",
     "prefix_groups",
+    "sharing_groups",
     "supports_prefix_sharing",
 ]
 
@@ -190,6 +198,82 @@ def prefix_groups(sequences: Sequence[Sequence[int]]) -> dict[int, list[int]]:
     return groups
 
 
+def sharing_groups(
+    embedder, encoded: Sequence[EncodedText], *, kind: Kind = "document"
+) -> dict[int, list[int]] | None:
+    """The prefix groups of ``encoded`` when sharing is exact for ``embedder`` and saves a forward, else None.
+
+    What `Embedder.iter_batches` asks before planning batches: the keys are the inputs to run, each member is
+    read from its root's forward. Logs the reason for no sharing at DEBUG and the saving at INFO.
+
+    Args:
+        embedder: A loaded `Embedder` with an in-process model.
+        encoded: The model inputs (``embedder.tokenize``).
+        kind: The template kind they were encoded with.
+
+    Returns:
+        ``{root: members}`` as `prefix_groups` returns it, or None.
+    """
+    ok, reason = supports_prefix_sharing(embedder, kind=kind)
+    if not ok:
+        logger.debug("%s: no prefix sharing (%s); encoding every text separately", embedder.name, reason)
+        return None
+    groups = prefix_groups([e.input_ids for e in encoded])
+    if len(groups) == len(encoded):
+        return None
+    logger.info(
+        "%s: prefix sharing saved %d of %d forwards (%d tokens run instead of %d): those texts' inputs are "
+        "token prefixes of (or equal to) another input",
+        embedder.name,
+        len(encoded) - len(groups),
+        len(encoded),
+        sum(len(encoded[root]) for root in groups),
+        sum(len(e) for e in encoded),
+    )
+    return groups
+
+
+def pool_prefixes(
+    states: torch.Tensor,
+    offset: int,
+    members: Sequence[EncodedText],
+    pooling: str,
+    *,
+    max_elements: int = 1 << 24,
+) -> torch.Tensor:
+    """Unit vectors of inputs that are prefixes of the one whose states are ``states``.
+
+    Members of equal length are one row (same ids, hence the same pool mask), so duplicates get identical
+    vectors and at most ``W`` rows are pooled; the (K, W) masks are built in chunks of ``max_elements``.
+
+    Args:
+        states: (W, H) states of one batch row.
+        offset: Position of the input's first token in the row (the left padding).
+        members: The prefixes' `EncodedText`s (each at most ``W - offset`` long).
+        pooling: ``"mean"`` or ``"last"``.
+        max_elements: Most mask entries built at once.
+
+    Returns:
+        (len(members), H) float32 CPU tensor of unit vectors, in ``members`` order.
+    """
+    width = states.shape[0]
+    by_length: dict[int, EncodedText] = {}
+    for member in members:
+        by_length.setdefault(len(member), member)
+    lengths = sorted(by_length)
+    step = max(1, max_elements // max(width, 1))
+    pooled = []
+    for start in range(0, len(lengths), step):
+        chunk = lengths[start : start + step]
+        masks = torch.zeros(len(chunk), width)  # (K, W)
+        for row, n in enumerate(chunk):
+            masks[row, offset : offset + n] = torch.tensor(by_length[n].pool_mask, dtype=torch.float32)
+        pooled.append(_pool_rows(states, masks, pooling))
+    row_of = {n: row for row, n in enumerate(lengths)}
+    rows = torch.cat(pooled)[[row_of[len(m)] for m in members]]
+    return torch.nn.functional.normalize(rows, p=2, dim=-1).cpu()
+
+
 def encode_with_prefix_sharing(
     embedder,
     texts: Sequence[str],
@@ -199,75 +283,30 @@ def encode_with_prefix_sharing(
     batch_size: int | None = None,
     show_progress_bar: bool | None = None,
 ) -> np.ndarray:
-    """``embedder.encode`` that embeds texts whose inputs are token-prefixes of another's from that one forward.
+    """``embedder.encode(..., share_prefixes=True)``: shares even where ``embedder.share_prefixes`` is off.
 
-    Falls back to ``embedder.encode`` for everything when `supports_prefix_sharing` fails (the reason is logged
-    at DEBUG), and for every text that shares nothing.
+    Kept as the explicit entry point; `Embedder.encode` shares by default. Falls back to separate forwards
+    when `supports_prefix_sharing` fails (the reason is logged at DEBUG).
 
     Args:
         embedder: A loaded `Embedder`.
         texts: A list of strings.
         kind: ``"query"`` or ``"document"``.
         instruction: Task instruction for queries.
-        batch_size: Most texts (separate) or shared roots per batch.
-        show_progress_bar: Passed to ``embedder.encode`` for the texts that share nothing.
+        batch_size: Most inputs run per batch (shared roots and texts that share nothing alike).
+        show_progress_bar: As in ``embedder.encode``.
 
     Returns:
         ``(n, d)`` float32 unit vectors in input order, as ``embedder.encode`` returns them.
     """
-    options = {"kind": kind, "instruction": instruction, "batch_size": batch_size}
-    ok, reason = supports_prefix_sharing(embedder, kind=kind)
-    if not ok:
-        logger.debug("%s: no prefix sharing (%s); encoding every text separately", embedder.name, reason)
-        return embedder.encode(texts, show_progress_bar=show_progress_bar, **options)
-    encoded = embedder.tokenize(texts, kind=kind, instruction=instruction)
-    groups = prefix_groups([e.input_ids for e in encoded])
-    shared = {root: members for root, members in groups.items() if len(members) > 1}
-    alone = sorted(root for root, members in groups.items() if len(members) == 1)
-    out = np.zeros((len(encoded), embedder.dim), dtype=np.float32)
-    if alone:
-        out[alone] = embedder.encode(
-            [texts[i] for i in alone], show_progress_bar=show_progress_bar, **options
-        )
-    if not shared:
-        return out
-    members_total = sum(len(m) for m in shared.values())
-    logger.debug(
-        "%s: %d of %d texts embedded from %d shared forwards",
-        embedder.name,
-        members_total,
-        len(encoded),
-        len(shared),
+    return embedder.encode(
+        texts,
+        kind=kind,
+        instruction=instruction,
+        batch_size=batch_size,
+        show_progress_bar=show_progress_bar,
+        share_prefixes=True,
     )
-    if n_truncated := sum(encoded[i].truncated for members in shared.values() for i in members):
-        logger.warning(
-            "%s: %d of %d texts truncated to max_length=%d tokens",
-            embedder.name,
-            n_truncated,
-            members_total,
-            embedder.max_length,
-        )
-    roots = sorted(shared)
-    batches = plan_batches(
-        [len(encoded[r]) for r in roots],
-        max_batch_size=batch_size or embedder.batch_size,
-        max_tokens=embedder.max_tokens_per_batch,
-    )
-    for batch in batches:
-        items = [encoded[roots[b]] for b in batch]
-        input_ids, attention_mask, _ = embedder._collate(items)  # the embedder's own padding
-        states = embedder.backend.forward(input_ids, attention_mask).last_hidden_state  # (B, W, H)
-        width = input_ids.shape[1]
-        for row, b in enumerate(batch):
-            root = roots[b]
-            offset = 0 if embedder.padding_side == "right" else width - len(encoded[root])
-            members = shared[root]
-            masks = torch.zeros(len(members), width)  # (K, W)
-            for k, member in enumerate(members):
-                span = slice(offset, offset + len(encoded[member]))
-                masks[k, span] = torch.tensor(encoded[member].pool_mask, dtype=torch.float32)
-            out[members] = _normalised(_pool_rows(states[row], masks, embedder.spec.pooling))
-    return out
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -16,6 +16,7 @@ from llm_collapse.pooling import pool
 from llm_collapse.prefix import (
     embed_prefixes,
     encode_with_prefix_sharing,
+    pool_prefixes,
     prefix_groups,
     supports_prefix_sharing,
 )
@@ -80,14 +81,18 @@ def _char_prefixes(text, embedder, count=6):
 
 
 class _Counter:
-    """Wraps ``backend.forward``, counting calls and input positions."""
+    """Wraps ``backend.forward``, counting calls, rows and input positions."""
 
     def __init__(self, embedder):
-        self.calls, self.tokens, self._forward = 0, 0, embedder.backend.forward
+        self.calls, self.rows, self.tokens, self._forward = 0, 0, 0, embedder.backend.forward
         embedder.backend.forward = self
+
+    def reset(self):
+        self.calls = self.rows = self.tokens = 0
 
     def __call__(self, input_ids, attention_mask, **kwargs):
         self.calls += 1
+        self.rows += input_ids.shape[0]
         self.tokens += input_ids.numel()
         return self._forward(input_ids, attention_mask, **kwargs)
 
@@ -158,13 +163,13 @@ def test_encode_with_prefix_sharing_equals_encode(name, side, request):
     embedder.padding_side = side
     second = DOC.replace("fox", "cat")
     texts = [*_char_prefixes(DOC, embedder), OTHER, DOC, second, *_char_prefixes(second, embedder, 2), DOC]
-    expected = embedder.encode(texts)
+    expected = embedder.encode(texts, share_prefixes=False)
     counter = _Counter(embedder)
     got = encode_with_prefix_sharing(embedder, texts, batch_size=2)
     assert got.shape == expected.shape and got.dtype == np.float32
     assert _cosines(got, expected).min() >= 0.99999
     np.testing.assert_allclose(np.linalg.norm(got, axis=-1), 1.0, atol=1e-6)
-    # Two shared roots (DOC, second) in one batch of 2, OTHER alone through embedder.encode.
+    # Two shared roots (DOC, second) in one batch of 2, OTHER (longest first) in a batch of its own.
     assert counter.calls == 2
     lengths = [len(e) for e in embedder.tokenize([DOC, second, OTHER])]
     assert counter.tokens == 2 * max(lengths[:2]) + lengths[2]
@@ -174,14 +179,17 @@ def test_queries_with_an_instruction_and_truncated_texts(request):
     embedder = _gemma3(request, max_length=30)
     texts = [DOC, DOC[:60], DOC + " and more", OTHER]  # DOC and DOC + more truncate to the same 30 tokens
     np.testing.assert_allclose(
-        encode_with_prefix_sharing(embedder, texts), embedder.encode(texts), atol=2e-6, rtol=0
+        encode_with_prefix_sharing(embedder, texts),
+        embedder.encode(texts, share_prefixes=False),
+        atol=2e-6,
+        rtol=0,
     )
     query = replace(embedder.spec.input_format, query_template="Instruct: {instruction}\nQuery: {text}")
     embedder.spec = replace(embedder.spec, input_format=query, default_instruction="find it")
     assert supports_prefix_sharing(embedder, kind="query") == (True, "")
     np.testing.assert_allclose(
         encode_with_prefix_sharing(embedder, texts, kind="query"),
-        embedder.encode(texts, kind="query"),
+        embedder.encode(texts, kind="query", share_prefixes=False),
         atol=2e-6,
         rtol=0,
     )
@@ -192,7 +200,8 @@ def test_length_independent_interventions_keep_sharing_exact(spec, request):
     embedder = _gemma3(request, interventions=spec)
     assert supports_prefix_sharing(embedder) == (True, "")
     texts = [*_char_prefixes(DOC, embedder, 3), DOC]
-    assert _cosines(encode_with_prefix_sharing(embedder, texts), embedder.encode(texts)).min() >= 0.99999
+    separate = embedder.encode(texts, share_prefixes=False)
+    assert _cosines(encode_with_prefix_sharing(embedder, texts), separate).min() >= 0.99999
 
 
 def test_with_chunked_attention(request):
@@ -200,7 +209,8 @@ def test_with_chunked_attention(request):
 
     embedder = _load("bge-gemma2", "tiny_bge_dir", request, attn_implementation="chunked")
     texts = [*_char_prefixes(DOC, embedder, 3), DOC]
-    assert _cosines(encode_with_prefix_sharing(embedder, texts), embedder.encode(texts)).min() >= 0.99999
+    separate = embedder.encode(texts, share_prefixes=False)
+    assert _cosines(encode_with_prefix_sharing(embedder, texts), separate).min() >= 0.99999
 
 
 # ----------------------------------------------------------------------------- refusals
@@ -296,3 +306,137 @@ def test_bad_lengths_raise(bad, request):
     embedder = _gemma3(request)
     with pytest.raises(ValueError, match="is not an integer in 1.."):
         embed_prefixes(embedder, DOC, [3, bad])
+
+
+# ----------------------------------------------------------------------------- automatic sharing in encode
+
+
+@pytest.mark.parametrize("name", list(LOADERS))
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_encode_shares_automatically_and_equals_separate_forwards(name, side, request, caplog):
+    embedder = LOADERS[name](request)
+    embedder.padding_side = side
+    second = DOC.replace("fox", "cat")
+    texts = [DOC, *_char_prefixes(DOC, embedder, 4), OTHER, second, DOC, *_char_prefixes(second, embedder, 2)]
+    alone = np.concatenate([embedder.encode([text]) for text in texts])  # one forward per text
+    separate = embedder.encode(texts, batch_size=3, share_prefixes=False)
+    counter = _Counter(embedder)
+    with caplog.at_level(logging.INFO, logger="llm_collapse.prefix"):
+        got = embedder.encode(texts, batch_size=3)
+    assert got.shape == (len(texts), embedder.dim) and got.dtype == np.float32
+    assert _cosines(got, alone).min() >= 0.99999 and _cosines(got, separate).min() >= 0.99999
+    np.testing.assert_allclose(np.linalg.norm(got, axis=-1), 1.0, atol=1e-6)
+    np.testing.assert_array_equal(got[0], got[7])  # a duplicate takes its root's row
+    assert (counter.calls, counter.rows) == (1, 3)  # DOC, OTHER, second: one batch of 3
+    assert "prefix sharing saved 7 of 10 forwards" in caplog.text
+
+
+def test_opt_out_and_forcing(request):
+    embedder = _gemma3(request)
+    texts = [DOC, *_char_prefixes(DOC, embedder, 3), DOC]
+    counter = _Counter(embedder)
+    separate = embedder.encode(texts, share_prefixes=False)
+    assert counter.rows == len(texts)
+    embedder.share_prefixes = False
+    counter.reset()
+    np.testing.assert_array_equal(embedder.encode(texts), separate)
+    assert counter.rows == len(texts)
+    counter.reset()
+    shared = embedder.encode(texts, share_prefixes=True)  # the keyword wins over the attribute
+    assert counter.rows == 1
+    counter.reset()
+    np.testing.assert_array_equal(encode_with_prefix_sharing(embedder, texts), shared)
+    assert counter.rows == 1
+    assert _cosines(shared, separate).min() >= 0.99999
+
+
+@pytest.mark.parametrize(
+    ("name", "fixture", "kwargs"),
+    [
+        ("mistral", "tiny_e5_dir", {}),  # exactly one EOS
+        ("echo-mistral", "tiny_mistral_instruct_dir", {"pooling": "mean"}),  # echo
+        ("nv-embed", "tiny_nv_embed_dir", {}),  # bidirectional
+    ],
+)
+def test_encode_does_not_share_where_unsupported(name, fixture, kwargs, request):
+    embedder = _load(name, fixture, request, **kwargs)
+    texts = [DOC, DOC[:50], OTHER, DOC]  # DOC[:50] may or may not tokenise to a prefix; DOC twice does
+    counter = _Counter(embedder)
+    got = embedder.encode(texts)
+    assert counter.rows == len(texts)
+    np.testing.assert_array_equal(got, embedder.encode(texts, share_prefixes=False))
+
+
+def test_hidden_states_and_pooling_backends_run_every_text(request):
+    embedder = _gemma3(request)
+    texts = [DOC, *_char_prefixes(DOC, embedder, 2), DOC]
+    counter = _Counter(embedder)
+    batches = list(embedder.iter_batches(texts, output_hidden_states=True))
+    assert counter.rows == len(texts) and all(b.hidden_states is not None for b in batches)
+    assert sorted(i for b in batches for i in b.indices) == list(range(len(texts)))
+
+    # A backend that pools itself (as vLLM does) gets every text.
+    def embed(items, pooling):
+        input_ids, attention_mask, pool_mask = embedder._collate(items)
+        return pool(embedder.backend.forward(input_ids, attention_mask).last_hidden_state, pool_mask, pooling)
+
+    embedder.backend.returns_pooled, embedder.backend.embed = True, embed
+    counter.reset()
+    embedder.encode(texts)
+    assert counter.rows == len(texts)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_shared_batches_describe_each_text(side, request):
+    """Yields cover every text once; mask rows mark each text's own positions in its root's row."""
+    embedder = _gemma3(request)
+    embedder.padding_side = side
+    other_prefix = _char_prefixes(OTHER, embedder, 1)[0]
+    texts = [other_prefix, DOC, *_char_prefixes(DOC, embedder, 2), OTHER, DOC]
+    encoded = embedder.tokenize(texts)
+    separate = embedder.encode(texts, share_prefixes=False)
+    # DOC and OTHER run in one batch; then a budget of DOC's length: DOC's 4 texts come one per yield,
+    # OTHER's two in one (the rows fit the budget at OTHER's width).
+    for max_tokens, yields in [(16384, [6]), (len(encoded[1]), [1, 1, 1, 1, 2])]:
+        embedder.max_tokens_per_batch = max_tokens
+        batches = list(embedder.iter_batches(texts, batch_size=2))
+        assert sorted(len(b.indices) for b in batches) == yields
+        assert sorted(i for b in batches for i in b.indices) == list(range(len(texts)))
+        for batch in batches:
+            assert batch.hidden_states is None
+            assert batch.attention_mask.shape == batch.pool_mask.shape
+            for row, (index, item) in enumerate(zip(batch.indices, batch.encoded, strict=True)):
+                assert item == encoded[index]
+                positions = batch.attention_mask[row].nonzero().flatten().tolist()
+                assert positions == list(range(positions[0], positions[0] + len(item)))
+                assert tuple(batch.pool_mask[row, positions].tolist()) == item.pool_mask
+                expected = separate[index]
+                assert _cosines(batch.embeddings[row].numpy(), expected) >= 0.99999
+        if side == "left":  # OTHER's prefix sits where OTHER starts in a row padded to DOC's width
+            (batch,) = [b for b in batches if 0 in b.indices]
+            start = int(batch.attention_mask[batch.indices.index(0)].nonzero()[0])
+            assert start == (batch.attention_mask.shape[1] - len(encoded[4]))
+
+
+def test_pool_prefixes_in_chunks_equals_at_once(request):
+    embedder = _bge(request)
+    encoded = embedder.tokenize([DOC])[0]
+    states = embedder.backend.forward(
+        torch.tensor([encoded.input_ids]), torch.ones(1, len(encoded))
+    ).last_hidden_state
+    members = [EncodedText(encoded.input_ids[:n], encoded.pool_mask[:n]) for n in (3, 9, 3, 20)]
+    at_once = pool_prefixes(states[0], 0, members, "last")
+    chunked = pool_prefixes(states[0], 0, members, "last", max_elements=1)
+    np.testing.assert_allclose(chunked.numpy(), at_once.numpy(), atol=1e-6)
+    np.testing.assert_array_equal(at_once[0].numpy(), at_once[2].numpy())
+
+
+def test_encode_cached_shares_and_equals_encode(request):
+    from llm_collapse.cache import encode_cached
+
+    embedder = _mistral_mean(request)
+    texts = [DOC, *_char_prefixes(DOC, embedder, 3), OTHER]
+    counter = _Counter(embedder)
+    cached = encode_cached(embedder, texts, cache=None)
+    assert counter.rows == 2
+    np.testing.assert_array_equal(cached, embedder.encode(texts))
