@@ -18,7 +18,7 @@ from llm_collapse.backends import BACKENDS
 from llm_collapse.backends.hf import QUANTIZATIONS
 from llm_collapse.interventions import parse_interventions
 
-TASKS: tuple[str, ...] = ("collapse", "knn", "passkey", "needle", "layerwise")
+TASKS: tuple[str, ...] = ("collapse", "knn", "passkey", "needle", "position", "layerwise")
 DEFAULT_LABELS = {"sotu": "party", "movie_reviews": "sentiment", "kjv": "testament"}
 
 

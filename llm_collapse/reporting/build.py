@@ -40,6 +40,7 @@ from llm_collapse.reporting.figures import (
     FigureFile,
     length_label,
     make_figures,
+    position_label,
     task_order,
 )
 from llm_collapse.reporting.frames import ReportData, as_dict, as_int, load_runs, metric_info, sorted_methods
@@ -50,6 +51,7 @@ from llm_collapse.reporting.tables import (
     summary_legend,
     summary_models,
     summary_table,
+    values_by_depth,
     values_by_length,
 )
 
@@ -63,6 +65,7 @@ SECTION_TITLES = {
     "knn": "kNN probe",
     "passkey": "Passkey retrieval",
     "needle": "Needle retrieval",
+    "position": "Early vs late position (echo test)",
     "layerwise": "Layerwise statistics",
     SWEEP_SECTION: "Temperature sweep",
 }
@@ -315,6 +318,11 @@ def _figure_blocks(data: ReportData, fig: FigureFile, out_root: Path) -> list[Bl
         if table is not None:
             label = metric_info(fig.metric).label
             blocks += [Paragraph(f"{label[0].upper()}{label[1:]} by length (tokens):"), table]
+    if fig.kind == "position":
+        table = values_by_depth(data, fig.task, fig.metric, fig.corpus, position_label)
+        if table is not None:
+            label = metric_info(fig.metric).label
+            blocks += [Paragraph(f"{label} by position and length (tokens), 95% CIs:"), table]
     return blocks
 
 

@@ -7,6 +7,8 @@ Figures (file names are slugified, deterministic, and unique within a report):
   (passkey/needle use their overall rows: depth NaN, or the n-weighted mean over depths).
 - ``{task}-{metric}-depth-{model}-{corpus}.png``: passkey/needle Acc@1 heatmap, depth (rows) x length
   (columns), one panel per method of that model.
+- ``{task}-{metric}-position-{corpus}.png``: position task Acc@1 vs length, one panel per model, colour =
+  method, solid = early / dashed = late (the rows' depth 0.0 / 1.0; `POSITION_LABELS`).
 - ``layerwise-{model}-{corpus}.png``: hf_ratio and attention entropy vs layer, one line per length bin, one
   panel per metric, ``base`` method only.
 - ``tempsweep-{task}-{metric}-{corpus}.png``: metric vs tau, one line per length, one panel per model; only
@@ -76,8 +78,11 @@ RC = {
     "savefig.dpi": DPI,
 }
 PNG_METADATA = {"Software": None}
-TASK_ORDER: tuple[str, ...] = ("collapse", "knn", "passkey", "needle", "layerwise")
+TASK_ORDER: tuple[str, ...] = ("collapse", "knn", "passkey", "needle", "position", "layerwise")
 DEPTH_TASKS: frozenset[str] = frozenset({"passkey", "needle"})
+POSITION_TASKS: frozenset[str] = frozenset({"position"})
+POSITION_LABELS: dict[float, str] = {0.0: "early", 1.0: "late"}  # depth of a position row -> its name
+_POSITION_DASHES: tuple[tuple[float, ...], ...] = ((), (5.0, 2.0))
 HEATMAP_METRIC = "acc@1"
 LAYERWISE_TASK = "layerwise"
 SWEEP_SECTION = "temperature"
@@ -96,7 +101,7 @@ class FigureFile:
         section: Report section (a task name, or ``"temperature"``).
         title: Short title.
         caption: One-sentence description for the report.
-        kind: ``"length"``, ``"depth"``, ``"layerwise"`` or ``"sweep"``.
+        kind: ``"length"``, ``"depth"``, ``"position"``, ``"layerwise"`` or ``"sweep"``.
         task: The task plotted.
         metric: The metric plotted ("" for several).
         corpus: The corpus plotted.
@@ -328,6 +333,56 @@ def plot_depth_heatmap(rows: pd.DataFrame, metric: str, title: str) -> plt.Figur
     return fig
 
 
+def position_label(depth: float) -> str:
+    """``early``/``late`` for the position task's depths 0.0/1.0, else ``depth 0.50``."""
+    return POSITION_LABELS.get(float(depth), f"depth {depth:.2f}")
+
+
+def plot_position_vs_length(
+    rows: pd.DataFrame, metric: str, styles: MethodStyles, tiny: set[str], title: str
+) -> plt.Figure:
+    """Value vs length (log2), one panel per model; colour = method, dash = position (early solid), CI bands.
+
+    Args:
+        rows: Per-position rows (depth set, no layer) of one task, metric and corpus.
+        metric: The metric (axis label, y range).
+        styles: Method styles of the report.
+        tiny: Models marked tiny_random (flagged in panel titles).
+        title: Figure title.
+
+    Returns:
+        The figure.
+    """
+    models = sorted(rows["model"].unique())
+    depths = sorted(rows["depth"].unique())
+    dashes = {d: _POSITION_DASHES[min(i, len(_POSITION_DASHES) - 1)] for i, d in enumerate(depths)}
+    with sns.axes_style("whitegrid"), plt.rc_context(RC):
+        fig, axes = _grid(len(models))
+        for ax, model in zip(axes, models, strict=True):
+            sub = rows[rows["model"] == model]
+            for method in sorted_methods(sub["method"].unique()):
+                for depth in depths:
+                    line = sub[(sub["method"] == method) & (sub["depth"] == depth)].sort_values("length")
+                    if line.empty:
+                        continue
+                    ax.plot(
+                        line["length"], line["value"], color=styles.color(method), marker=styles.marker(method),
+                        dashes=dashes[depth], markersize=5,
+                    )  # fmt: skip
+                    _fill_ci(ax, line, "length", styles.color(method))
+            _log2_lengths(ax, sub["length"].unique())
+            _metric_ylim(ax, metric, sub)
+            ax.set(
+                title=_panel_title(model, tiny), xlabel="length (tokens)", ylabel=metric_info(metric).label
+            )
+        handles = [styles.handle(m) for m in sorted_methods(rows["method"].unique())]
+        handles += [Line2D([], [], color="0.3", dashes=dashes[d], label=position_label(d)) for d in depths]
+        fig.legend(handles=handles, title="method / position", loc="center left", bbox_to_anchor=(1.0, 0.5))
+        fig.suptitle(title)
+        fig.tight_layout()
+    return fig
+
+
 def plot_layerwise(rows: pd.DataFrame, title: str) -> plt.Figure:
     """Per-layer metrics (hf_ratio, attention entropy, ...), one panel per metric, one line per length.
 
@@ -446,6 +501,8 @@ def make_figures(data: ReportData, fig_dir: Path) -> list[FigureFile]:
         _length_figures(writer, task, rows, styles, tiny)
         if task in DEPTH_TASKS:
             _depth_figures(writer, task, rows, tiny)
+        if task in POSITION_TASKS:
+            _position_figures(writer, task, rows, styles, tiny)
     _sweep_figures(writer, results, tiny)
     return writer.files
 
@@ -501,6 +558,32 @@ def _depth_figures(writer: _Writer, task: str, rows: pd.DataFrame, tiny: set[str
             slug = slugify(task, HEATMAP_METRIC, "depth", model, corpus)
             writer.save(
                 fig, slug, task, title, caption, kind="depth", task=task, metric=HEATMAP_METRIC, corpus=corpus
+            )
+
+
+def _position_figures(
+    writer: _Writer, task: str, rows: pd.DataFrame, styles: MethodStyles, tiny: set[str]
+) -> None:
+    placed = rows[rows["depth"].notna() & rows["layer"].isna()]
+    if placed.empty:
+        logger.info("%s: no per-position rows; skipping position figures", task)
+        return
+    for metric in _metric_order(placed["metric"].unique()):
+        for corpus in sorted(placed["corpus"].unique()):
+            sub = placed[(placed["metric"] == metric) & (placed["corpus"] == corpus)]
+            if sub.empty:
+                continue
+            label = metric_info(metric).label
+            title = f"{task}: {label} vs length, early vs late ({corpus})"
+            fig = plot_position_vs_length(sub, metric, styles, tiny, title)
+            caption = (
+                f"{label} vs document length (log2 axis) when the discriminating sentence opens the document "
+                f"(early, solid) or closes it (late, dashed); one panel per model, colour = method, bands are "
+                f"the reported CIs."
+            )
+            slug = slugify(task, metric, "position", corpus)
+            writer.save(
+                fig, slug, task, title, caption, kind="position", task=task, metric=metric, corpus=corpus
             )
 
 

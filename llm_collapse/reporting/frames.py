@@ -91,6 +91,7 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("knn", "knn_accuracy"),
     ("passkey", "acc@1"),
     ("needle", "acc@1"),
+    ("position", "acc@1"),
 )
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -267,6 +267,51 @@ def summary_legend(data: ReportData) -> list[str]:
 
 
 # -------------------------------------------------------------------------------------- per-task tables
+
+
+def values_by_depth(
+    data: ReportData, task: str, metric: str, corpus: str, label: Callable[[float], str]
+) -> Table | None:
+    """Per-depth values (the position task: early/late) of one task/metric/corpus: rows model x method x
+    depth, one column per length, CIs where reported.
+
+    Args:
+        data: Loaded results.
+        task: Task name.
+        metric: Metric name.
+        corpus: Corpus name.
+        label: Depth -> its name in the table (``0.0`` -> ``early``).
+
+    Returns:
+        The table, or None without per-depth rows.
+    """
+    frame = data.results
+    rows = frame[
+        (frame["task"] == task)
+        & (frame["metric"] == metric)
+        & (frame["corpus"] == corpus)
+        & frame["depth"].notna()
+        & frame["layer"].isna()
+    ]
+    if rows.empty:
+        return None
+    lengths = sorted(int(x) for x in rows["length"].unique())
+    tiny = set(data.tiny_models)
+    body = []
+    for model in sorted(rows["model"].unique()):
+        sub = rows[rows["model"] == model]
+        for method in sorted_methods(sub["method"]):
+            for depth in sorted(sub.loc[sub["method"] == method, "depth"].unique()):
+                cell = sub[(sub["method"] == method) & (sub["depth"] == depth)].set_index("length")
+                cells = [
+                    fmt_ci(*(float(cell.at[n, c]) for c in ("value", "ci_low", "ci_high")))
+                    if n in cell.index
+                    else "—"
+                    for n in lengths
+                ]
+                body.append((model_cell(model, tiny), f"`{method}`", label(depth), *cells))
+    headers = ("model", "method", "position", *(length_text(n)[1:] for n in lengths))
+    return Table(headers, tuple(body), (False, False, False, *([True] * len(lengths))))
 
 
 def values_by_length(data: ReportData, task: str, metric: str, corpus: str) -> Table | None:

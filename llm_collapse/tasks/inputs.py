@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from llm_collapse.config import CompareConfig
 from llm_collapse.data import load_corpus, sample_length_binned
 from llm_collapse.data.bins import BinnedText, target_bins
+from llm_collapse.data.position import POSITIONS, position_task
 from llm_collapse.data.synthetic import RetrievalTask, needle_task, passkey_task
 
 logger = logging.getLogger(__name__)
@@ -20,7 +21,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RunInputs:
-    """Texts per length bin (collapse, knn, layerwise) and retrieval tasks per length (passkey, needle)."""
+    """Texts per length bin (collapse, knn, layerwise) and retrieval tasks per length (passkey, needle; position:
+    early and late per length)."""
 
     tokenizer: str
     binned: list[BinnedText] = field(default_factory=list)
@@ -74,4 +76,18 @@ def build_inputs(config: CompareConfig, tokenizer) -> RunInputs:
                 )
                 for length in config.lengths
             ]
+    if "position" in config.tasks:
+        inputs.retrieval["position"] = [
+            position_task(
+                length,
+                position,
+                seed=config.seed,
+                n_docs=config.retrieval_docs,
+                n_queries=config.retrieval_queries,
+                tokenizer=tokenizer,
+                fit_to_tokens=True,
+            )
+            for length in config.lengths
+            for position in POSITIONS
+        ]
     return inputs

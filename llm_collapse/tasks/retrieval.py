@@ -1,41 +1,67 @@
 """LongEmbed-style passkey and needle retrieval: Acc@1 (= nDCG@1) and nDCG@10 per length, and Acc@1 by the
-depth of the key (five depth bins) for the length x depth heatmap. Queries use the model's query prompt."""
+depth of the key (five depth bins) for the length x depth heatmap. The position task (echo's early-vs-late
+test, `llm_collapse.data.position`): Acc@1 per length and position, depth 0.0 (early) or 1.0 (late), and
+overall. Queries use the model's query prompt. Acc@1 CIs are 95% Wilson intervals over queries."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from llm_collapse.data.synthetic import RetrievalTask
 from llm_collapse.metrics.probes import retrieval_scores
 from llm_collapse.tasks.base import TaskContext, wilson_interval
 
 DEPTH_BINS = 5
 
 
+def retrieve(ctx: TaskContext, task: RetrievalTask) -> tuple[dict[str, float], np.ndarray]:
+    """Embeds a task's queries and documents; returns `retrieval_scores` and the per-query top-1 hits (0/1)."""
+    queries = ctx.encode(list(task.queries), kind="query")
+    documents = ctx.encode(list(task.documents))
+    scores = retrieval_scores(queries, documents, list(task.relevant), ks=(1, 10))
+    top1 = np.argmax(queries @ documents.T, axis=1)  # encode returns unit vectors: cosine
+    return scores, (top1 == np.array(task.relevant)).astype(int)
+
+
+def accuracy_row(ctx: TaskContext, name: str, length: int, hits: np.ndarray, depth: float = math.nan) -> dict:
+    """One acc@1 row: the mean of ``hits`` with its Wilson interval."""
+    n = len(hits)
+    return ctx.row(
+        task=name,
+        length=length,
+        metric="acc@1",
+        depth=depth,
+        value=float(hits.mean()),
+        ci=wilson_interval(int(hits.sum()), n),
+        n=n,
+    )
+
+
 def run_retrieval(ctx: TaskContext, name: str) -> list[dict]:
     rows = []
     for task in ctx.inputs.retrieval[name]:
-        queries = ctx.encode(list(task.queries), kind="query")
-        documents = ctx.encode(list(task.documents))
-        scores = retrieval_scores(queries, documents, list(task.relevant), ks=(1, 10))
+        scores, hits = retrieve(ctx, task)
         n = len(task.queries)
-        hits = (np.argmax(queries @ documents.T, axis=1) == np.array(task.relevant)).astype(int)
-        ci = wilson_interval(int(hits.sum()), n)
-        rows.append(ctx.row(task=name, length=task.length, metric="acc@1", value=scores["acc@1"], ci=ci, n=n))
+        rows.append(accuracy_row(ctx, name, task.length, hits))
         rows.append(ctx.row(task=name, length=task.length, metric="ndcg@10", value=scores["ndcg@10"], n=n))
         depth = np.array([task.depths[r] for r in task.relevant])
         bins = np.minimum((depth * DEPTH_BINS).astype(int), DEPTH_BINS - 1)
         for b in range(DEPTH_BINS):
             chosen = hits[bins == b]
             if len(chosen):
-                rows.append(
-                    ctx.row(
-                        task=name,
-                        length=task.length,
-                        metric="acc@1",
-                        depth=(b + 0.5) / DEPTH_BINS,
-                        value=float(chosen.mean()),
-                        ci=wilson_interval(int(chosen.sum()), len(chosen)),
-                        n=len(chosen),
-                    )
-                )
+                rows.append(accuracy_row(ctx, name, task.length, chosen, depth=(b + 0.5) / DEPTH_BINS))
+    return rows
+
+
+def run_position(ctx: TaskContext, name: str = "position") -> list[dict]:
+    """Acc@1 per (length, position) with depth = the task's depth, plus an overall row per length."""
+    rows, pooled = [], {}
+    for task in ctx.inputs.retrieval[name]:
+        _, hits = retrieve(ctx, task)
+        rows.append(accuracy_row(ctx, name, task.length, hits, depth=task.depths[0]))
+        pooled.setdefault(task.length, []).append(hits)
+    for length, parts in pooled.items():
+        rows.append(accuracy_row(ctx, name, length, np.concatenate(parts)))
     return rows

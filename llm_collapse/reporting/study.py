@@ -1,0 +1,264 @@
+"""A study report: several comparison runs, read through a list of questions (``python -m llm_collapse.study``).
+
+The questions file (YAML; the project's is ``experiments/study/questions.yaml``) names, per question, the run
+folder under the study root, the command that made it, the (task, metric) pairs that answer it, optional
+model/method/layer filters, a baseline method, figures from the run's ``figures/`` and an optional
+``reading`` (the authors' wording; it may quote no number: every number in the report comes from the
+results). Each question becomes one section: the command, its figures, and per metric one table of
+``value [CI]`` by length with the change from the shortest to the longest length (judged by the metric's
+direction; "CIs overlap" when the endpoint intervals overlap) and, with a baseline, the difference to the
+baseline at the longest length (same overlap rule). The study writes ``report.md`` and a self-contained
+``report.html`` into the study root, atomically.
+
+Decisions:
+    - Nothing is recomputed: tables read ``results.parquet`` of each run, so the study report can never
+      disagree with the run reports.
+    - A missing run, metric or figure is an error (one line), not a silently shorter report.
+    - Tiny random models are refused: a study is about real models only.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from llm_collapse.reporting.build import Bullets, Heading, Image, Paragraph, render_html, render_markdown
+from llm_collapse.reporting.frames import load_runs, metric_info, overall_rows, sorted_methods
+from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Question", "StudyError", "build_study", "load_questions"]
+
+
+class StudyError(ValueError):
+    """A questions file or study folder that cannot make a report; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question of the study (see the module docstring for the fields' meaning)."""
+
+    id: str
+    title: str
+    run: str
+    command: str
+    metrics: tuple[tuple[str, str], ...]
+    models: tuple[str, ...] = ()
+    methods: tuple[str, ...] = ()
+    baseline: str | None = None
+    layers: tuple[str, ...] = ()
+    figures: tuple[str, ...] = ()
+    reading: str = ""
+    extra_runs: tuple[str, ...] = field(default=())
+
+
+def load_questions(path: Path | str) -> tuple[str, str, list[Question]]:
+    """Reads the questions file: ``(title, intro, questions)``."""
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise StudyError(f"questions file {str(path)!r} does not exist")
+    data = yaml.safe_load(file.read_text()) or {}
+    questions = []
+    for i, item in enumerate(data.get("questions") or []):
+        try:
+            metrics = tuple(tuple(m.split("/", 1)) for m in item["metrics"])
+            if any(len(m) != 2 for m in metrics):
+                raise StudyError(
+                    f"{file}: question {i + 1}: metrics must be 'task/metric', got {item['metrics']}"
+                )
+            questions.append(
+                Question(
+                    id=str(item["id"]),
+                    title=str(item["title"]),
+                    run=str(item["run"]),
+                    command=str(item["command"]),
+                    metrics=metrics,
+                    models=tuple(item.get("models") or ()),
+                    methods=tuple(item.get("methods") or ()),
+                    baseline=item.get("baseline"),
+                    layers=tuple(str(x) for x in item.get("layers") or ()),
+                    figures=tuple(item.get("figures") or ()),
+                    reading=str(item.get("reading") or "").strip(),
+                    extra_runs=tuple(item.get("extra_runs") or ()),
+                )
+            )
+        except KeyError as err:
+            raise StudyError(f"{file}: question {i + 1} lacks the key {err.args[0]!r}") from None
+    if not questions:
+        raise StudyError(f"{file}: no questions")
+    return str(data.get("title") or "Study"), str(data.get("intro") or "").strip(), questions
+
+
+# ------------------------------------------------------------------------------------------------ tables
+
+
+def _pick_layers(available: Sequence[int], wanted: Sequence[str]) -> list[int]:
+    """``first``/``middle``/``last`` or layer numbers -> layers present in the results."""
+    layers = sorted(available)
+    named = {"first": layers[0], "middle": layers[len(layers) // 2], "last": layers[-1]}
+    picked = []
+    for w in wanted:
+        layer = named[w] if w in named else int(w)
+        if layer not in layers:
+            raise StudyError(f"layer {w!r} is not in the results (layers {layers[0]}..{layers[-1]})")
+        if layer not in picked:
+            picked.append(layer)
+    return picked
+
+
+def _overlap(a: pd.Series, b: pd.Series) -> bool:
+    bounds = [a["ci_low"], a["ci_high"], b["ci_low"], b["ci_high"]]
+    return (
+        all(math.isfinite(float(x)) for x in bounds)
+        and a["ci_low"] <= b["ci_high"]
+        and b["ci_low"] <= a["ci_high"]
+    )
+
+
+def _change(metric: str, start: pd.Series, end: pd.Series, digits: int) -> str:
+    delta = float(end["value"] - start["value"])
+    words = [w for w in (judge(metric, delta), "CIs overlap" if _overlap(start, end) else "") if w]
+    return f"{delta:+.{digits}f}" + (f" ({'; '.join(words)})" if words else "")
+
+
+def metric_table(
+    rows: pd.DataFrame, metric: str, baseline: str | None, layers: Sequence[int] | None
+) -> Table:
+    """``value [CI]`` per length for each model x method (x layer), the change over length, the baseline gap."""
+    digits = metric_info(metric).digits
+    lengths = sorted(int(x) for x in rows["length"].unique())
+    headers = ["model", "method"] + (["layer"] if layers else []) + [length_text(n) for n in lengths]
+    headers.append(f"Δ {length_text(lengths[-1])} − {length_text(lengths[0])}")
+    if baseline:
+        headers.append(f"vs `{baseline}` {length_text(lengths[-1])}")
+    body = []
+    for model in sorted(rows["model"].unique()):
+        sub = rows[rows["model"] == model]
+        for method in sorted_methods(sub["method"]):
+            for layer in layers or [None]:
+                cell = sub[sub["method"] == method]
+                if layer is not None:
+                    cell = cell[cell["layer"] == layer]
+                by_length = {int(r["length"]): r for _, r in cell.iterrows()}
+                values = [
+                    fmt_ci(float(r["value"]), float(r["ci_low"]), float(r["ci_high"]), digits)
+                    if (r := by_length.get(n)) is not None
+                    else "—"
+                    for n in lengths
+                ]
+                first, last = by_length.get(lengths[0]), by_length.get(lengths[-1])
+                change = (
+                    _change(metric, first, last, digits) if first is not None and last is not None else "—"
+                )
+                row = [model, f"`{method}`"] + ([str(layer)] if layers else []) + values + [change]
+                if baseline:
+                    row.append(_baseline_gap(sub, method, baseline, layer, lengths[-1], metric, digits, last))
+                body.append(tuple(row))
+    numeric = (
+        (False, False)
+        + ((False,) if layers else ())
+        + (True,) * len(lengths)
+        + (False,) * (1 + bool(baseline))
+    )
+    return Table(tuple(headers), tuple(body), numeric)
+
+
+def _baseline_gap(sub, method, baseline, layer, length, metric, digits, last) -> str:
+    if method == baseline or last is None:
+        return "—"
+    base = sub[(sub["method"] == baseline) & (sub["length"] == length)]
+    if layer is not None:
+        base = base[base["layer"] == layer]
+    if base.empty:
+        return "—"
+    return _change(metric, base.iloc[0], last, digits)
+
+
+# ----------------------------------------------------------------------------------------------- report
+
+
+def _question_blocks(root: Path, q: Question, number: int) -> list:
+    run_dirs = [root / q.run, *(root / r for r in q.extra_runs)]
+    for run_dir in run_dirs:
+        if not (run_dir / "results.parquet").is_file():
+            raise StudyError(f"{q.id}: run folder {str(run_dir)!r} has no results.parquet; run: {q.command}")
+    data = load_runs(run_dirs)
+    if data.tiny_models:
+        raise StudyError(f"{q.id}: tiny random models {sorted(data.tiny_models)} cannot be study findings")
+    results = overall_rows(data.results) if not q.layers else data.results
+    blocks: list = [
+        Heading(2, f"Q{number}. {q.title}"),
+        Paragraph(
+            f"Command: `{q.command}` — run report: [{q.run}/report.md]({q.run}/report.md)"
+            + ("".join(f", [{r}/report.md]({r}/report.md)" for r in q.extra_runs))
+        ),
+    ]
+    if q.reading:
+        blocks.append(Paragraph(f"**Reading.** {q.reading}"))
+    for task, metric in q.metrics:
+        rows = results[(results["task"] == task) & (results["metric"] == metric)]
+        if q.models:
+            rows = rows[rows["model"].isin(q.models)]
+        if q.methods:
+            rows = rows[rows["method"].isin(q.methods)]
+        if rows.empty:
+            raise StudyError(
+                f"{q.id}: no {task}/{metric} rows for models {q.models} methods {q.methods} in {q.run}"
+            )
+        layers = (
+            _pick_layers([int(x) for x in rows["layer"].dropna().unique()], q.layers) if q.layers else None
+        )
+        if layers:
+            rows = rows[rows["layer"].isin(layers)]
+        info = metric_info(metric)
+        blocks.append(Paragraph(f"*{task}: {info.label}* (`{metric}`), mean with 95% CI per length bin:"))
+        blocks.append(metric_table(rows, metric, q.baseline, layers))
+    for name in q.figures:
+        path = root / q.run / "figures" / name
+        if not path.is_file():
+            raise StudyError(f"{q.id}: figure {str(path)!r} not found (rebuild the run report)")
+        blocks.append(Image(path, f"{q.run}/figures/{name}", name, f"{q.run}: {name}"))
+    return blocks
+
+
+def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]:
+    """Writes ``report.md`` and ``report.html`` under ``root`` from the questions file; returns their paths."""
+    from llm_collapse.results import _atomic
+
+    root = Path(root)
+    if not root.is_dir():
+        raise StudyError(f"study folder {str(root)!r} does not exist")
+    title, intro, questions = load_questions(questions_path)
+    blocks: list = [Heading(1, title)]
+    if intro:
+        blocks.append(Paragraph(intro))
+    blocks.append(
+        Bullets(
+            (
+                "Every number below is read from the runs' `results.parquet`; each section names the command "
+                "that made its run (same seed, same numbers).",
+                "Δ: value at the longest minus the shortest length; 'vs base': the method minus the baseline at "
+                "the longest length. 'CIs overlap' marks a difference within the two 95% intervals (the intervals "
+                "come from separate bootstraps, so this is a conservative reading, not a test).",
+                f"Questions file: `{Path(questions_path).as_posix()}`; rebuild: "
+                f"`python -m llm_collapse.study {root.as_posix()} --questions {Path(questions_path).as_posix()}`.",
+            )
+        )
+    )
+    for number, q in enumerate(questions, start=1):
+        blocks += _question_blocks(root, q, number)
+    markdown = render_markdown(blocks)
+    page = render_html(blocks, title)
+    out = {"md": root / "report.md", "html": root / "report.html"}
+    _atomic(out["md"], lambda tmp: Path(tmp).write_text(markdown, encoding="utf-8"))
+    _atomic(out["html"], lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
+    logger.info("wrote %s and %s", out["md"], out["html"])
+    return out

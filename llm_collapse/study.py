@@ -1,0 +1,44 @@
+"""Command line: ``python -m llm_collapse.study STUDY_DIR --questions FILE``.
+
+Builds ``STUDY_DIR/report.md`` and ``report.html`` from the comparison runs under ``STUDY_DIR`` (one folder per
+run) and the questions file (`llm_collapse.reporting.study`). Bad input prints one line and exits 2; nothing
+is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+DEFAULT_QUESTIONS = Path("experiments/study/questions.yaml")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m llm_collapse.study", description="Question-by-question report over several runs."
+    )
+    parser.add_argument("study_dir", type=Path, help="folder holding one run folder per ablation")
+    parser.add_argument(
+        "--questions", type=Path, default=DEFAULT_QUESTIONS, help=f"default {DEFAULT_QUESTIONS}"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    from llm_collapse.reporting.study import StudyError, build_study
+
+    try:
+        out = build_study(args.study_dir, args.questions)
+    except StudyError as err:
+        print(f"error: {err}", file=sys.stderr)  # noqa: T201
+        return 2
+    print(f"wrote {out['md']} and {out['html']}")  # noqa: T201
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""`python -m llm_collapse.study`: question-by-question tables read back from the runs' results."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from llm_collapse import study
+from llm_collapse.reporting import write_synthetic_run
+from llm_collapse.reporting.study import StudyError, build_study
+
+# A 1x1 PNG: the study only embeds figures the run report drew.
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c63000100000500010d0a2db40000000049454e44ae426082"
+)
+QUESTIONS = """
+title: Synthetic study
+intro: For tests only.
+questions:
+  - id: collapse
+    title: Does it collapse?
+    run: sweep
+    command: python -m llm_collapse.compare --config x.yaml
+    metrics: [collapse/pairwise_cosine, passkey/acc@1]
+    methods: [base, tempscale-0.8]
+    baseline: base
+    figures: [collapse-pairwise-cosine-synthetic.png]
+    reading: Words only.
+  - id: layers
+    title: Per layer
+    run: sweep
+    command: python -m llm_collapse.compare --config y.yaml
+    metrics: [layerwise/hf_ratio]
+    models: [synth-decoder]
+    methods: [base]
+    layers: [first, last]
+"""
+
+
+@pytest.fixture()
+def study_root(tmp_path):
+    run = write_synthetic_run(tmp_path / "sweep")
+    (run / "figures").mkdir()
+    (run / "figures" / "collapse-pairwise-cosine-synthetic.png").write_bytes(PNG)
+    (tmp_path / "questions.yaml").write_text(QUESTIONS)
+    return tmp_path
+
+
+def test_tables_quote_the_results(study_root):
+    out = build_study(study_root, study_root / "questions.yaml")
+    text = out["md"].read_text()
+    results = pd.read_parquet(study_root / "sweep" / "results.parquet")
+    row = results[
+        (results["model"] == "synth-encoder")
+        & (results["method"] == "tempscale-0.8")
+        & (results["metric"] == "pairwise_cosine")
+        & (results["length"] == 2048)
+    ].iloc[0]
+    assert f"{row['value']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]" in text
+    base = results[
+        (results["model"] == "synth-encoder")
+        & (results["method"] == "base")
+        & (results["metric"] == "pairwise_cosine")
+        & (results["length"] == 2048)
+    ].iloc[0]
+    assert f"{row['value'] - base['value']:+.3f}" in text  # the gap to the baseline at the longest length
+    assert "tempscale-0.9" not in text.split("## Q2")[0]  # method filter
+    assert "## Q2. Per layer" in text and "| synth-decoder | `base` | 0 |" in text
+    assert "sweep/figures/collapse-pairwise-cosine-synthetic.png" in text
+    assert out["html"].read_text().count("data:image/png;base64,") == 1
+
+
+def test_bad_input_is_one_line_and_writes_nothing(study_root, capsys):
+    (study_root / "bad.yaml").write_text(
+        QUESTIONS.replace(
+            "run: sweep\n    command: python -m llm_collapse.compare --config y.yaml",
+            "run: missing\n    command: c",
+        )
+    )
+    assert study.main([str(study_root), "--questions", str(study_root / "bad.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "missing" in err
+    assert not (study_root / "report.md").exists()
+    with pytest.raises(StudyError, match="tiny random"):
+        write_synthetic_run(study_root / "tiny", tiny_random=True)
+        (study_root / "t.yaml").write_text(QUESTIONS.replace("run: sweep", "run: tiny"))
+        build_study(study_root, study_root / "t.yaml")
