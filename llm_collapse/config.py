@@ -17,9 +17,11 @@ from llm_collapse.adapters import resolve_spec
 from llm_collapse.backends import BACKENDS
 from llm_collapse.backends.hf import QUANTIZATIONS
 from llm_collapse.interventions import parse_interventions
+from llm_collapse.pooling import POOLINGS
 
 TASKS: tuple[str, ...] = ("collapse", "knn", "passkey", "needle", "position", "layerwise")
 DEFAULT_LABELS = {"sotu": "party", "movie_reviews": "sentiment", "kjv": "testament"}
+_HASHED_IF_SET: tuple[str, ...] = ("pooling",)  # options that enter run_id only when set (see run_id)
 
 
 class ConfigError(ValueError):
@@ -51,6 +53,9 @@ class CompareConfig:
     backend: str = field(default="hf", metadata={"help": f"one of {BACKENDS}"})
     dtype: str | None = field(default=None, metadata={"help": "auto (bf16 where native), bf16, fp16, fp32"})
     quant: str | None = field(default=None, metadata={"help": f"bitsandbytes quantization: {QUANTIZATIONS}"})
+    pooling: str | None = field(
+        default=None, metadata={"help": f"override every model's pooling: {POOLINGS} (default: its own)"}
+    )
     model_paths: dict[str, str] = field(
         default_factory=dict, metadata={"help": "name=/local/dir or file.gguf"}
     )
@@ -95,6 +100,8 @@ class CompareConfig:
             raise ConfigError(f"Unknown backend {self.backend!r}; available: {', '.join(BACKENDS)}")
         if self.quant is not None and self.quant not in QUANTIZATIONS:
             raise ConfigError(f"Unknown --quant {self.quant!r}; allowed: {', '.join(QUANTIZATIONS)}")
+        if self.pooling is not None and self.pooling not in POOLINGS:
+            raise ConfigError(f"Unknown --pooling {self.pooling!r}; allowed: {', '.join(POOLINGS)}")
         for name in ("max_per_bin", "retrieval_docs", "retrieval_queries", "layerwise_per_bin", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -112,8 +119,13 @@ class CompareConfig:
         return self.label or DEFAULT_LABELS.get(self.corpus)
 
     def run_id(self) -> str:
-        """Hash of everything that defines the results (not where they go)."""
-        data = {k: v for k, v in asdict(self).items() if k != "out"}
+        """Hash of everything that defines the results (not where they go).
+
+        Options added later (`_HASHED_IF_SET`) count only when set: older runs keep their id.
+        """
+        data = {
+            k: v for k, v in asdict(self).items() if k != "out" and not (k in _HASHED_IF_SET and v is None)
+        }
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict:

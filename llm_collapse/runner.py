@@ -163,6 +163,7 @@ def load_for_run(model_name: str, config: CompareConfig):
         backend=config.backend,
         dtype=config.dtype,
         quantization=config.quant,
+        pooling=config.pooling,
         batch_size=config.batch_size,
     )
     fit_max_length(embedder, config)

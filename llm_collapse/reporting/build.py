@@ -67,6 +67,7 @@ SECTION_TITLES = {
     "needle": "Needle retrieval",
     "position": "Early vs late position (echo test)",
     "layerwise": "Layerwise statistics",
+    "quantization": "Quantization drift",
     SWEEP_SECTION: "Temperature sweep",
 }
 CSS = """

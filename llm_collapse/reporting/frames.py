@@ -52,6 +52,7 @@ KEY_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "length", "
 MORE_COLLAPSE_IF_HIGHER = "higher = more collapse"
 MORE_COLLAPSE_IF_LOWER = "lower = more collapse"
 HIGHER_IS_BETTER = "higher is better"
+CLOSER_IF_HIGHER = "higher = closer to the reference"
 
 
 @dataclass(frozen=True)
@@ -60,12 +61,14 @@ class MetricInfo:
 
     Attributes:
         label: Axis and table label.
-        direction: One of `MORE_COLLAPSE_IF_HIGHER`, `MORE_COLLAPSE_IF_LOWER`, `HIGHER_IS_BETTER`, or ""
-            when unknown (no judgement is printed).
+        direction: One of `MORE_COLLAPSE_IF_HIGHER`, `MORE_COLLAPSE_IF_LOWER`, `HIGHER_IS_BETTER`,
+            `CLOSER_IF_HIGHER`, or "" when unknown (no judgement is printed).
+        digits: Decimals in tables (drift cosines sit within 1e-3 of 1, where 3 decimals say nothing).
     """
 
     label: str
     direction: str
+    digits: int = 3
 
 
 METRICS: dict[str, MetricInfo] = {
@@ -81,6 +84,10 @@ METRICS: dict[str, MetricInfo] = {
     "tokens": MetricInfo("mean tokens per text", ""),
     "attention_entropy": MetricInfo("attention entropy (nats)", ""),
     "attention_entropy_normalized": MetricInfo("attention entropy / ln(#keys)", ""),
+    **{
+        f"cosine_to_{dtype}": MetricInfo(f"mean cosine to the {dtype} embedding", CLOSER_IF_HIGHER, digits=5)
+        for dtype in ("bf16", "fp16", "fp32")  # llm_collapse.tasks.quantization (drift of a quantized model)
+    },
 }
 
 
@@ -92,6 +99,7 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("passkey", "acc@1"),
     ("needle", "acc@1"),
     ("position", "acc@1"),
+    ("quantization", "cosine_to_bf16"),
 )
 
 

