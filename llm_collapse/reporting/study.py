@@ -129,10 +129,11 @@ def _change(metric: str, start: pd.Series, end: pd.Series, digits: int) -> str:
     return f"{delta:+.{digits}f}" + (f" ({'; '.join(words)})" if words else "")
 
 
-def metric_table(
-    rows: pd.DataFrame, metric: str, baseline: str | None, layers: Sequence[int] | None
-) -> Table:
-    """``value [CI]`` per length for each model x method (x layer), the change over length, the baseline gap."""
+def metric_table(rows: pd.DataFrame, metric: str, baseline: str | None, layers: Sequence[str] = ()) -> Table:
+    """``value [CI]`` per length for each model x method (x layer), the change over length, the baseline gap.
+
+    ``layers`` (``first``/``middle``/``last`` or numbers) is resolved per model: models differ in depth.
+    """
     digits = metric_info(metric).digits
     lengths = sorted(int(x) for x in rows["length"].unique())
     headers = ["model", "method"] + (["layer"] if layers else []) + [length_text(n) for n in lengths]
@@ -142,8 +143,9 @@ def metric_table(
     body = []
     for model in sorted(rows["model"].unique()):
         sub = rows[rows["model"] == model]
+        picked = _pick_layers([int(x) for x in sub["layer"].dropna().unique()], layers) if layers else [None]
         for method in sorted_methods(sub["method"]):
-            for layer in layers or [None]:
+            for layer in picked:
                 cell = sub[sub["method"] == method]
                 if layer is not None:
                     cell = cell[cell["layer"] == layer]
@@ -213,14 +215,9 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
             raise StudyError(
                 f"{q.id}: no {task}/{metric} rows for models {q.models} methods {q.methods} in {q.run}"
             )
-        layers = (
-            _pick_layers([int(x) for x in rows["layer"].dropna().unique()], q.layers) if q.layers else None
-        )
-        if layers:
-            rows = rows[rows["layer"].isin(layers)]
         info = metric_info(metric)
         blocks.append(Paragraph(f"*{task}: {info.label}* (`{metric}`), mean with 95% CI per length bin:"))
-        blocks.append(metric_table(rows, metric, q.baseline, layers))
+        blocks.append(metric_table(rows, metric, q.baseline, q.layers))
     for name in q.figures:
         path = root / q.run / "figures" / name
         if not path.is_file():
