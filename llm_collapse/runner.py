@@ -4,6 +4,12 @@ Each model is loaded once; each method is applied with `Embedder.intervene` (res
 A method that cannot apply to a model (a RoPE baseline on BERT) is recorded as not applicable in run.json
 and the report, never silently dropped. Embeddings go through the on-disk cache, so a killed run started
 again recomputes at most the batch that was in flight, and its results equal an uninterrupted run's.
+
+Paired contrasts: each cell's per-item data (``TaskContext.paired``) is kept in memory per method until
+every method of the model has run; then each non-base method gets ``*_vs_base`` rows against ``base``
+(`llm_collapse.tasks.base.contrast_rows`), whatever the order of the methods in the config. Without a
+``base`` method (or where base is not applicable) there are no contrasts. Only the current model's data
+is held: collapse embeddings (n x d per bin per method) and 0/1 vectors.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from llm_collapse.config import CompareConfig
 from llm_collapse.interventions import InterventionError
 from llm_collapse.results import environment, write_json, write_results
 from llm_collapse.tasks import TASK_RUNNERS, TaskContext
+from llm_collapse.tasks.base import BASE_METHOD, contrast_rows
 from llm_collapse.tasks.inputs import RunInputs, build_inputs
 from llm_collapse.testing.checkpoints import is_tiny_random
 
@@ -96,9 +103,11 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
             "oom_retries": {},
             "n_texts": inputs.n_texts(),
         }
+        paired: dict[str, dict] = {}
         for method in config.methods:
-            _run_cell(embedder, model_name, method, config, inputs, state, overwrite)
-        del embedder
+            _run_cell(embedder, model_name, method, config, inputs, state, overwrite, paired)
+        state.rows += _contrasts(model_name, config, paired)
+        del embedder, paired
         gc.collect()
     clock = time.perf_counter()
     write_results(state.rows, out)
@@ -124,7 +133,22 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
     return out
 
 
-def _run_cell(embedder, model_name, method, config, inputs, state: RunState, overwrite: bool) -> None:
+def _contrasts(model_name: str, config: CompareConfig, paired: dict[str, dict]) -> list[dict]:
+    """``*_vs_base`` rows of every non-base method of one model (none without a base cell)."""
+    base = paired.get(BASE_METHOD)
+    if base is None:
+        return []
+    rows = []
+    for method, items in paired.items():
+        if method != BASE_METHOD:
+            rows += contrast_rows(model_name, method, config.corpus, items, base, seed=config.seed)
+    return rows
+
+
+def _run_cell(
+    embedder, model_name, method, config, inputs, state: RunState, overwrite: bool, paired: dict | None = None
+) -> None:
+    """Runs every task of one (model, method) cell; its per-item data goes to ``paired[slug]``."""
     record = state.models[model_name]
     try:
         context = embedder.intervene(method)
@@ -145,9 +169,13 @@ def _run_cell(embedder, model_name, method, config, inputs, state: RunState, ove
             except ValueError as err:
                 if "SelfExtend" not in str(err):
                     raise
+                for key in [k for k in cell.paired if k[0] == task]:  # no rows, so no contrasts either
+                    del cell.paired[key]
                 record["not_applicable"][f"{stack.slug}:{task}"] = str(err)
                 state.notes.append(f"{model_name} x {stack.slug} x {task}: not applicable ({err})")
             state.wall_time_s[f"{model_name}:{stack.slug}:{task}"] = time.perf_counter() - clock
+        if paired is not None:
+            paired[stack.slug] = cell.paired
         record["truncated"][stack.slug] = cell.record.get("truncated", 0)
         if cell.record.get("oom_retries"):
             record["oom_retries"][stack.slug] = cell.record["oom_retries"]

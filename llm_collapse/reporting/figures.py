@@ -28,6 +28,8 @@ Decisions:
   baseline anisotropy differs a lot between models and the question is the trend with length.
 - Bytes are reproducible: fixed size and dpi, ``metadata={"Software": None}`` (PNG then carries no version
   or time), sorted iteration everywhere.
+- Paired contrasts (``*_vs_base``: method − base) plot like any metric, one line per non-base method, with
+  a zero line and a free y axis; they are left out of the temperature sweep.
 - Missing data never raises: a figure whose rows are absent is skipped with an INFO log.
 """
 
@@ -56,6 +58,7 @@ from llm_collapse.reporting.frames import (  # noqa: E402
     HIGHER_IS_BETTER,
     METRICS,
     ReportData,
+    is_contrast,
     metric_info,
     overall_rows,
     sorted_methods,
@@ -211,7 +214,10 @@ def _is_fraction(metric: str, values: pd.Series) -> bool:
 
 
 def _metric_ylim(ax, metric: str, rows: pd.DataFrame) -> None:
-    if _is_fraction(metric, pd.concat([rows["value"], rows["ci_low"], rows["ci_high"]])):
+    """Fixed 0..1 axis for fractions; a paired difference against base gets a free axis and a zero line."""
+    if is_contrast(metric):
+        ax.axhline(0.0, color="0.4", linewidth=0.8, zorder=0)
+    elif _is_fraction(metric, pd.concat([rows["value"], rows["ci_low"], rows["ci_high"]])):
         ax.set_ylim(-0.02, 1.02)
 
 
@@ -635,7 +641,8 @@ def sweep_rows(results: pd.DataFrame) -> pd.DataFrame:
     methods = [m for m in results["method"].unique() if m != "base" and tau_of(m) is not None]
     if len(methods) < 2:
         return results.iloc[0:0].assign(tau=pd.Series(dtype=float))
-    rows = overall_rows(results[results["task"] != LAYERWISE_TASK])
+    plain = results[(results["task"] != LAYERWISE_TASK) & ~results["metric"].map(is_contrast)]
+    rows = overall_rows(plain)
     rows = rows[rows["method"].map(lambda m: tau_of(m) is not None)].assign(
         tau=lambda f: f["method"].map(tau_of)
     )

