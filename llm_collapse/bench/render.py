@@ -1,0 +1,179 @@
+"""``bench.md`` from the JSON result."""
+
+from __future__ import annotations
+
+import json
+
+from llm_collapse.bench.config import SIDE_LABELS, SIDES
+
+
+def _contention_warning(result: dict) -> list[str]:
+    busy = result.get("contention", {})
+    if not busy.get("busy"):
+        return []
+    return [
+        f"> **Busy machine:** other processes used up to {busy['max_other_cores']:.2f} cores (mean "
+        f"{busy['mean_other_cores']:.2f}) of {result['environment']['hardware']['cpu_count']} while sections "
+        "were timed. Absolute times, FLOP/s and the peak are depressed and noisy; ratios between sides timed in "
+        "the same interleaved rounds are the most trustworthy numbers here.",
+        "",
+    ]
+
+
+def _cores(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _fmt_status(met: bool | None) -> str:
+    return "not measured" if met is None else ("**met**" if met else "**not met**")
+
+
+def render_markdown(result: dict) -> str:
+    """``bench.md``: command, environment, targets, throughput, agreement, FLOP/s, long documents."""
+    env = result["environment"]
+    peaks = result["peak"]
+    lines = [
+        "# llm_collapse benchmark",
+        "",
+        "## Command",
+        "",
+        "```",
+        result["command"],
+        "```",
+        "",
+        f"Wall time {result['wall_seconds']:.0f} s. Settings: `{json.dumps(result['settings'], sort_keys=True)}`",
+        "",
+        *_contention_warning(result),
+        "",
+        "## Environment",
+        "",
+        f"- git commit: `{env.get('git_commit')}`",
+        f"- hardware: `{json.dumps(env.get('hardware'), sort_keys=True)}`",
+        f"- versions: `{json.dumps(env.get('versions'), sort_keys=True)}`",
+        f"- sentence-transformers: `{result['versions'].get('sentence-transformers')}`",
+        "",
+        "## Targets",
+        "",
+        "| target | threshold | measured | status |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {t['name']} | {t['threshold']} | {t['measured']} | {_fmt_status(t['met'])} |"
+        for t in result["targets"]
+    ]
+    lines += [
+        "",
+        "## Matmul peak",
+        "",
+        "| dtype | n | reps | best s | median s | peak GFLOP/s (best) | GFLOP/s (median) | "
+        "GFLOP/s best at start, end | other processes (cores) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {p['dtype']} | {p['n']} | {p['reps']} | {p['best_s']:.4f} | {p['median_s']:.4f} | "
+        f"{p['flops_per_s'] / 1e9:.0f} | {p['median_flops_per_s'] / 1e9:.0f} | "
+        f"{', '.join(f'{v / 1e9:.0f}' for v in p['runs_flops_per_s'])} | {_cores(p.get('other_cores'))} |"
+        for p in peaks.values()
+    ]
+    lines += [
+        "",
+        "## Throughput on the length-mixed corpus",
+        "",
+        "Same texts, same weights, dtype, attention implementation and token cap on every side; each side warmed "
+        "up once before timing. FLOPs counted as in `llm_collapse.bench` (useful FLOPs: "
+        "`2 * linear_params * L + 4 * d_attn * pairs`, causal and sliding-window aware).",
+        "",
+        "| model | dtype | texts | tokens (min-max per text) | truncated | max_length (ours / ST) | side | "
+        "seconds (best round) | tokens/s | GFLOP/s | of bf16 peak | other processes (cores) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["throughput"]:
+        for side in SIDES:
+            s = row["sides"][side]
+            lines.append(
+                f"| {row['model']} | {row['dtype']} | {row['n_texts']} | {row['n_tokens']:,} "
+                f"({row['min_tokens']}-{row['max_tokens']}) | {row['n_truncated']} | "
+                f"{row['max_length']} / {row['st_settings']['max_seq_length']} | {SIDE_LABELS[side]} | "
+                f"{s['seconds']:.2f} | {s['tokens_per_s']:,.0f} | {s['flops_per_s'] / 1e9:.0f} | "
+                f"{s['fraction_of_bf16_peak']:.0%} | {_cores(s.get('other_cores'))} |"
+            )
+    lines += [
+        "",
+        "| model | ours / sentence-transformers | ours / naive | tokens equal (ST, naive) |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['model']} | {r['speedup_vs_st']:.2f}x | {r['speedup_vs_naive']:.2f}x | "
+        f"{r['tokens_equal']['sentence_transformers']}, {r['tokens_equal']['naive']} |"
+        for r in result["throughput"]
+    ]
+    lines += [
+        "",
+        "Settings per side: "
+        + "; ".join(
+            f"{r['model']}: ours {json.dumps(r['ours_settings'])}, ST {json.dumps(r['st_settings'])}"
+            for r in result["throughput"]
+        ),
+        "",
+        "## Agreement (cosine on the benchmark texts)",
+        "",
+        "| model | ours vs naive | ST vs naive | ours vs ST | note |",
+        "|---|---|---|---|---|",
+    ]
+    for r in result["throughput"]:
+        a = r["agreement"]
+        cell = lambda c: "n/a" if c is None else f"min {c['min']:.5f}, mean {c['mean']:.5f}"  # noqa: E731
+        lines.append(
+            f"| {r['model']} | {cell(a['ours_vs_naive'])} | {cell(a['st_vs_naive'])} | {cell(a['ours_vs_st'])} | {a['note']} |"
+        )
+    lines += [
+        "",
+        "## Model FLOP/s at fixed lengths (Embedder.encode, batched)",
+        "",
+        "| model | tokens per text | batch | seconds (best of 2) | tokens/s | GFLOP/s | of bf16 peak | "
+        "GFLOP/s (dense convention) | other processes (cores) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['model']} | {r['length']} | {r['batch']} | {r['seconds']:.2f} | {r['tokens_per_s']:,.0f} | "
+        f"{r['flops_per_s'] / 1e9:.0f} | {r['fraction_of_bf16_peak']:.0%} | {r['flops_dense_per_s'] / 1e9:.0f} | "
+        f"{_cores(r.get('other_cores'))} |"
+        for r in result["flops"]
+    ]
+    lines += [
+        "",
+        "## Long documents (one document, batch 1, fresh process per length)",
+        "",
+        "| model | backend | tokens | seconds | tokens/s | GFLOP/s | of bf16 peak | peak RSS GiB | "
+        "growth over loaded model GiB | other processes (cores) | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["long_documents"]:
+        if r["status"] == "ok" or "seconds" in r:
+            flops = f"{r['flops_per_s'] / 1e9:.0f}" if "flops_per_s" in r else "-"
+            share = f"{r['fraction_of_bf16_peak']:.0%}" if "fraction_of_bf16_peak" in r else "-"
+            lines.append(
+                f"| {r['model']} | {r['backend']} | {r['length']} | {r['seconds']:.2f} | "
+                f"{r['n_tokens'] / r['seconds']:,.0f} | {flops} | {share} | {r['peak_rss_bytes'] / 2**30:.2f} | "
+                f"{r['growth_bytes'] / 2**30:.2f} | {_cores(r.get('other_cores'))} | {r['status']} |"
+            )
+        else:
+            lines.append(
+                f"| {r['model']} | {r['backend']} | {r['length']} | - | - | - | - | - | - | - | {r['status']} |"
+            )
+    lines += [
+        "",
+        "## Notes",
+        "",
+        "- Other processes may share the machine. *other processes (cores)* is the CPU time the rest of the machine "
+        "used per wall second while a side was timed (`/proc/stat` busy time minus this process's); on 2 cores "
+        "anything above ~0.2 means the side competed for the cores, and small forwards then slow down by far more "
+        "than the lost share (OpenMP threads wait for each other). Rounds are interleaved and the best is kept; "
+        "compare ratios within this run, not absolute numbers across runs.",
+        "- Memory is process RSS polled every 5 ms during the timed forward (and `ru_maxrss` when the forward "
+        "raised it); growth is measured over the RSS after loading and a short warm-up forward.",
+        "- Peak = best of the timed matmul repetitions; a model fraction above 100% would mean the counted "
+        "FLOPs overestimate the work or the peak was measured under load.",
+        "",
+    ]
+    return "\n".join(lines)
