@@ -35,6 +35,13 @@ questions:
     models: [synth-decoder]
     methods: [base]
     layers: [first, last]
+  - id: depths
+    title: By depth
+    run: sweep
+    command: python -m llm_collapse.compare --config y.yaml
+    metrics: [passkey/acc@1, collapse/pairwise_cosine]
+    methods: [base]
+    by_depth: [passkey]
 """
 
 
@@ -68,6 +75,9 @@ def test_tables_quote_the_results(study_root):
     assert "tempscale-0.9" not in text.split("## Q2")[0]  # method filter
     assert "## Q2. Per layer" in text and "| synth-decoder | `base` | 0 |" in text
     assert "sweep/figures/collapse-pairwise-cosine-synthetic.png" in text
+    q3 = text.split("## Q3")[1]
+    assert "| position |" in q3 and "depth 0." in q3  # passkey split by depth, collapse not
+    assert q3.count("| synth-encoder | `base` |") == 1 + q3.count("| synth-encoder | `base` | depth")
     assert out["html"].read_text().count("data:image/png;base64,") == 1
 
 

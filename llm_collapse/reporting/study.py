@@ -2,7 +2,7 @@
 
 The questions file (YAML; the project's is ``experiments/study/questions.yaml``) names, per question, the run
 folder under the study root, the command that made it, the (task, metric) pairs that answer it, optional
-model/method/layer filters, a baseline method, figures from the run's ``figures/`` and an optional
+model/method/layer filters, tasks to split by depth (``by_depth``: the position task's early/late), a baseline method, figures from the run's ``figures/`` and an optional
 ``reading`` (the authors' wording; it may quote no number: every number in the report comes from the
 results). Each question becomes one section: the command, its figures, and per metric one table of
 ``value [CI]`` by length with the change from the shortest to the longest length (judged by the metric's
@@ -28,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from llm_collapse.reporting.build import Bullets, Heading, Image, Paragraph, render_html, render_markdown
+from llm_collapse.reporting.figures import position_label
 from llm_collapse.reporting.frames import load_runs, metric_info, overall_rows, sorted_methods
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
 
@@ -55,6 +56,7 @@ class Question:
     layers: tuple[str, ...] = ()
     figures: tuple[str, ...] = ()
     reading: str = ""
+    by_depth: tuple[str, ...] = ()
     extra_runs: tuple[str, ...] = field(default=())
 
 
@@ -87,6 +89,7 @@ def load_questions(path: Path | str) -> tuple[str, str, list[Question]]:
                     layers=tuple(str(x) for x in item.get("layers") or ()),
                     figures=tuple(item.get("figures") or ()),
                     reading=str(item.get("reading") or "").strip(),
+                    by_depth=tuple(item.get("by_depth") or ()),
                     extra_runs=tuple(item.get("extra_runs") or ()),
                 )
             )
@@ -129,26 +132,34 @@ def _change(metric: str, start: pd.Series, end: pd.Series, digits: int) -> str:
     return f"{delta:+.{digits}f}" + (f" ({'; '.join(words)})" if words else "")
 
 
-def metric_table(rows: pd.DataFrame, metric: str, baseline: str | None, layers: Sequence[str] = ()) -> Table:
-    """``value [CI]`` per length for each model x method (x layer), the change over length, the baseline gap.
+def metric_table(
+    rows: pd.DataFrame, metric: str, baseline: str | None, layers: Sequence[str] = (), by_depth: bool = False
+) -> Table:
+    """``value [CI]`` per length for each model x method (x layer or position), the change, the baseline gap.
 
     ``layers`` (``first``/``middle``/``last`` or numbers) is resolved per model: models differ in depth.
+    ``by_depth`` splits rows by the depth column (the position task's early/late, passkey depths).
     """
     digits = metric_info(metric).digits
     lengths = sorted(int(x) for x in rows["length"].unique())
-    headers = ["model", "method"] + (["layer"] if layers else []) + [length_text(n) for n in lengths]
+    split = "layer" if layers else ("depth" if by_depth else None)
+    split_header = {"layer": ["layer"], "depth": ["position"], None: []}[split]
+    headers = ["model", "method", *split_header] + [length_text(n) for n in lengths]
     headers.append(f"Δ {length_text(lengths[-1])} − {length_text(lengths[0])}")
     if baseline:
         headers.append(f"vs `{baseline}` {length_text(lengths[-1])}")
     body = []
     for model in sorted(rows["model"].unique()):
         sub = rows[rows["model"] == model]
-        picked = _pick_layers([int(x) for x in sub["layer"].dropna().unique()], layers) if layers else [None]
+        if split == "layer":
+            parts = _pick_layers([int(x) for x in sub["layer"].dropna().unique()], layers)
+        elif split == "depth":
+            parts = sorted(float(x) for x in sub["depth"].dropna().unique())
+        else:
+            parts = [None]
         for method in sorted_methods(sub["method"]):
-            for layer in picked:
-                cell = sub[sub["method"] == method]
-                if layer is not None:
-                    cell = cell[cell["layer"] == layer]
+            for part in parts:
+                cell = _part(sub[sub["method"] == method], split, part)
                 by_length = {int(r["length"]): r for _, r in cell.iterrows()}
                 values = [
                     fmt_ci(float(r["value"]), float(r["ci_low"]), float(r["ci_high"]), digits)
@@ -160,28 +171,28 @@ def metric_table(rows: pd.DataFrame, metric: str, baseline: str | None, layers: 
                 change = (
                     _change(metric, first, last, digits) if first is not None and last is not None else "—"
                 )
-                row = [model, f"`{method}`"] + ([str(layer)] if layers else []) + values + [change]
+                label = [] if split is None else [str(part) if split == "layer" else position_label(part)]
+                row = [model, f"`{method}`", *label, *values, change]
                 if baseline:
-                    row.append(_baseline_gap(sub, method, baseline, layer, lengths[-1], metric, digits, last))
+                    base = _part(
+                        sub[(sub["method"] == baseline) & (sub["length"] == lengths[-1])], split, part
+                    )
+                    gap = "—" if method == baseline or last is None or base.empty else None
+                    row.append(gap or _change(metric, base.iloc[0], last, digits))
                 body.append(tuple(row))
     numeric = (
-        (False, False)
-        + ((False,) if layers else ())
-        + (True,) * len(lengths)
-        + (False,) * (1 + bool(baseline))
+        False,
+        False,
+        *([False] * len(split_header)),
+        *([True] * len(lengths)),
+        *([False] * (1 + bool(baseline))),
     )
     return Table(tuple(headers), tuple(body), numeric)
 
 
-def _baseline_gap(sub, method, baseline, layer, length, metric, digits, last) -> str:
-    if method == baseline or last is None:
-        return "—"
-    base = sub[(sub["method"] == baseline) & (sub["length"] == length)]
-    if layer is not None:
-        base = base[base["layer"] == layer]
-    if base.empty:
-        return "—"
-    return _change(metric, base.iloc[0], last, digits)
+def _part(rows: pd.DataFrame, split: str | None, part) -> pd.DataFrame:
+    """The rows of one layer / depth (or all of them)."""
+    return rows if split is None else rows[rows[split] == part]
 
 
 # ----------------------------------------------------------------------------------------------- report
@@ -195,7 +206,7 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
     data = load_runs(run_dirs)
     if data.tiny_models:
         raise StudyError(f"{q.id}: tiny random models {sorted(data.tiny_models)} cannot be study findings")
-    results = overall_rows(data.results) if not q.layers else data.results
+    results = data.results
     blocks: list = [
         Heading(2, f"Q{number}. {q.title}"),
         Paragraph(
@@ -215,9 +226,16 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
             raise StudyError(
                 f"{q.id}: no {task}/{metric} rows for models {q.models} methods {q.methods} in {q.run}"
             )
+        by_depth = bool(task in q.by_depth and not q.layers and rows["depth"].notna().any())
+        if q.layers:
+            rows = rows[rows["layer"].notna()]
+        elif by_depth:
+            rows = rows[rows["depth"].notna() & rows["layer"].isna()]
+        else:
+            rows = overall_rows(rows)
         info = metric_info(metric)
         blocks.append(Paragraph(f"*{task}: {info.label}* (`{metric}`), mean with 95% CI per length bin:"))
-        blocks.append(metric_table(rows, metric, q.baseline, q.layers))
+        blocks.append(metric_table(rows, metric, q.baseline, q.layers, by_depth))
     for name in q.figures:
         path = root / q.run / "figures" / name
         if not path.is_file():
