@@ -145,9 +145,9 @@ def metric_table(
     split = "layer" if layers else ("depth" if by_depth else None)
     split_header = {"layer": ["layer"], "depth": ["position"], None: []}[split]
     headers = ["model", "method", *split_header] + [length_text(n) for n in lengths]
-    headers.append(f"Δ {length_text(lengths[-1])} − {length_text(lengths[0])}")
+    headers.append("Δ longest − shortest")
     if baseline:
-        headers.append(f"vs `{baseline}` {length_text(lengths[-1])}")
+        headers.append(f"vs `{baseline}` at the longest")
     body = []
     for model in sorted(rows["model"].unique()):
         sub = rows[rows["model"] == model]
@@ -167,7 +167,12 @@ def metric_table(
                     else "—"
                     for n in lengths
                 ]
-                first, last = by_length.get(lengths[0]), by_length.get(lengths[-1])
+                present = sorted(
+                    by_length
+                )  # a model may stop short of the longest bin (minilm: 512 positions)
+                first, last = (
+                    (by_length[present[0]], by_length[present[-1]]) if len(present) > 1 else (None, None)
+                )
                 change = (
                     _change(metric, first, last, digits) if first is not None and last is not None else "—"
                 )
@@ -175,7 +180,9 @@ def metric_table(
                 row = [model, f"`{method}`", *label, *values, change]
                 if baseline:
                     base = _part(
-                        sub[(sub["method"] == baseline) & (sub["length"] == lengths[-1])], split, part
+                        sub[(sub["method"] == baseline) & (sub["length"] == (present or lengths)[-1])],
+                        split,
+                        part,
                     )
                     gap = "—" if method == baseline or last is None or base.empty else None
                     row.append(gap or _change(metric, base.iloc[0], last, digits))
@@ -260,8 +267,8 @@ def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]
             (
                 "Every number below is read from the runs' `results.parquet`; each section names the command "
                 "that made its run (same seed, same numbers).",
-                "Δ: value at the longest minus the shortest length; 'vs base': the method minus the baseline at "
-                "the longest length. 'CIs overlap' marks a difference within the two 95% intervals (the intervals "
+                "Δ: value at the row's longest minus its shortest length; 'vs base': the method minus the baseline "
+                "at that longest length (unpaired; the `*_vs_base` tables hold the paired differences). 'CIs overlap' marks a difference within the two 95% intervals (the intervals "
                 "come from separate bootstraps, so this is a conservative reading, not a test).",
                 f"Questions file: `{Path(questions_path).as_posix()}`; rebuild: "
                 f"`python -m llm_collapse.study {root.as_posix()} --questions {Path(questions_path).as_posix()}`.",
