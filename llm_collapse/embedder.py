@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from llm_collapse.adapters.inputs import KINDS, EncodedText, Kind
 from llm_collapse.adapters.spec import EmbedderSpec
 from llm_collapse.backends.hf import HFBackend
-from llm_collapse.batching import plan_batches
+from llm_collapse.batching import MAX_PADDING, plan_batches
 from llm_collapse.interventions import ModelContext, Stack, parse_interventions
 from llm_collapse.pooling import pool
 from llm_collapse.prefix import pool_prefixes, sharing_groups
@@ -67,6 +67,8 @@ class Embedder:
     Attributes:
         padding_side: ``"right"`` or ``"left"``.
         share_prefixes: Default of ``share_prefixes`` in `encode` / `iter_batches` (True).
+        max_padding: Most padding per text in a batch, as a fraction of its longest text
+            (`llm_collapse.batching.MAX_PADDING`; None: only the token budget limits batches).
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class Embedder:
         self.max_tokens_per_batch = max_tokens_per_batch
         self.padding_side = "right"
         self.share_prefixes = True
+        self.max_padding = MAX_PADDING
         self._active: list[Stack] = []
         self._persistent = contextlib.ExitStack()
 
@@ -230,6 +233,7 @@ class Embedder:
             [len(encoded[r]) for r in roots],
             max_batch_size=batch_size or self.batch_size,
             max_tokens=self.max_tokens_per_batch,
+            max_padding=self.max_padding,
         )
         if show_progress_bar is None:
             show_progress_bar = len(batches) > 1 and logger.isEnabledFor(logging.INFO)

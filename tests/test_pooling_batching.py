@@ -49,8 +49,19 @@ def test_plan_batches_rejects_bad_limits():
 
 def test_long_texts_are_never_padded():
     lengths = [2000, 1990, 2000, 1500, 900, 880, 870]
-    batches = plan_batches(lengths, max_batch_size=8, max_tokens=100_000, unpadded_from=1024)
+    batches = plan_batches(
+        lengths, max_batch_size=8, max_tokens=100_000, unpadded_from=1024, max_padding=None
+    )
     assert batches == [[0, 2], [1], [3], [4, 5, 6]]
-    assert plan_batches(lengths, max_batch_size=8, max_tokens=100_000, unpadded_from=None) == [
-        [0, 2, 1, 3, 4, 5, 6]
-    ]
+    assert plan_batches(
+        lengths, max_batch_size=8, max_tokens=100_000, unpadded_from=None, max_padding=None
+    ) == [[0, 2, 1, 3, 4, 5, 6]]
+
+
+def test_batches_waste_at_most_max_padding():
+    lengths = [100, 95, 81, 79, 60, 50, 41, 40]
+    batches = plan_batches(lengths, max_batch_size=8, max_tokens=10_000, max_padding=0.2)
+    assert batches == [[0, 1, 2], [3], [4, 5], [6, 7]]
+    for batch in batches:
+        longest = max(lengths[i] for i in batch)
+        assert all(lengths[i] >= 0.8 * longest for i in batch)

@@ -161,6 +161,7 @@ def test_one_token_prefix_pools_its_bos_as_its_own_encoding_does(request):
 def test_encode_with_prefix_sharing_equals_encode(name, side, request):
     embedder = LOADERS[name](request)
     embedder.padding_side = side
+    embedder.max_padding = None  # batch composition below follows the token budget only
     second = DOC.replace("fox", "cat")
     texts = [*_char_prefixes(DOC, embedder), OTHER, DOC, second, *_char_prefixes(second, embedder, 2), DOC]
     expected = embedder.encode(texts, share_prefixes=False)
@@ -316,6 +317,7 @@ def test_bad_lengths_raise(bad, request):
 def test_encode_shares_automatically_and_equals_separate_forwards(name, side, request, caplog):
     embedder = LOADERS[name](request)
     embedder.padding_side = side
+    embedder.max_padding = None  # batch composition below follows the token budget only
     second = DOC.replace("fox", "cat")
     texts = [DOC, *_char_prefixes(DOC, embedder, 4), OTHER, second, DOC, *_char_prefixes(second, embedder, 2)]
     alone = np.concatenate([embedder.encode([text]) for text in texts])  # one forward per text
@@ -391,6 +393,7 @@ def test_shared_batches_describe_each_text(side, request):
     """Yields cover every text once; mask rows mark each text's own positions in its root's row."""
     embedder = _gemma3(request)
     embedder.padding_side = side
+    embedder.max_padding = None  # batch composition below follows the token budget only
     other_prefix = _char_prefixes(OTHER, embedder, 1)[0]
     texts = [other_prefix, DOC, *_char_prefixes(DOC, embedder, 2), OTHER, DOC]
     encoded = embedder.tokenize(texts)
