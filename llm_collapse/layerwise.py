@@ -65,7 +65,14 @@ def record_attention_entropy(model: nn.Module) -> Iterator[dict[int, list[torch.
             output = original(module, query, key, value, attention_mask, **kwargs)
             scaling = kwargs.get("scaling") or query.shape[-1] ** -0.5
             stats = _entropy(
-                module, query, key, attention_mask, scaling, kwargs.get("softcap"), state.get("mask")
+                module,
+                query,
+                key,
+                attention_mask,
+                scaling,
+                kwargs.get("softcap"),
+                state.get("mask"),
+                kwargs.get("sliding_window"),
             )
             records[layers[id(module)]].append(stats)
             return output
@@ -81,7 +88,7 @@ def record_attention_entropy(model: nn.Module) -> Iterator[dict[int, list[torch.
 
 
 @torch.no_grad()
-def _entropy(module, query, key, mask4d, scaling, softcap, mask2d) -> torch.Tensor:
+def _entropy(module, query, key, mask4d, scaling, softcap, mask2d, window=None) -> torch.Tensor:
     batch, heads, length, _ = query.shape
     key = key.repeat_interleave(heads // key.shape[1], dim=1)  # (B, heads, Lk, d)
     real_keys = torch.ones(batch, key.shape[2], dtype=torch.bool) if mask2d is None else mask2d.bool().cpu()
@@ -92,7 +99,7 @@ def _entropy(module, query, key, mask4d, scaling, softcap, mask2d) -> torch.Tens
         logits = (query[:, :, start:stop].float() @ key.float().transpose(-1, -2)) * scaling  # (B, h, c, Lk)
         if softcap:
             logits = softcap * torch.tanh(logits / softcap)
-        allowed = _allowed(module, mask4d, real_keys, start, stop, key.shape[2]).to(
+        allowed = _allowed(module, mask4d, real_keys, start, stop, key.shape[2], window).to(
             logits.device
         )  # (B, 1, c, Lk)
         logits = logits.masked_fill(~allowed, float("-inf"))
@@ -108,7 +115,9 @@ def _entropy(module, query, key, mask4d, scaling, softcap, mask2d) -> torch.Tens
     return sums / rows.clamp(min=1)
 
 
-def _allowed(module, mask4d, real_keys, start, stop, n_keys) -> torch.Tensor:
+def _allowed(module, mask4d, real_keys, start, stop, n_keys, window=None) -> torch.Tensor:
+    """Which keys each query row attends to: the 4D mask when the model built one, else causal (and the sliding
+    window: ``attn_implementation="banded"`` passes no mask for unpadded sliding-window layers)."""
     if isinstance(mask4d, torch.Tensor) and mask4d.dim() == 4:
         part = mask4d[:, :, start:stop].cpu()
         return part if part.dtype == torch.bool else part > torch.finfo(part.dtype).min / 2
@@ -116,6 +125,8 @@ def _allowed(module, mask4d, real_keys, start, stop, n_keys) -> torch.Tensor:
     if getattr(module, "is_causal", False):
         rows = torch.arange(start, stop)[:, None]
         allowed &= torch.arange(n_keys)[None, :] <= rows
+        if window:
+            allowed &= rows - torch.arange(n_keys)[None, :] < window
     return allowed
 
 
