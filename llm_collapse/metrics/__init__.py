@@ -30,7 +30,7 @@ from llm_collapse.metrics.hidden import (
     high_frequency_energy_ratio,
     layerwise_high_frequency,
 )
-from llm_collapse.metrics.probes import knn_label_accuracy, retrieval_scores
+from llm_collapse.metrics.probes import knn_correct, knn_label_accuracy, retrieval_scores
 from llm_collapse.metrics.stats import bootstrap_ci, pairwise_cosine_ci, spearman_trend
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "effective_rank",
     "global_centroid_distance",
     "high_frequency_energy_ratio",
+    "knn_correct",
     "knn_label_accuracy",
     "layerwise_high_frequency",
     "mean_pairwise_cosine",

@@ -51,14 +51,14 @@ def _vote(neigh_labels: np.ndarray, n_classes: int) -> np.ndarray:
     return np.argmax(counts * (k + 1) - first_pos, axis=1)
 
 
-def knn_label_accuracy(
+def knn_correct(
     X: np.ndarray,
     labels: Sequence | np.ndarray,
     k: int = 10,
     chunk_size: int = 2048,
     label: str | None = None,
-) -> float:
-    """Leave-one-out k-nearest-neighbour accuracy with cosine similarity and majority vote.
+) -> np.ndarray | None:
+    """Leave-one-out k-nearest-neighbour correctness per item, cosine similarity and majority vote.
 
     Args:
         X: (n, d) embeddings.
@@ -68,7 +68,7 @@ def knn_label_accuracy(
         label: Group name for warnings.
 
     Returns:
-        Fraction of items whose vote equals their label; NaN if < 2 classes or n <= k.
+        (n,) 0/1 ints: whether each item's vote equals its label; None if < 2 classes or n <= k.
     """
     U = normalize_rows(X)  # (n, d)
     y = np.asarray(labels)
@@ -87,16 +87,27 @@ def knn_label_accuracy(
             classes.size,
             n,
         )
-        return float("nan")
-    correct = 0
+        return None
+    correct = np.empty(n, dtype=int)
     for start in range(0, n, chunk_size):
         stop = min(start + chunk_size, n)
         sims = U[start:stop] @ U.T  # (c, n)
         sims[np.arange(stop - start), np.arange(start, stop)] = -np.inf  # exclude self
         order = np.argsort(-sims, axis=1, kind="stable")[:, :k]  # (c, k), ties -> lower index
-        pred = _vote(y_ids[order], classes.size)  # (c,)
-        correct += int((pred == y_ids[start:stop]).sum())
-    return correct / n
+        correct[start:stop] = _vote(y_ids[order], classes.size) == y_ids[start:stop]
+    return correct
+
+
+def knn_label_accuracy(
+    X: np.ndarray,
+    labels: Sequence | np.ndarray,
+    k: int = 10,
+    chunk_size: int = 2048,
+    label: str | None = None,
+) -> float:
+    """Leave-one-out kNN accuracy: the mean of `knn_correct`; NaN if < 2 classes or n <= k."""
+    correct = knn_correct(X, labels, k=k, chunk_size=chunk_size, label=label)
+    return float("nan") if correct is None else float(correct.mean())
 
 
 def _relevance_sets(relevant: Sequence[Iterable[int] | int], n_queries: int, n_docs: int) -> list[set[int]]:
