@@ -24,14 +24,35 @@ Decisions:
 - A text's cache entry (`text_hash`) is the sha256 of ``(kind, effective instruction, text)``. The
   effective instruction is `Embedder._instruction`'s resolution, so ``instruction=None`` and the card's
   default instruction share entries, and documents (which never take an instruction) all use ``None``.
-- Every `put` writes one new shard: a temp file in ``shards/`` (named ``.<stamp>.npz.tmp``, which loading
-  never reads as a shard), fsync, ``os.replace`` to its final name, fsync of the folder. A reader therefore
-  sees a whole shard or none; a killed writer leaves at most a temp file, which is reported and skipped.
-  Several processes may append to one cache at once (shard names are unique per process).
+- Every `put` writes one new shard: a temp file in ``shards/`` (named ``.<stamp>.<host>.npz.tmp``, which
+  loading never reads as a shard; ``<stamp>`` is ``<time_ns>-<pid>-<random>``), fsync, ``os.replace`` to
+  ``<stamp>.npz``, fsync of the folder. A reader therefore sees a whole shard or none. Several processes may
+  append to one cache at once (shard names are unique per process).
 - Shards are read lazily, once, into an in-memory index (hash -> row of a read-only array); shard names
   sort by creation time, so a later shard's vector wins for a hash written twice (``overwrite=True``).
-  A shard that cannot be read (truncated, not an ``.npz``, wrong fields) is skipped with a warning; a shard
-  or a `put` whose vector width differs from the cache's raises ``ValueError``.
+- Any unusable shard is a miss: recompute, replace, warn once. A final-named shard that cannot be read
+  (truncated, not an ``.npz``, wrong fields or dtypes), holds a NaN or inf, or has another vector width
+  than the embedder's (`cache_for` passes ``dim``) is skipped and removed with one warning, so its texts
+  are embedded again and written to a new shard, and the next run does not warn again. Since shards only
+  ever appear under their final name by an atomic rename, a final-named shard that fails to read is
+  really broken, never one being written; a shard that vanishes while being read (another process's
+  `compact`) is skipped silently. Row norms are not checked: `put` stores whatever vectors it is given.
+  Without a known ``dim`` (``EmbeddingCache(directory)``) the first shard read sets the width, and a shard
+  of another width is skipped with a warning but kept (nothing says which one is wrong).
+- `put` stores only finite rows (a NaN or inf row is logged and left out, so it is embedded again next
+  time instead of poisoning the cache); a `put` whose width differs from the cache's is a programming
+  error and raises ``ValueError``.
+- Temp files are removed only when stale: written on this host by a process that is gone, or (written on
+  another host, or named by an older version without the host) unchanged for `STALE_TEMP_S` (one hour). A
+  temp file of a live process on this host is never touched, whatever its age (a reused PID keeps one
+  until that process exits), and one that is not stale is skipped without a warning.
+- ``shards`` that is not a folder (a file, a broken link) is removed with a warning; everything is a miss.
+- ``key.json`` that differs from the key or cannot be read: if the folder is named after this key (as
+  `cache_for` names it: the folder *is* this key's), the file was edited or damaged, so it is rewritten
+  and the shards already there are removed (whoever edited the folder may have copied foreign vectors
+  in; recomputing is cheaper than trusting them), with one warning. A readable, different ``key.json`` in
+  a folder that is not named after this key is another key's folder: ``ValueError``, nothing is mixed.
+  A missing ``key.json`` is trusted (it is written before the first shard; ``key=None`` caches write none).
 """
 
 from __future__ import annotations
@@ -41,6 +62,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Sequence
@@ -52,6 +74,7 @@ import numpy as np
 from llm_collapse.adapters.inputs import Kind
 from llm_collapse.embedder import Embedder, _as_text_list
 from llm_collapse.utils.paths import cache_root
+from llm_collapse.utils.procs import host_tag, pid_state, remove_path
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +93,8 @@ FINGERPRINT_PATTERNS: tuple[str, ...] = (
     "*.txt",
 )
 SHA256_BELOW_BYTES = 64 * 1024 * 1024
+STALE_TEMP_S = 3600.0
+_TEMP_NAME = re.compile(r"\.(?P<ns>\d+)-(?P<pid>\d+)-[0-9a-f]+(?:\.(?P<host>.+))?" + re.escape(TEMP_SUFFIX))
 
 # (resolved path, size, mtime_ns) -> sha256, so repeated keys do not re-read the same files.
 _SHA256_MEMO: dict[tuple[str, int, int], str] = {}
@@ -152,14 +177,16 @@ class EmbeddingCache:
     Args:
         directory: The cache folder (created on the first `put`).
         key: What the vectors depend on; written to ``key.json`` on the first `put`, and compared with an
-            existing ``key.json`` (a mismatch raises ``ValueError``).
-        dim: Expected vector width; taken from the first shard or `put` when None.
+            existing ``key.json`` (see the module docstring for a mismatch).
+        dim: Expected vector width (shards of another width are removed); taken from the first shard or
+            `put` when None.
     """
 
     def __init__(self, directory: str | Path, *, key: dict | None = None, dim: int | None = None) -> None:
         self.directory = Path(directory)
         self.key = _jsonable(key) if key is not None else None
         self.dim = dim
+        self._dim_given = dim is not None
         self._rows: dict[str, tuple[np.ndarray, int]] = {}
         self._loaded: set[str] = set()
         self._load_done = False
@@ -204,11 +231,23 @@ class EmbeddingCache:
         self._ensure_loaded()
         self._check_dim(vectors.shape[1], "put")
         vectors = np.array(vectors, dtype=np.float32, order="C", copy=True)  # the index keeps it read-only
+        finite = np.isfinite(vectors).all(axis=1)
+        if not finite.all():
+            logger.warning(
+                "cache: not storing %d of %d vectors with NaN or inf values (they are embedded again next time)",
+                int((~finite).sum()),
+                len(hashes),
+            )
+            hashes = [h for h, ok in zip(hashes, finite.tolist(), strict=True) if ok]
+            vectors = np.ascontiguousarray(vectors[finite])
+            if not hashes:
+                return None
+        self._usable_shard_dir()
         self.shard_dir.mkdir(parents=True, exist_ok=True)
         self._write_key_file()
         stamp = f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         final = self.shard_dir / f"{stamp}{SHARD_SUFFIX}"
-        _atomic_write_npz(final, self.shard_dir / f".{stamp}{TEMP_SUFFIX}", hashes, vectors)
+        _atomic_write_npz(final, self.shard_dir / f".{stamp}.{host_tag()}{TEMP_SUFFIX}", hashes, vectors)
         self._loaded.add(final.name)
         self._index(np.array(hashes), vectors)
         return final
@@ -237,22 +276,54 @@ class EmbeddingCache:
     def _ensure_loaded(self) -> None:
         if self._load_done:
             return
-        if self.shard_dir.is_dir():
+        if self._usable_shard_dir():
             for path in sorted(self.shard_dir.iterdir()):
                 name = path.name
                 if name.endswith(TEMP_SUFFIX):
-                    logger.warning("cache: ignoring leftover temp file %s (an interrupted write)", path)
+                    if (reason := _stale_temp_reason(path)) is not None:
+                        logger.warning(
+                            "cache: removing stale temp file %s (an interrupted write; %s)", path, reason
+                        )
+                        _remove_quietly(path)
                     continue
                 if not name.endswith(SHARD_SUFFIX) or name.startswith(".") or name in self._loaded:
                     continue
-                loaded = _read_shard(path)
                 self._loaded.add(name)
-                if loaded is None:
+                try:
+                    hashes, vectors = _read_shard(path)
+                except FileNotFoundError:
+                    logger.debug("cache: shard %s vanished while being read (compacted?)", path)
                     continue
-                hashes, vectors = loaded
+                except Exception as err:  # truncated zip, missing member, wrong dtypes...
+                    self._drop_shard(path, f"unreadable: {type(err).__name__}: {err}")
+                    continue
+                if not np.isfinite(vectors).all():
+                    self._drop_shard(path, "it holds NaN or inf values")
+                    continue
+                if self.dim is not None and vectors.shape[1] != self.dim:
+                    problem = f"its vectors have width {vectors.shape[1]}, this cache's have width {self.dim}"
+                    if self._dim_given:
+                        self._drop_shard(path, problem)
+                    else:
+                        logger.warning("cache: skipping shard %s (%s)", path, problem)
+                    continue
                 self._check_dim(vectors.shape[1], f"shard {path}")
                 self._index(hashes, vectors)
         self._load_done = True
+
+    def _drop_shard(self, path: Path, problem: str) -> None:
+        logger.warning("cache: removing unusable shard %s (%s); its texts are embedded again", path, problem)
+        _remove_quietly(path)
+
+    def _usable_shard_dir(self) -> bool:
+        """True when ``shards/`` is a folder; anything else in its place is removed (with a warning)."""
+        shard_dir = self.shard_dir
+        if shard_dir.is_dir():
+            return True
+        if shard_dir.exists() or shard_dir.is_symlink():
+            logger.warning("cache: %s is not a folder; removing it (every text is a miss)", shard_dir)
+            remove_path(shard_dir)
+        return False
 
     def _index(self, hashes: np.ndarray, vectors: np.ndarray) -> None:
         vectors.setflags(write=False)
@@ -269,28 +340,47 @@ class EmbeddingCache:
             )
 
     def _check_key_file(self) -> None:
+        """Compares ``key.json`` with the key; repairs it or raises (see the module docstring)."""
         path = self.directory / "key.json"
-        if not path.is_file():
+        if not (path.exists() or path.is_symlink()):
             return
         try:
             existing = json.loads(path.read_text())
         except (OSError, ValueError) as err:
-            logger.warning("cache: cannot read %s (%s); not checking the key", path, err)
-            return
-        if _canonical_json(existing) != _canonical_json(self.key):
+            existing, problem = None, f"cannot be read ({type(err).__name__}: {err})"
+        else:
+            if _canonical_json(existing) == _canonical_json(self.key):
+                return
+            fields = set(existing) | set(self.key) if isinstance(existing, dict) else set(self.key)
             differing = sorted(
                 k
-                for k in set(existing) | set(self.key)
-                if _canonical_json(existing.get(k)) != _canonical_json(self.key.get(k))
+                for k in fields
+                if not isinstance(existing, dict)
+                or _canonical_json(existing.get(k)) != _canonical_json(self.key.get(k))
             )
-            raise ValueError(f"{path} holds a different key (fields {differing}); refusing to mix vectors")
+            problem = f"holds a different key (fields {differing})"
+        if existing is not None and self.directory.name != key_digest(self.key)[:KEY_DIGITS]:
+            raise ValueError(f"{path} {problem}; refusing to mix vectors")
+        shards = sorted(self.shard_dir.glob(f"*{SHARD_SUFFIX}")) if self.shard_dir.is_dir() else []
+        logger.warning(
+            "cache: %s %s, but the folder is this key's; rewriting it and removing the %d shards there "
+            "(they cannot be trusted; their texts are embedded again)",
+            path,
+            problem,
+            len(shards),
+        )
+        for shard in shards:
+            _remove_quietly(shard)
+        self._write_key_file(replace=True)
 
-    def _write_key_file(self) -> None:
+    def _write_key_file(self, *, replace: bool = False) -> None:
         if self.key is None:
             return
         path = self.directory / "key.json"
-        if path.exists():
+        if path.exists() and not replace:
             return
+        if path.is_dir() and not path.is_symlink():
+            remove_path(path)
         tmp = self.directory / f".key-{uuid.uuid4().hex[:8]}.json.tmp"
         try:
             tmp.write_text(json.dumps(self.key, indent=2, sort_keys=True) + "\n")
@@ -398,22 +488,35 @@ def _atomic_write_npz(final: Path, tmp: Path, hashes: list[str], vectors: np.nda
     _fsync_dir(final.parent)
 
 
-def _read_shard(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(hashes, vectors)`` of a shard, or None (with a warning) when it cannot be read."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            hashes = np.asarray(data["hashes"])
-            vectors = np.asarray(data["vectors"])
-        if hashes.dtype.kind != "U" or hashes.ndim != 1:
-            raise ValueError(f"hashes has dtype {hashes.dtype} and shape {hashes.shape}")
-        if vectors.dtype != np.float32 or vectors.ndim != 2 or len(vectors) != len(hashes):
-            raise ValueError(
-                f"vectors has dtype {vectors.dtype} and shape {vectors.shape} for {len(hashes)} hashes"
-            )
-    except Exception as err:  # truncated zip, missing member, a file removed by compact() meanwhile...
-        logger.warning("cache: ignoring unreadable shard %s (%s: %s)", path, type(err).__name__, err)
-        return None
+def _read_shard(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``(hashes, vectors)`` of a shard; raises when it cannot be read or has the wrong fields or dtypes."""
+    with np.load(path, allow_pickle=False) as data:
+        hashes = np.asarray(data["hashes"])
+        vectors = np.asarray(data["vectors"])
+    if hashes.dtype.kind != "U" or hashes.ndim != 1:
+        raise ValueError(f"hashes has dtype {hashes.dtype} and shape {hashes.shape}")
+    if vectors.dtype != np.float32 or vectors.ndim != 2 or len(vectors) != len(hashes):
+        raise ValueError(
+            f"vectors has dtype {vectors.dtype} and shape {vectors.shape} for {len(hashes)} hashes"
+        )
     return hashes, vectors
+
+
+def _stale_temp_reason(path: Path) -> str | None:
+    """Why the temp file ``path`` is stale, or None while its writer may still rename it."""
+    parsed = _TEMP_NAME.fullmatch(path.name)
+    if parsed is not None and parsed["host"] == host_tag():
+        pid = int(parsed["pid"])
+        state = "alive" if pid == os.getpid() else pid_state(pid)  # another thread of ours may be writing
+        if state == "dead":
+            return f"process {pid} is gone"
+        if state == "alive":
+            return None
+    try:
+        idle = time.time() - path.stat().st_mtime
+    except OSError:
+        return None  # renamed or removed meanwhile
+    return f"unchanged for {idle / 3600:.1f} h" if idle > STALE_TEMP_S else None
 
 
 def _remove_quietly(path: Path) -> None:

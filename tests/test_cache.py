@@ -1,10 +1,15 @@
-"""The on-disk embedding cache: keys, hits, resume after a crash, corrupt shards, atomic writes."""
+"""The on-disk embedding cache: keys, hits, resume after a crash, atomic writes, and every unusable shard
+(unreadable, NaN, wrong width, damaged key.json, ``shards`` not a folder, stale temp files) as a miss."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -19,6 +24,7 @@ from llm_collapse.cache import (
     key_digest,
     text_hash,
 )
+from llm_collapse.utils.procs import host_tag, pid_state
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven old owls watch from the barn".split()
 # 17 distinct texts of different lengths: with batch_size=3 that is 6 batches.
@@ -52,6 +58,39 @@ def _count_rows(monkeypatch, embedder, *, fail_after: int | None = None) -> list
 
 def _shard_files(cache: EmbeddingCache) -> list[str]:
     return sorted(p.name for p in cache.shard_dir.iterdir()) if cache.shard_dir.is_dir() else []
+
+
+def _clean_run(embedder, tmp_path):
+    return encode_cached(
+        embedder, TEXTS, cache=cache_for(embedder, root=tmp_path / "clean"), batch_size=BATCH
+    )
+
+
+def _recover(embedder, root, monkeypatch, caplog) -> tuple[np.ndarray, int, list[str]]:
+    """Two runs on ``root`` (new cache objects, as new processes): returns the first run's vectors, how many
+    texts it embedded and its warnings, after checking the second run embeds and warns about nothing."""
+    rows = _count_rows(monkeypatch, embedder)
+
+    def run() -> tuple[np.ndarray, list[str]]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="llm_collapse.cache"):
+            out = encode_cached(embedder, TEXTS, cache=cache_for(embedder, root=root), batch_size=BATCH)
+        return out, [r.getMessage() for r in caplog.records if r.name == "llm_collapse.cache"]
+
+    first, warnings = run()
+    embedded = sum(rows)
+    second, again = run()
+    assert again == [], "the second run warned again"
+    assert sum(rows) == embedded, "the second run embedded again"
+    assert np.array_equal(first, second)
+    return first, embedded, warnings
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert pid_state(child.pid) == "dead"
+    return child.pid
 
 
 def test_second_call_embeds_nothing_and_returns_identical_arrays(embedder, tmp_path, monkeypatch, caplog):
@@ -206,27 +245,28 @@ def test_resume_after_crash(embedder, tmp_path, monkeypatch):
     assert len(cache_for(embedder, root=root)) == len(TEXTS)
 
 
-def test_leftover_temp_and_truncated_shard_are_skipped(embedder, tmp_path, monkeypatch, caplog):
-    cache = cache_for(embedder, root=tmp_path)
-    reference = encode_cached(embedder, TEXTS, cache=cache, batch_size=BATCH)
+def test_unreadable_shards_are_recomputed_removed_and_warned_once(embedder, tmp_path, monkeypatch, caplog):
+    reference = _clean_run(embedder, tmp_path)
+    root = tmp_path / "broken"
+    cache = cache_for(embedder, root=root)
+    encode_cached(embedder, TEXTS, cache=cache, batch_size=BATCH)
     shards = sorted(cache.shard_dir.glob("*.npz"))
-    victim = shards[1]
+    victim, wrong_dtype = shards[1], shards[3]
     data = victim.read_bytes()
-    lost = len(np.load(victim)["hashes"])
-    (cache.shard_dir / f".leftover{cache_mod.TEMP_SUFFIX}").write_bytes(data[: len(data) // 3])
+    lost = len(np.load(victim)["hashes"]) + len(np.load(wrong_dtype)["hashes"])
     victim.write_bytes(data[: len(data) // 2])  # as if truncated by a disk problem
+    with np.load(wrong_dtype) as shard:
+        np.savez(wrong_dtype, hashes=shard["hashes"], vectors=shard["vectors"].astype(np.float64))
     (cache.shard_dir / "not-a-zip.npz").write_bytes(b"garbage")
 
-    fresh = cache_for(embedder, root=tmp_path)
-    with caplog.at_level(logging.WARNING, logger="llm_collapse.cache"):
-        assert len(fresh) == len(TEXTS) - lost
-    assert "leftover temp file" in caplog.text and ".leftover" in caplog.text
-    assert f"unreadable shard {victim}" in caplog.text and "not-a-zip.npz" in caplog.text
-
-    rows = _count_rows(monkeypatch, embedder)
-    again = encode_cached(embedder, TEXTS, cache=fresh, batch_size=BATCH)
-    assert sum(rows) == lost
-    np.testing.assert_allclose(again, reference, atol=1e-6)
+    out, embedded, warnings = _recover(embedder, root, monkeypatch, caplog)
+    assert embedded == lost
+    np.testing.assert_allclose(out, reference, atol=1e-6)
+    assert len(warnings) == 3 and all("removing unusable shard" in w for w in warnings)
+    assert any(str(victim) in w for w in warnings) and any("not-a-zip.npz" in w for w in warnings)
+    assert any("float64" in w for w in warnings)
+    assert not victim.exists() and not wrong_dtype.exists()
+    assert not (cache.shard_dir / "not-a-zip.npz").exists()
 
 
 def test_crash_during_put_leaves_no_partial_shard(embedder, tmp_path, monkeypatch, caplog):
@@ -246,9 +286,10 @@ def test_crash_during_put_leaves_no_partial_shard(embedder, tmp_path, monkeypatc
     names = _shard_files(cache)
     assert names and all(n.endswith(cache_mod.TEMP_SUFFIX) for n in names)
     assert not list(cache.shard_dir.glob("*.npz"))
+    # The temp file's writer (this process) is alive, so a reader leaves it alone, without a warning.
     with caplog.at_level(logging.WARNING, logger="llm_collapse.cache"):
         assert cache_for(embedder, root=tmp_path).get(hashes) == {}
-    assert "leftover temp file" in caplog.text
+    assert caplog.text == "" and _shard_files(cache) == names
 
     # A failed rename cleans its temp file up.
     def no_replace(src, dst):
@@ -284,16 +325,38 @@ def test_overwrite_recomputes_everything(embedder, tmp_path, monkeypatch):
         assert np.array_equal(fresh.get([h])[h], data["vectors"][0])
 
 
-def test_dimension_mismatch_raises(embedder, tmp_path):
+def test_dimension_mismatch_in_put_raises(embedder, tmp_path):
     cache = cache_for(embedder, root=tmp_path)
     with pytest.raises(ValueError, match="width"):
         cache.put(["a"], np.ones((1, embedder.dim + 1), dtype=np.float32))
     with pytest.raises(ValueError, match="shape"):
         cache.put(["a", "b"], np.ones((1, embedder.dim), dtype=np.float32))
-    # A foreign shard of another width in the folder is an error, not a silent mix.
-    EmbeddingCache(cache.directory).put(["b"], np.ones((1, embedder.dim + 2), dtype=np.float32))
-    with pytest.raises(ValueError, match="width"):
-        len(cache_for(embedder, root=tmp_path))
+
+
+def test_wrong_width_shard_is_recomputed_and_removed(embedder, tmp_path, monkeypatch, caplog):
+    reference = _clean_run(embedder, tmp_path)
+    root = tmp_path / "wide"
+    cache = cache_for(embedder, root=root)
+    encode_cached(embedder, TEXTS, cache=cache, batch_size=BATCH)
+    victim = sorted(cache.shard_dir.glob("*.npz"))[2]
+    with np.load(victim) as shard:
+        hashes = shard["hashes"]
+    wide = np.full((len(hashes), embedder.dim + 2), (embedder.dim + 2) ** -0.5, dtype=np.float32)
+    np.savez(victim, hashes=hashes, vectors=wide)
+
+    out, embedded, warnings = _recover(embedder, root, monkeypatch, caplog)
+    assert embedded == len(hashes)
+    np.testing.assert_allclose(out, reference, atol=1e-6)
+    assert len(warnings) == 1 and "width" in warnings[0] and str(victim) in warnings[0]
+    assert not victim.exists()
+
+    # Without a known width (no embedder) nothing says which width is wrong: skipped, kept, not raised.
+    foreign = cache.shard_dir / "zz-foreign.npz"  # sorts after the others: read last
+    np.savez(foreign, hashes=np.array(["b"]), vectors=np.ones((1, embedder.dim + 2), dtype=np.float32))
+    bare = EmbeddingCache(cache.directory)
+    with caplog.at_level(logging.WARNING, logger="llm_collapse.cache"):
+        assert len(bare) == len(TEXTS) and bare.dim == embedder.dim
+    assert f"skipping shard {foreign}" in caplog.text and foreign.exists()
 
 
 def test_key_file_mismatch_and_compact(embedder, tmp_path):
@@ -305,6 +368,122 @@ def test_key_file_mismatch_and_compact(embedder, tmp_path):
     assert _shard_files(cache) == [merged.name]
     again = encode_cached(embedder, TEXTS, cache=cache_for(embedder, root=tmp_path), batch_size=BATCH)
     assert np.array_equal(out, again)
+
+
+def test_nan_shard_is_recomputed_and_removed(embedder, tmp_path, monkeypatch, caplog):
+    reference = _clean_run(embedder, tmp_path)
+    root = tmp_path / "nan"
+    cache = cache_for(embedder, root=root)
+    encode_cached(embedder, TEXTS, cache=cache, batch_size=BATCH)
+    victim = sorted(cache.shard_dir.glob("*.npz"))[1]
+    with np.load(victim) as shard:
+        hashes, vectors = shard["hashes"], shard["vectors"].copy()
+    vectors[1, 0] = np.nan
+    vectors[2, 3] = np.inf
+    np.savez(victim, hashes=hashes, vectors=vectors)
+
+    out, embedded, warnings = _recover(embedder, root, monkeypatch, caplog)
+    assert embedded == len(hashes)  # the whole shard, its finite rows too: it cannot be trusted
+    np.testing.assert_allclose(out, reference, atol=1e-6)
+    assert len(warnings) == 1 and "NaN or inf" in warnings[0] and str(victim) in warnings[0]
+    assert not victim.exists()
+
+
+def test_put_leaves_non_finite_rows_out(embedder, tmp_path, caplog):
+    cache = cache_for(embedder, root=tmp_path)
+    vectors = np.eye(3, embedder.dim, dtype=np.float32)
+    vectors[1, 0] = np.nan
+    with caplog.at_level(logging.WARNING, logger="llm_collapse.cache"):
+        shard = cache.put(["x", "y", "z"], vectors)
+    assert "not storing 1 of 3 vectors" in caplog.text
+    with np.load(shard) as data:
+        assert data["hashes"].tolist() == ["x", "z"]
+    fresh = cache_for(embedder, root=tmp_path)
+    assert set(fresh.get(["x", "y", "z"])) == {"x", "z"}
+    assert cache.put(["y"], vectors[1:2]) is None
+
+
+@pytest.mark.parametrize("damage", ["edited", "unreadable"])
+def test_damaged_key_file_is_rewritten_and_its_shards_dropped(
+    embedder, tmp_path, monkeypatch, caplog, damage
+):
+    reference = _clean_run(embedder, tmp_path)
+    root = tmp_path / "keyed"
+    cache = cache_for(embedder, root=root)
+    encode_cached(embedder, TEXTS, cache=cache, batch_size=BATCH)
+    key_file = cache.directory / "key.json"
+    if damage == "edited":
+        key_file.write_text(json.dumps({**cache.key, "max_length": 7}))
+    else:
+        key_file.write_text('{"name": "trunc')
+
+    out, embedded, warnings = _recover(embedder, root, monkeypatch, caplog)
+    assert embedded == len(TEXTS)  # the shards there are not trusted
+    np.testing.assert_allclose(out, reference, atol=1e-6)
+    assert len(warnings) == 1 and str(key_file) in warnings[0]
+    assert ("different key (fields ['max_length'])" if damage == "edited" else "cannot be read") in warnings[
+        0
+    ]
+    assert json.loads(key_file.read_text()) == cache_key(embedder)
+
+
+def test_shards_that_is_a_file_is_replaced(embedder, tmp_path, monkeypatch, caplog):
+    reference = _clean_run(embedder, tmp_path)
+    root = tmp_path / "flat"
+    cache = cache_for(embedder, root=root)
+    encode_cached(embedder, TEXTS, cache=cache, batch_size=BATCH)
+    shutil.rmtree(cache.shard_dir)
+    cache.shard_dir.write_text("not a folder\n")
+
+    out, embedded, warnings = _recover(embedder, root, monkeypatch, caplog)
+    assert embedded == len(TEXTS)
+    np.testing.assert_allclose(out, reference, atol=1e-6)
+    assert len(warnings) == 1 and "is not a folder" in warnings[0]
+    assert cache.shard_dir.is_dir()
+
+
+def test_stale_temp_files_are_removed_and_live_ones_kept(embedder, tmp_path, monkeypatch, caplog):
+    reference = _clean_run(embedder, tmp_path)
+    root = tmp_path / "killed"
+    cache = cache_for(embedder, root=root)
+    encode_cached(embedder, TEXTS, cache=cache, batch_size=BATCH)
+    # A writer killed between writing and renaming: its shard exists only as a temp file.
+    victim = sorted(cache.shard_dir.glob("*.npz"))[1]
+    lost = len(np.load(victim)["hashes"])
+    host, dead = host_tag(), _dead_pid()
+    data = victim.read_bytes()
+    victim.unlink()
+
+    def temp(pid, *, host=host, age=0.0, name=None):
+        path = cache.shard_dir / (
+            name or f".{time.time_ns():020d}-{pid}-0000abcd.{host}{cache_mod.TEMP_SUFFIX}"
+        )
+        path.write_bytes(data)
+        when = time.time() - age
+        os.utime(path, (when, when))
+        return path
+
+    hour = cache_mod.STALE_TEMP_S
+    stale = {
+        "dead writer": temp(dead),
+        "old, other host": temp(dead, host="elsewhere", age=2 * hour),
+        "old, no host": temp(dead, name=f".leftover{cache_mod.TEMP_SUFFIX}", age=2 * hour),
+    }
+    kept = {
+        "live writer": temp(os.getppid(), age=2 * hour),  # alive wins over age
+        "this process": temp(os.getpid()),
+        "fresh, other host": temp(dead, host="elsewhere"),
+        "fresh, no host": temp(dead, name=f".fresh{cache_mod.TEMP_SUFFIX}"),
+    }
+
+    out, embedded, warnings = _recover(embedder, root, monkeypatch, caplog)
+    assert embedded == lost
+    np.testing.assert_allclose(out, reference, atol=1e-6)
+    assert len(warnings) == len(stale) and all("removing stale temp file" in w for w in warnings)
+    for path in stale.values():
+        assert not path.exists() and any(str(path) in w for w in warnings)
+    assert all(path.exists() for path in kept.values())
+    assert any(f"process {dead} is gone" in w for w in warnings)
 
 
 def test_default_root_is_cache_root(embedder, tmp_path, monkeypatch):
