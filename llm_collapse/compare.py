@@ -9,7 +9,8 @@ Usage::
     torchrun --nproc_per_node 2 -m llm_collapse.compare ...   # or: accelerate launch -m llm_collapse.compare ...
 
 Flags override the YAML file, which overrides the defaults; the resolved configuration is saved in run.json.
-Exit codes: 0 done, 2 bad input (one line on stderr, nothing written).
+Exit codes: 0 done; 2 bad input (one line on stderr; checked before any model loads, nothing written);
+130 interrupted (rerun the same command to resume from the embedding cache).
 """
 
 from __future__ import annotations
@@ -19,13 +20,12 @@ import logging
 import os
 import sys
 
-from llm_collapse.config import CompareConfig, ConfigError, add_arguments, cli_values
+from llm_collapse.config import CompareConfig, add_arguments, cli_values
+from llm_collapse.utils.cli import ArgumentParser, run_command, say, setup_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m llm_collapse.compare", description=__doc__.split("\n\n")[0]
-    )
+    parser = ArgumentParser(prog="python -m llm_collapse.compare", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     parser.add_argument("--config", help="YAML file with any of the options above")
     parser.add_argument(
@@ -41,32 +41,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
-    for noisy in ("transformers", "huggingface_hub", "urllib3", "httpx", "matplotlib", "PIL"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    from llm_collapse.interventions import InterventionError
-    from llm_collapse.registry import UnknownNameError
-    from llm_collapse.runner import RunDirectoryError, run_comparison
+    setup_logging(logging.DEBUG if args.verbose else logging.INFO, timestamps=True)
+    return run_command(lambda: _compare(args))
 
-    try:
-        config = CompareConfig.from_sources(cli_values(args), args.config)
-        if args.dry_run:
-            from llm_collapse.plan import describe_plan
 
-            print(describe_plan(config))
-            return 0
-        out = run_comparison(config, overwrite=args.overwrite, report=not args.no_report)
-    except (ConfigError, InterventionError, UnknownNameError, RunDirectoryError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+def _compare(args: argparse.Namespace) -> int:
+    from llm_collapse.runner import run_comparison
+
+    config = CompareConfig.from_sources(cli_values(args), args.config)
+    if args.dry_run:
+        from llm_collapse.plan import describe_plan
+        from llm_collapse.preflight import preflight
+
+        documents = preflight(config, overwrite=args.overwrite, report=not args.no_report)  # as the run would
+        say(describe_plan(config, documents))
+        return 0
+    out = run_comparison(config, overwrite=args.overwrite, report=not args.no_report)
     if os.environ.get("RANK", "0") == "0":  # under torchrun/accelerate only rank 0 writes and reports
-        print(f"results: {out / 'results.parquet'}")
+        say(f"results: {out / 'results.parquet'}")
         if not args.no_report:
-            print(f"report:  {out / 'report.html'}")
+            say(f"report:  {out / 'report.html'}")
     return 0
 
 

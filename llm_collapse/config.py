@@ -15,7 +15,9 @@ from pathlib import Path
 
 from llm_collapse.adapters import resolve_spec
 from llm_collapse.backends import BACKENDS
+from llm_collapse.backends.device import DTYPE_NAMES
 from llm_collapse.backends.hf import QUANTIZATIONS
+from llm_collapse.errors import UserError
 from llm_collapse.interventions import parse_interventions
 from llm_collapse.pooling import POOLINGS
 
@@ -24,7 +26,7 @@ DEFAULT_LABELS = {"sotu": "party", "movie_reviews": "sentiment", "kjv": "testame
 _HASHED_IF_SET: tuple[str, ...] = ("pooling",)  # options that enter run_id only when set (see run_id)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration value that is not allowed; the message is one line."""
 
 
@@ -77,27 +79,55 @@ class CompareConfig:
     # --- resolution and validation --------------------------------------------------------------------
 
     def validate(self) -> CompareConfig:
-        """Checks every value; raises `ConfigError` (one line) or the registries' unknown-name errors."""
-        if not self.models:
-            raise ConfigError("--models is empty; name at least one embedder")
+        """Checks every value that needs no file, model or package; raises a one-line `UserError`.
+
+        Environment checks (paths, writable folders, installed backends, corpus contents) are in
+        `llm_collapse.preflight`, which runs before any model loads.
+        """
+        check_types(vars(self), source="configuration")
+        for name in ("models", "methods", "tasks"):
+            if not getattr(self, name):
+                raise ConfigError(f"--{name} is empty; name at least one (e.g. --{name} {_EXAMPLES[name]})")
+        canonical = {}
         for name in self.models:
-            resolve_spec(name)  # UnknownNameError with a suggestion
+            try:
+                spec, _ = resolve_spec(name)  # UnknownNameError with a suggestion
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
+            if spec.name in canonical:
+                raise ConfigError(
+                    f"--models names {spec.name!r} twice ({canonical[spec.name]!r} and {name!r}); list each once"
+                )
+            canonical[spec.name] = name
         for path_name in self.model_paths:
             if path_name not in self.models:
                 raise ConfigError(f"--model-path names {path_name!r}, which is not in --models {self.models}")
+        slugs: dict[str, str] = {}
         for method in self.methods:
-            parse_interventions(method)  # InterventionError naming the parameter
+            slug = parse_interventions(method).slug  # InterventionError naming the parameter
+            if slug in slugs:
+                raise ConfigError(
+                    f"--methods {slugs[slug]!r} and {method!r} are the same intervention ({slug}); list it once"
+                )
+            slugs[slug] = method
         for task in self.tasks:
             if task not in TASKS:
                 raise ConfigError(f"Unknown task {task!r}; available: {', '.join(TASKS)}")
+        if len(set(self.tasks)) < len(self.tasks):
+            raise ConfigError(f"--tasks lists a task twice ({','.join(self.tasks)}); list each once")
         from llm_collapse.data import CORPORA
 
-        if not self.corpus.startswith("folder:"):
+        if self.corpus.startswith("folder:"):
+            if not self.corpus.removeprefix("folder:").strip():
+                raise ConfigError("--corpus folder: needs a path, e.g. --corpus folder:/data/my_texts")
+        else:
             CORPORA.get(self.corpus)
-        if not self.lengths or any(not isinstance(n, int) or n < 8 for n in self.lengths):
+        if not self.lengths or any(n < 8 for n in self.lengths):
             raise ConfigError(f"--lengths must be integers >= 8, got {self.lengths}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"Unknown backend {self.backend!r}; available: {', '.join(BACKENDS)}")
+        if self.dtype is not None and self.dtype not in DTYPE_NAMES:
+            raise ConfigError(f"Unknown --dtype {self.dtype!r}; allowed: {', '.join(DTYPE_NAMES)}")
         if self.quant is not None and self.quant not in QUANTIZATIONS:
             raise ConfigError(f"Unknown --quant {self.quant!r}; allowed: {', '.join(QUANTIZATIONS)}")
         if self.pooling is not None and self.pooling not in POOLINGS:
@@ -111,6 +141,8 @@ class CompareConfig:
             raise ConfigError(
                 f"the knn task needs --label for corpus {self.corpus!r} (sotu: party, movie_reviews: sentiment)"
             )
+        if not self.out.strip():
+            raise ConfigError("--out is empty; give a run folder, e.g. --out reports/my_run")
         self.lengths = sorted(set(self.lengths))
         return self
 
@@ -144,19 +176,81 @@ class CompareConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ConfigError(f"unknown configuration keys {unknown}; allowed: {sorted(known)}")
+        check_types(values, source=f"--config {yaml_path!r}" if yaml_path else "configuration")
         return cls(**values).validate()
 
 
 def _read_yaml(path: str) -> dict:
+    """The YAML file's mapping with ``-`` in keys read as ``_``; every problem is one `ConfigError` line."""
     import yaml
 
     file = Path(path)
     if not file.is_file():
-        raise ConfigError(f"--config {path!r} does not exist")
-    data = yaml.safe_load(file.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"--config {path!r} must hold a mapping of option: value")
+        raise ConfigError(
+            f"--config {path!r} does not exist (or is not a file); give the path of a YAML file"
+        )
+    try:
+        data = yaml.safe_load(file.read_bytes().decode("utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"--config {path!r} is not UTF-8 text (byte {err.start}); save it as UTF-8"
+        ) from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ConfigError(f"--config {path!r} is not valid YAML{line}: {problem}") from None
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise ConfigError(f"--config {path!r} must hold a mapping of option: value, e.g. 'models: [minilm]'")
     return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def check_types(values: dict, *, source: str) -> None:
+    """Raises `ConfigError` for the first value whose type differs from its `CompareConfig` field.
+
+    Strict on purpose: YAML's ``8.5``, ``true`` or ``"8"`` are not silently coerced to integers, and a bare
+    string is not a list (``models: minilm`` must be ``models: [minilm]``).
+    """
+    for f in fields(CompareConfig):
+        if f.name not in values:
+            continue
+        value, expected = values[f.name], _FIELD_TYPES[f.type]
+        if not expected[1](value):
+            raise ConfigError(
+                f"{source} value {f.name}: {value!r} ({_type_name(value)}) must be {expected[0]}"
+            )
+
+
+def _type_name(value) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_str(value) -> bool:
+    return isinstance(value, str)
+
+
+_FIELD_TYPES = {
+    "list[str]": (
+        "a list of strings, e.g. [a, b]",
+        lambda v: isinstance(v, list) and all(_is_str(x) and x.strip() for x in v),
+    ),
+    "list[int]": (
+        "a list of integers, e.g. [64, 128]",
+        lambda v: isinstance(v, list) and all(map(_is_int, v)),
+    ),
+    "int": ("an integer", _is_int),
+    "str": ("a string", _is_str),
+    "str | None": ("a string (or null for the default)", lambda v: v is None or _is_str(v)),
+    "dict[str, str]": (
+        "a mapping of name: path",
+        lambda v: isinstance(v, dict) and all(_is_str(k) and _is_str(x) for k, x in v.items()),
+    ),
+}
+_EXAMPLES = {"models": "minilm", "methods": "base", "tasks": "collapse"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

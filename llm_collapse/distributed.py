@@ -16,6 +16,7 @@ import os
 from llm_collapse.cache import cache_for, encode_cached
 from llm_collapse.config import CompareConfig
 from llm_collapse.interventions import InterventionError
+from llm_collapse.tasks.inputs import RunInputs
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +37,15 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def embed_share(config: CompareConfig, rank: int, world_size: int, *, overwrite: bool = False) -> int:
+def embed_share(
+    config: CompareConfig, inputs: RunInputs, rank: int, world_size: int, *, overwrite: bool = False
+) -> int:
     """Embeds this rank's share of every text of the run into the cache; returns how many texts it embedded."""
     from llm_collapse.runner import load_for_run
-    from llm_collapse.tasks.inputs import build_inputs
 
-    inputs, done = None, 0
+    done = 0
     for model_name in config.models:
         embedder = load_for_run(model_name, config)
-        inputs = inputs or build_inputs(config, embedder.tokenizer)
         documents = [t.text for t in inputs.binned]
         queries: list[str] = []
         for tasks in inputs.retrieval.values():

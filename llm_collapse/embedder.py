@@ -83,8 +83,8 @@ class Embedder:
         self.spec = spec
         self.backend = backend
         self.max_length = max_length
-        self.batch_size = batch_size
-        self.max_tokens_per_batch = max_tokens_per_batch
+        self.batch_size = check_count("batch_size", batch_size)
+        self.max_tokens_per_batch = check_count("max_tokens_per_batch", max_tokens_per_batch)
         self.padding_side = "right"
         self.share_prefixes = True
         self.max_padding = MAX_PADDING
@@ -204,6 +204,8 @@ class Embedder:
         positions in its root's row (left padding included), and a yield has at most
         ``max(batch, max_tokens_per_batch // width)`` rows.
         """
+        if batch_size is not None:
+            check_count("batch_size", batch_size)
         pooled_backend = getattr(self.backend, "returns_pooled", False)
         if output_hidden_states and pooled_backend:
             raise ValueError(
@@ -255,6 +257,11 @@ class Embedder:
                     pooled = pool(states, pool_mask.to(states.device), self.spec.pooling)
                     hidden_states = out.hidden_states
                 embeddings = torch.nn.functional.normalize(pooled, p=2, dim=-1).cpu()
+                if not torch.isfinite(embeddings).all():
+                    raise FloatingPointError(
+                        f"{self.name} [{self.interventions}]: the forward pass gave NaN/inf embeddings; "
+                        "try dtype='fp32' (fp16 overflows) or milder intervention parameters"
+                    )
                 tokens += int(attention_mask.sum())
                 bar.set_postfix_str(
                     f"{tokens / max(time.perf_counter() - started, 1e-9):,.0f} tok/s", refresh=False
@@ -354,6 +361,13 @@ class Embedder:
             attention[row, span] = 1
             pool_mask[row, span] = torch.tensor(item.pool_mask)
         return ids, attention, pool_mask
+
+
+def check_count(name: str, value) -> int:
+    """A positive integer argument (``batch_size``...); bools, floats and strings are refused."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
 
 
 def _as_text_list(texts: Iterable[str]) -> list[str]:

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from llm_collapse.bench import FlopModel
+from llm_collapse.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ MAX_TOKENS_PER_BATCH = 16384
 """`llm_collapse.load.load_embedder`'s default token budget per forward pass (the runner keeps it)."""
 
 
-class EstimateError(ValueError):
+class EstimateError(UserError, ValueError):
     """An estimate that cannot be made from the given input; the message is one line."""
 
 
@@ -544,16 +545,11 @@ def to_markdown(result: Estimate) -> str:
 # --------------------------------------------------------------------------------------------- CLI
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, like every other bad input
-        print(f"error: {message}", file=sys.stderr)  # noqa: T201
-        sys.exit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
     from llm_collapse.config import add_arguments
+    from llm_collapse.utils.cli import ArgumentParser
 
-    parser = _Parser(prog="python -m llm_collapse.estimate", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m llm_collapse.estimate", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     parser.add_argument(
         "--config", help="YAML file of a comparison (python -m llm_collapse.compare --config)"
@@ -569,24 +565,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from llm_collapse.config import CompareConfig, ConfigError, cli_values
-    from llm_collapse.interventions import InterventionError
-    from llm_collapse.registry import UnknownNameError
+    from llm_collapse.utils.cli import run_command, setup_logging
 
-    try:
-        config = CompareConfig.from_sources(cli_values(args), args.config)
-        assumptions = Assumptions(args.tflops, args.hbm_tbs, args.gpu_gib, args.overhead_gib)
-        text = to_markdown(estimate(config, assumptions))
-    except (ConfigError, EstimateError, InterventionError, UnknownNameError) as err:
-        print(f"error: {err}", file=sys.stderr)  # noqa: T201
-        return 2
-    print(text, end="")  # noqa: T201
+    args = build_parser().parse_args(argv)
+    setup_logging(logging.WARNING)
+    return run_command(lambda: _estimate(args))
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    from llm_collapse.config import CompareConfig, cli_values
+    from llm_collapse.results import write_text
+    from llm_collapse.utils.cli import check_writable_file, say
+
+    config = CompareConfig.from_sources(cli_values(args), args.config)
     if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(text)
-        print(f"wrote {args.markdown}")  # noqa: T201
+        check_writable_file(args.markdown, what="--markdown")
+    assumptions = Assumptions(args.tflops, args.hbm_tbs, args.gpu_gib, args.overhead_gib)
+    text = to_markdown(estimate(config, assumptions))
+    say(text.rstrip("\n"))
+    if args.markdown:
+        write_text(text, Path(args.markdown))
+        say(f"wrote {args.markdown}")
     return 0
 
 

@@ -13,24 +13,27 @@ import os
 
 from llm_collapse.adapters import resolve_spec
 from llm_collapse.adapters.echo import EchoFormat
-from llm_collapse.backends.weights import resolve_weights
+from llm_collapse.backends.weights import load_config, resolve_weights
 from llm_collapse.config import CompareConfig
+from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
 
 
-def describe_plan(config: CompareConfig) -> str:
-    from transformers import AutoTokenizer
-
+def describe_plan(config: CompareConfig, documents: list[Document] | None = None) -> str:
+    """The plan as text. Reads tokenizers and configs only: nothing is written, no GGUF is converted."""
+    from llm_collapse.backends.hf import load_tokenizer
     from llm_collapse.tasks.inputs import build_inputs
 
     specs = {name: resolve_spec(name) for name in config.models}
     weights = {
-        name: resolve_weights(spec.name, spec.hub_id, spec.source, config.model_paths.get(name) or implied)
+        name: resolve_weights(
+            spec.name, spec.hub_id, spec.source, config.model_paths.get(name) or implied, convert=False
+        )
         for name, (spec, implied) in specs.items()
     }
     first = config.models[0]
-    tokenizer = AutoTokenizer.from_pretrained(weights[first].directory, trust_remote_code=False)
-    inputs = build_inputs(config, tokenizer)
+    tokenizer = load_tokenizer(weights[first].directory, gguf_file=weights[first].gguf_file)
+    inputs = build_inputs(config, tokenizer, documents)
     texts = [t.text for t in inputs.binned]
     for tasks in inputs.retrieval.values():
         for task in tasks:
@@ -45,7 +48,7 @@ def describe_plan(config: CompareConfig) -> str:
     ]
     total = 0.0
     for name, (spec, _) in specs.items():
-        config_json = json.loads((weights[name].directory / "config.json").read_text())
+        config_json = load_config(weights[name])
         per_pass = _flops(config_json, texts, tokenizer, echo=isinstance(spec.input_format, EchoFormat))
         seconds = per_pass * len(config.methods) / (gflops * 1e9)
         total += seconds

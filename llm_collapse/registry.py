@@ -10,10 +10,12 @@ import difflib
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
+from llm_collapse.errors import UserError
+
 T = TypeVar("T")
 
 
-class UnknownNameError(KeyError):
+class UnknownNameError(UserError, KeyError):
     """Raised for a name that is not registered; ``str()`` is the plain one-line message."""
 
     def __str__(self) -> str:

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable
@@ -57,6 +58,23 @@ def write_results(rows: Iterable[dict], out_dir: Path) -> None:
     _atomic(out_dir / "results.csv", lambda path: frame.to_csv(path, index=False, float_format="%.6g"))
 
 
+REPORT_FILES: tuple[str, ...] = ("report.md", "report.html", "figures")
+
+
+def remove_report(out_dir: Path) -> None:
+    """Removes a run folder's report (report.md, report.html, figures/), so none outlives its results."""
+    for name in REPORT_FILES:
+        path = Path(out_dir) / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def write_text(text: str, path: Path) -> None:
+    _atomic(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
 def write_json(data: dict, path: Path) -> None:
     _atomic(
         path, lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
@@ -69,10 +87,17 @@ def _atomic(path: Path, write) -> None:
     os.close(handle)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the mode a plain open() would
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def environment() -> dict:

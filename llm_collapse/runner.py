@@ -14,6 +14,7 @@ is held: collapse embeddings (n x d per bin per method) and 0/1 vectors.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import time
@@ -22,22 +23,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import llm_collapse as lc
+from llm_collapse.adapters import resolve_spec
+from llm_collapse.backends.hf import load_tokenizer
+from llm_collapse.backends.weights import resolve_weights
 from llm_collapse.cache import cache_for
 from llm_collapse.config import CompareConfig
 from llm_collapse.interventions import InterventionError
-from llm_collapse.results import environment, write_json, write_results
+from llm_collapse.preflight import preflight
+from llm_collapse.results import environment, remove_report, write_json, write_results
+from llm_collapse.run_dir import open_run_dir
 from llm_collapse.tasks import TASK_RUNNERS, TaskContext
 from llm_collapse.tasks.base import BASE_METHOD, contrast_rows
-from llm_collapse.tasks.inputs import RunInputs, build_inputs
+from llm_collapse.tasks.inputs import build_inputs
 from llm_collapse.testing.checkpoints import is_tiny_random
 
 logger = logging.getLogger(__name__)
-
-MARKER = ".llm_collapse_run.json"
-
-
-class RunDirectoryError(ValueError):
-    """The output directory holds a different run."""
 
 
 @dataclass
@@ -48,29 +48,12 @@ class RunState:
     wall_time_s: dict[str, float] = field(default_factory=dict)
 
 
-def prepare_run_dir(config: CompareConfig, *, overwrite: bool) -> Path:
-    """Creates ``config.out``; refuses a directory that holds another run unless ``overwrite``."""
-    out = Path(config.out)
-    marker = out / MARKER
-    if marker.is_file():
-        import json
-
-        previous = json.loads(marker.read_text()).get("run_id")
-        if previous != config.run_id() and not overwrite:
-            raise RunDirectoryError(
-                f"{out} holds a different run ({previous}); pass --overwrite to replace it or choose another --out"
-            )
-    elif out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise RunDirectoryError(
-            f"{out} is not empty and holds no llm_collapse run; pass --overwrite or choose another --out"
-        )
-    out.mkdir(parents=True, exist_ok=True)
-    write_json({"run_id": config.run_id(), "config": config.to_dict()}, marker)
-    return out
-
-
 def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bool = True) -> Path:
     """Runs everything ``config`` asks for and returns the run directory.
+
+    Order: `preflight` (folders, paths, packages, corpus) and the inputs under the first model's tokenizer
+    come first, so bad input fails before any model loads and before ``--out`` or the cache is touched;
+    only then is the run marker written (`llm_collapse.run_dir.open_run_dir`).
 
     Under torchrun/accelerate with several processes, every rank first embeds its share of the texts into the
     cache (`llm_collapse.distributed`); rank 0 then runs the comparison from the cache and writes everything.
@@ -78,59 +61,68 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
     from llm_collapse.distributed import embed_share, world
 
     rank, world_size, dist = world()
-    out = prepare_run_dir(config, overwrite=overwrite) if rank == 0 else Path(config.out)
-    if world_size > 1:
-        embed_share(config, rank, world_size, overwrite=overwrite)
-        dist.wait_for_everyone()
-        if rank != 0:
-            return out
-        overwrite = False  # every embedding was just (re)computed by the ranks
     started, state = datetime.now(timezone.utc), RunState()
-    inputs: RunInputs | None = None
-    for model_name in config.models:
-        clock = time.perf_counter()
-        embedder = load_for_run(model_name, config)
-        state.wall_time_s[f"load:{model_name}"] = time.perf_counter() - clock
-        if inputs is None:
-            clock = time.perf_counter()
-            inputs = build_inputs(config, embedder.tokenizer)
-            state.wall_time_s["inputs"] = time.perf_counter() - clock
-        state.models[model_name] = {
-            "describe": embedder.describe(),
-            "tiny_random": is_tiny_random(embedder.backend.weights.directory),
-            "truncated": {},
-            "not_applicable": {},
-            "oom_retries": {},
-            "n_texts": inputs.n_texts(),
-        }
-        paired: dict[str, dict] = {}
-        for method in config.methods:
-            _run_cell(embedder, model_name, method, config, inputs, state, overwrite, paired)
-        state.rows += _contrasts(model_name, config, paired)
-        del embedder, paired
-        gc.collect()
     clock = time.perf_counter()
-    write_results(state.rows, out)
-    write_json(
-        {
-            "run_id": config.run_id(),
-            "config": config.to_dict(),
-            **environment(),
-            "started": started.isoformat(),
-            "finished": datetime.now(timezone.utc).isoformat(),
-            "wall_time_s": state.wall_time_s,
-            "inputs": inputs.describe() if inputs else {},
-            "models": state.models,
-            "notes": state.notes,
-        },
-        out / "run.json",
-    )
-    if report:
-        from llm_collapse.reporting import build_report
+    documents = preflight(config, overwrite=overwrite, report=report)
+    inputs = build_inputs(config, reference_tokenizer(config), documents)
+    state.wall_time_s["inputs"] = time.perf_counter() - clock
+    marked = open_run_dir(config.out, config.run_id(), config.to_dict()) if rank == 0 else None
+    with marked or contextlib.nullcontext(Path(config.out)) as out:
+        if world_size > 1:
+            embed_share(config, inputs, rank, world_size, overwrite=overwrite)
+            dist.wait_for_everyone()
+            if rank != 0:
+                return out
+            overwrite = False  # every embedding was just (re)computed by the ranks
+        for model_name in config.models:
+            clock = time.perf_counter()
+            embedder = load_for_run(model_name, config)
+            state.wall_time_s[f"load:{model_name}"] = time.perf_counter() - clock
+            state.models[model_name] = {
+                "describe": embedder.describe(),
+                "tiny_random": is_tiny_random(embedder.backend.weights.directory),
+                "truncated": {},
+                "not_applicable": {},
+                "oom_retries": {},
+                "n_texts": inputs.n_texts(),
+            }
+            paired: dict[str, dict] = {}
+            for method in config.methods:
+                _run_cell(embedder, model_name, method, config, inputs, state, overwrite, paired)
+            state.rows += _contrasts(model_name, config, paired)
+            del embedder, paired
+            gc.collect()
+        clock = time.perf_counter()
+        remove_report(out)  # whatever is written below, no report of an earlier run stays beside it
+        write_results(state.rows, out)
+        write_json(
+            {
+                "run_id": config.run_id(),
+                "config": config.to_dict(),
+                **environment(),
+                "started": started.isoformat(),
+                "finished": datetime.now(timezone.utc).isoformat(),
+                "wall_time_s": state.wall_time_s,
+                "inputs": inputs.describe(),
+                "models": state.models,
+                "notes": state.notes,
+            },
+            out / "run.json",
+        )
+        if report:
+            from llm_collapse.reporting import build_report
 
-        build_report([out], out)
-    state.wall_time_s["write"] = time.perf_counter() - clock
+            build_report([out], out)
+        state.wall_time_s["write"] = time.perf_counter() - clock
     return out
+
+
+def reference_tokenizer(config: CompareConfig):
+    """The first model's tokenizer, loaded without the model: it defines every text's length."""
+    name = config.models[0]
+    spec, implied = resolve_spec(name)
+    weights = resolve_weights(spec.name, spec.hub_id, spec.source, config.model_paths.get(name) or implied)
+    return load_tokenizer(weights.directory)
 
 
 def _contrasts(model_name: str, config: CompareConfig, paired: dict[str, dict]) -> list[dict]:

@@ -7,17 +7,18 @@ is written.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from llm_collapse.utils.cli import ArgumentParser, check_writable_dir, run_command, say, setup_logging
+
 DEFAULT_QUESTIONS = Path("experiments/study/questions.yaml")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m llm_collapse.study", description="Question-by-question report over several runs."
     )
     parser.add_argument("study_dir", type=Path, help="folder holding one run folder per ablation")
@@ -26,17 +27,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO)")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
-    from llm_collapse.reporting.study import StudyError, build_study
+    setup_logging(logging.INFO if args.verbose else logging.WARNING)
+    return run_command(lambda: _study(args))
 
-    try:
-        out = build_study(args.study_dir, args.questions)
-    except StudyError as err:
-        print(f"error: {err}", file=sys.stderr)  # noqa: T201
-        return 2
-    print(f"wrote {out['md']} and {out['html']}")  # noqa: T201
+
+def _study(args) -> int:
+    from llm_collapse.reporting.study import build_study
+
+    check_writable_dir(args.study_dir, what="STUDY_DIR")
+    out = build_study(args.study_dir, args.questions)  # StudyError (a UserError) for bad input
+    say(f"wrote {out['md']} and {out['html']}")
     return 0
 
 

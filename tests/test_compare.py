@@ -98,8 +98,7 @@ def test_interrupted_run_resumes_with_identical_results(tiny_e5_dir, tiny_gemma3
     monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache-resumed"))
     killed = _CountingForward(fail_after=straight.batches // 2)
     killed.install(monkeypatch)
-    with pytest.raises(KeyboardInterrupt):
-        main(_args(tiny_e5_dir, tiny_gemma3_dir, tmp_path / "resumed", "--no-report"))
+    assert main(_args(tiny_e5_dir, tiny_gemma3_dir, tmp_path / "resumed", "--no-report")) == 130
     assert not (tmp_path / "resumed" / "results.parquet").exists()  # nothing half-written
     again = _CountingForward()
     again.install(monkeypatch)

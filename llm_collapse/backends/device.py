@@ -21,6 +21,8 @@ DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "float": torch.float32,
 }
+DTYPE_NAMES: tuple[str, ...] = ("auto", *DTYPES)
+"""What ``dtype=`` / ``--dtype`` accepts as a string."""
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:

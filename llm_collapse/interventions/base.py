@@ -15,10 +15,12 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from llm_collapse.errors import UserError
+
 KINDS: tuple[str, ...] = ("attention", "rope", "window")
 
 
-class InterventionError(ValueError):
+class InterventionError(UserError, ValueError):
     """An intervention that cannot apply (bad value, unsupported architecture, nothing to act on)."""
 
 

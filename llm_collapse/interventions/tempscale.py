@@ -59,6 +59,11 @@ def _layers_slug(layers: tuple[int, ...] | None) -> str:
     return "" if layers is None else "-L" + "_".join(map(str, layers))
 
 
+TAU_RANGE: tuple[float, float] = (1e-2, 1e2)
+"""Temperatures accepted. tau=1e-300 made every logit inf (NaN embeddings); 1/tau <= 100 keeps bf16 logits
+finite for any attention score a trained model produces."""
+
+
 class TempScale(Intervention):
     """Constant attention temperature.
 
@@ -80,6 +85,11 @@ class TempScale(Intervention):
         include_pooler: bool = False,
     ) -> None:
         self.tau = check_positive_finite("tau", tau)
+        if not TAU_RANGE[0] <= self.tau <= TAU_RANGE[1]:
+            raise InterventionError(
+                f"tau={tau!r} is not allowed; tau must lie in [{TAU_RANGE[0]:g}, {TAU_RANGE[1]:g}] "
+                "(the paper sweeps 0.5-1.2; far outside, attention is argmax or uniform and logits overflow)"
+            )
         self.layers = _check_layers(layers)
         if placement not in PLACEMENTS:
             raise InterventionError(f"placement={placement!r} is not allowed; use one of {PLACEMENTS}")

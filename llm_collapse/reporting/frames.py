@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llm_collapse.errors import UserError
 from llm_collapse.results import COLUMNS
 
 logger = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ def metric_info(metric: str) -> MetricInfo:
     return METRICS.get(metric, MetricInfo(metric, ""))
 
 
-class SchemaError(ValueError):
+class SchemaError(UserError, ValueError):
     """A run directory or its files do not match the contract (one line, fit for a CLI)."""
 
 

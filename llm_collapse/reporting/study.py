@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from llm_collapse.errors import UserError
 from llm_collapse.reporting.build import Bullets, Heading, Image, Paragraph, render_html, render_markdown
 from llm_collapse.reporting.figures import position_label
 from llm_collapse.reporting.frames import load_runs, metric_info, overall_rows, sorted_methods
@@ -37,7 +38,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["Question", "StudyError", "build_study", "load_questions"]
 
 
-class StudyError(ValueError):
+class StudyError(UserError, ValueError):
     """A questions file or study folder that cannot make a report; the message is one line."""
 
 

@@ -11,10 +11,11 @@ import logging
 from dataclasses import dataclass, field
 
 from llm_collapse.config import CompareConfig
-from llm_collapse.data import load_corpus, sample_length_binned
-from llm_collapse.data.bins import BinnedText, target_bins
+from llm_collapse.data import Document, load_corpus, sample_length_binned
+from llm_collapse.data.bins import BinnedText, count_tokens, target_bins
 from llm_collapse.data.position import POSITIONS, position_task
 from llm_collapse.data.synthetic import RetrievalTask, needle_task, passkey_task
+from llm_collapse.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -54,15 +55,30 @@ class RunInputs:
         }
 
 
-def build_inputs(config: CompareConfig, tokenizer) -> RunInputs:
-    """Samples the length-binned texts and generates the retrieval tasks under ``tokenizer``."""
+class InputsError(UserError, ValueError):
+    """The corpus cannot give texts for a requested length."""
+
+
+def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | None = None) -> RunInputs:
+    """Samples the length-binned texts and generates the retrieval tasks under ``tokenizer``.
+
+    Args:
+        config: The run's configuration.
+        tokenizer: The reference tokenizer (the first model's).
+        documents: The corpus, when already loaded (`llm_collapse.preflight`); read here otherwise.
+
+    Raises:
+        InputsError: A length for which the corpus holds no text at all (a bin that is only partly filled
+            is logged and reported with its n, never refused).
+    """
     name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
     inputs = RunInputs(tokenizer=name)
     if {"collapse", "knn", "layerwise"} & set(config.tasks):
-        documents = load_corpus(config.corpus)
+        documents = load_corpus(config.corpus) if documents is None else documents
         inputs.binned = sample_length_binned(
             documents, tokenizer, target_bins(config.lengths), per_bin=config.max_per_bin, seed=config.seed
         )
+        _check_every_length(config, inputs, documents, tokenizer)
     for task_name, make in (("passkey", passkey_task), ("needle", needle_task)):
         if task_name in config.tasks:
             inputs.retrieval[task_name] = [
@@ -91,3 +107,14 @@ def build_inputs(config: CompareConfig, tokenizer) -> RunInputs:
             for position in POSITIONS
         ]
     return inputs
+
+
+def _check_every_length(config: CompareConfig, inputs: RunInputs, documents, tokenizer) -> None:
+    empty = sorted(set(config.lengths) - set(inputs.by_length()))
+    if empty:
+        longest = max(count_tokens([d.text for d in documents], tokenizer), default=0)
+        raise InputsError(
+            f"--lengths {','.join(map(str, empty))}: corpus {config.corpus!r} has no text that long under the "
+            f"reference tokenizer {inputs.tokenizer!r} (longest document: {longest} tokens); "
+            f"use lengths below {longest} or a corpus of longer documents"
+        )

@@ -1,0 +1,106 @@
+"""Checks a comparison's environment before any model loads or any file is written.
+
+`CompareConfig.validate` checks values; `preflight` checks what those values point at: the output and cache
+folders are writable, ``--model-path`` entries exist, the backend and the packages that write results and
+the report are installed, and the corpus exists, holds text and carries the kNN label. Every failure is a
+one-line `UserError`. The corpus read here is handed on to `llm_collapse.tasks.inputs.build_inputs`, so it
+is read once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from llm_collapse.config import CompareConfig
+from llm_collapse.data import Document, load_corpus
+from llm_collapse.errors import UserError
+from llm_collapse.run_dir import check_run_dir
+from llm_collapse.utils.cli import check_writable_dir
+from llm_collapse.utils.paths import cache_root
+
+CORPUS_TASKS = frozenset({"collapse", "knn", "layerwise"})
+# (import name, pip name, what needs it); report-only packages are checked only when a report is written.
+_RESULT_PACKAGES = (("pandas", "pandas", "results"), ("pyarrow", "pyarrow", "results.parquet"),
+                    ("scipy", "scipy", "the statistics"))  # fmt: skip
+_REPORT_PACKAGES = (("matplotlib", "matplotlib", "the report"), ("seaborn", "seaborn", "the report"))
+
+
+class PreflightError(UserError, ValueError):
+    """Something the run needs is missing or unusable; the message says what and how to fix it."""
+
+
+def preflight(config: CompareConfig, *, overwrite: bool, report: bool = True) -> list[Document] | None:
+    """Raises a one-line `UserError` for anything that would stop the run later; returns the corpus.
+
+    Returns:
+        The corpus documents when a task reads them (collapse, knn, layerwise), else None.
+    """
+    check_run_dir(config.out, config.run_id(), overwrite=overwrite)
+    check_writable_dir(cache_root(), what="the cache folder ($LLM_COLLAPSE_CACHE)")
+    check_packages(report=report)
+    check_backend(config.backend)
+    for name, path in config.model_paths.items():
+        check_model_path(name, path)
+    return check_corpus(config) if CORPUS_TASKS & set(config.tasks) else None
+
+
+def check_packages(*, report: bool) -> None:
+    for module, pip_name, purpose in _RESULT_PACKAGES + (_REPORT_PACKAGES if report else ()):
+        if importlib.util.find_spec(module) is None:
+            raise PreflightError(
+                f"{purpose} need(s) the {module!r} package, which is not installed: "
+                f"pip install 'llm-collapse[reports]' (or pip install {pip_name})"
+            )
+
+
+def check_backend(backend: str) -> None:
+    if backend == "vllm":
+        from llm_collapse.backends.vllm_backend import INSTALL_HINT, vllm_available
+
+        if not vllm_available():
+            raise PreflightError(f"--backend vllm: vLLM is not installed here; {INSTALL_HINT}")
+
+
+def check_model_path(name: str, path: str) -> None:
+    """A ``--model-path`` must be a model folder (with config.json) or a ``.gguf`` file."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        if not (target / "config.json").is_file():
+            raise PreflightError(
+                f"--model-path {name}={path}: the folder has no config.json; give a model folder or a .gguf file"
+            )
+    elif target.is_file():
+        if target.suffix != ".gguf":
+            raise PreflightError(
+                f"--model-path {name}={path} is a file but not a .gguf file; give a model folder or a .gguf file"
+            )
+    else:
+        raise PreflightError(
+            f"--model-path {name}={path} does not exist; give a model folder or a .gguf file"
+        )
+
+
+def check_corpus(config: CompareConfig) -> list[Document]:
+    """Loads the corpus; refuses one without text, and a kNN label that its documents do not carry."""
+    documents = load_corpus(config.corpus)  # CorpusError (a UserError) when missing or unreadable
+    if not any(doc.text.strip() for doc in documents):
+        raise PreflightError(
+            f"--corpus {config.corpus} holds no text ({len(documents)} documents, all empty); "
+            "point it at .txt or .jsonl files with text"
+        )
+    if "knn" in config.tasks:
+        label = config.knn_label
+        values = {doc.labels.get(label) for doc in documents} - {None}
+        if not values:
+            available = sorted({key for doc in documents for key in doc.labels})
+            raise PreflightError(
+                f"--label {label!r}: the documents of corpus {config.corpus!r} carry no such label; "
+                f"available: {', '.join(available) or 'none (the kNN probe needs labelled documents)'}"
+            )
+        if len(values) < 2:
+            raise PreflightError(
+                f"--label {label!r} has a single value ({values.pop()!r}) in corpus {config.corpus!r}; "
+                "the kNN probe needs at least two classes"
+            )
+    return documents
