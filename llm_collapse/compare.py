@@ -1,68 +1,10 @@
-"""``python -m llm_collapse.compare``: models x interventions x tasks x lengths -> results and a report.
-
-Usage::
-
-    python -m llm_collapse.compare                      # the embedded default (offline models, ~10 min on 2 CPU cores)
-    python -m llm_collapse.compare --models mistral,nv-embed --methods base,tempscale:0.8,ntk:1e5,yarn:8 \\
-        --tasks collapse,passkey --lengths 512,4096,32768 --model-path mistral=/models/e5 --out reports/gpu
-    python -m llm_collapse.compare --config experiments/gpu_7b.yaml --dry-run
-    torchrun --nproc_per_node 2 -m llm_collapse.compare ...   # or: accelerate launch -m llm_collapse.compare ...
-
-Flags override the YAML file, which overrides the defaults; the resolved configuration is saved in run.json.
-Exit codes: 0 done; 2 bad input (one line on stderr; checked before any model loads, nothing written);
-130 interrupted (rerun the same command to resume from the embedding cache).
-"""
+"""``python -m llm_collapse.compare``: models x interventions x tasks x lengths -> results and a report (`llm_collapse.cli.compare`)."""
 
 from __future__ import annotations
 
-import argparse
-import logging
-import os
 import sys
 
-from llm_collapse.config import CompareConfig, add_arguments, cli_values
-from llm_collapse.utils.cli import ArgumentParser, run_command, say, setup_logging
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog="python -m llm_collapse.compare", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    parser.add_argument("--config", help="YAML file with any of the options above")
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace another run in --out and recompute embeddings"
-    )
-    parser.add_argument(
-        "--dry-run", action="store_true", help="print the plan (texts, tokens, estimated time) and exit"
-    )
-    parser.add_argument("--no-report", action="store_true", help="write results and run.json only")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(logging.DEBUG if args.verbose else logging.INFO, timestamps=True)
-    return run_command(lambda: _compare(args))
-
-
-def _compare(args: argparse.Namespace) -> int:
-    from llm_collapse.runner import run_comparison
-
-    config = CompareConfig.from_sources(cli_values(args), args.config)
-    if args.dry_run:
-        from llm_collapse.plan import describe_plan
-        from llm_collapse.preflight import preflight
-
-        documents = preflight(config, overwrite=args.overwrite, report=not args.no_report)  # as the run would
-        say(describe_plan(config, documents))
-        return 0
-    out = run_comparison(config, overwrite=args.overwrite, report=not args.no_report)
-    if os.environ.get("RANK", "0") == "0":  # under torchrun/accelerate only rank 0 writes and reports
-        say(f"results: {out / 'results.parquet'}")
-        if not args.no_report:
-            say(f"report:  {out / 'report.html'}")
-    return 0
-
+from llm_collapse.cli.compare import main
 
 if __name__ == "__main__":
     sys.exit(main())

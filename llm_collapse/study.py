@@ -1,44 +1,10 @@
-"""Command line: ``python -m llm_collapse.study STUDY_DIR --questions FILE``.
-
-Builds ``STUDY_DIR/report.md`` and ``report.html`` from the comparison runs under ``STUDY_DIR`` (one folder per
-run) and the questions file (`llm_collapse.reporting.study`). Bad input prints one line and exits 2; nothing
-is written.
-"""
+"""``python -m llm_collapse.study``: question-by-question report over several runs (`llm_collapse.cli.study`)."""
 
 from __future__ import annotations
 
-import logging
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
-from llm_collapse.utils.cli import ArgumentParser, check_writable_dir, run_command, say, setup_logging
-
-DEFAULT_QUESTIONS = Path("experiments/study/questions.yaml")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="python -m llm_collapse.study", description="Question-by-question report over several runs."
-    )
-    parser.add_argument("study_dir", type=Path, help="folder holding one run folder per ablation")
-    parser.add_argument(
-        "--questions", type=Path, default=DEFAULT_QUESTIONS, help=f"default {DEFAULT_QUESTIONS}"
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO)")
-    args = parser.parse_args(argv)
-    setup_logging(logging.INFO if args.verbose else logging.WARNING)
-    return run_command(lambda: _study(args))
-
-
-def _study(args) -> int:
-    from llm_collapse.reporting.study import build_study
-
-    check_writable_dir(args.study_dir, what="STUDY_DIR")
-    out = build_study(args.study_dir, args.questions)  # StudyError (a UserError) for bad input
-    say(f"wrote {out['md']} and {out['html']}")
-    return 0
-
+from llm_collapse.cli.study import main
 
 if __name__ == "__main__":
     sys.exit(main())

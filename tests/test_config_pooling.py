@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llm_collapse.compare import main
-from llm_collapse.config import CompareConfig, ConfigError
+from llm_collapse.cli.compare import main
+from llm_collapse.run.config import CompareConfig, ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -57,7 +57,7 @@ def test_run_id_changes_only_when_pooling_is_set():
 
 
 def test_load_for_run_passes_pooling_through(tiny_gemma3_dir):
-    from llm_collapse.runner import load_for_run
+    from llm_collapse.run.models import load_for_run
 
     texts = ["pooling changes the vector", "a second, longer text about pooling and vectors"]
     vectors = {}

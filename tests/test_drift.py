@@ -125,7 +125,7 @@ def tiny_drift(tiny_gemma3_dir, corpus, tmp_path_factory):
 
 
 def test_drift_rows_cover_every_variant_and_length(tiny_drift):
-    from llm_collapse.results import COLUMNS
+    from llm_collapse.run.results import COLUMNS
 
     frame = pd.DataFrame(tiny_drift.rows)
     assert set(frame.columns) == set(COLUMNS)
@@ -207,7 +207,7 @@ def test_experiment_script_writes_a_run_the_report_renders(
     tiny_gemma3_dir, corpus, tmp_path, monkeypatch, capsys
 ):
     _needs_quant()
-    from llm_collapse.report import main as report_main
+    from llm_collapse.cli.report import main as report_main
 
     monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     script = runpy.run_path(str(ROOT / "experiments/quantization.py"))

@@ -1,4 +1,4 @@
-"""`llm_collapse.estimate`: FLOP counting against independent computations, and the CLI's contract."""
+"""`llm_collapse.run.estimate`: FLOP counting against independent computations, and the CLI's contract."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from llm_collapse.config import CompareConfig
-from llm_collapse.estimate import (
+from llm_collapse.cli.estimate import main
+from llm_collapse.run.config import CompareConfig
+from llm_collapse.run.estimate import (
     PUBLISHED,
     Assumptions,
     LatentPooler,
     ModelPlan,
     Published,
     estimate,
-    main,
     model_for,
     text_cost,
 )
@@ -165,14 +165,14 @@ def test_bad_input_gives_one_line_and_exit_2(args, capsys):
 def test_token_budget_is_the_loaders_default():
     import inspect
 
-    from llm_collapse.estimate import MAX_TOKENS_PER_BATCH
     from llm_collapse.load import load_embedder
+    from llm_collapse.run.estimate import MAX_TOKENS_PER_BATCH
 
     assert inspect.signature(load_embedder).parameters["max_tokens_per_batch"].default == MAX_TOKENS_PER_BATCH
 
 
 def test_memory_is_weights_plus_activations():
-    from llm_collapse.estimate import GIB, peak_bytes
+    from llm_collapse.run.estimate import GIB, peak_bytes
 
     plan = model_for("mistral")
     weights = plan.dims.params() * 2

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import llm_collapse as lc
-from llm_collapse.layerwise import measure_layers
+from llm_collapse.metrics.layerwise import measure_layers
 
 TEXTS = ["the grass is green and the sky is blue " * 3, "short text", "here we go " * 5]
 

@@ -164,7 +164,7 @@ KEYS = ["model", "task", "length", "depth"]
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.usefixtures("_private_cache")
 def test_compare_writes_contrasts_consistent_with_per_method_rows(tiny_e5_dir, tmp_path):
-    from llm_collapse.compare import main
+    from llm_collapse.cli.compare import main
 
     out = tmp_path / "run"
     assert main(_args(tiny_e5_dir, out, "tempscale:0.5,base")) == 0  # base last: order does not matter
@@ -207,7 +207,7 @@ def test_compare_writes_contrasts_consistent_with_per_method_rows(tiny_e5_dir, t
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.usefixtures("_private_cache")
 def test_compare_without_base_writes_no_contrasts(tiny_e5_dir, tmp_path):
-    from llm_collapse.compare import main
+    from llm_collapse.cli.compare import main
 
     out = tmp_path / "run"
     args = _args(

@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llm_collapse.config import CompareConfig
 from llm_collapse.data.bins import count_tokens
 from llm_collapse.data.position import POSITIONS, position_task
+from llm_collapse.run.config import CompareConfig
+from llm_collapse.run.inputs import RunInputs
 from llm_collapse.tasks import TASK_RUNNERS, TaskContext
 from llm_collapse.tasks.base import wilson_interval
-from llm_collapse.tasks.inputs import RunInputs
 from llm_collapse.testing.tokenizers import build_llama_tokenizer
 
 
@@ -156,7 +156,7 @@ def test_position_blind_models_fail_where_they_cannot_see(tasks):
 
 
 def test_compare_end_to_end_on_tiny_gemma3_with_report(tiny_gemma3_dir, tmp_path, monkeypatch):
-    from llm_collapse.compare import main
+    from llm_collapse.cli.compare import main
 
     monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from llm_collapse.report import main as report_main
+from llm_collapse.cli.report import main as report_main
 from llm_collapse.reporting import SchemaError, build_report, load_runs, write_synthetic_run
 from llm_collapse.reporting.frames import RESULT_COLUMNS, overall_rows, synthetic_results, validate_results
 from llm_collapse.reporting.tables import Table, inline_html

@@ -28,7 +28,7 @@ Decisions and gotchas:
   parameters or the sliding window (``hf_overrides``), a mean request on a last-token engine (a
   ``token_embed`` engine serves both poolings and is kept), or a prompt longer than its ``max_model_len``.
   ``max_model_len`` defaults to the model's ``max_position_embeddings``; a longer prompt (RoPE
-  extrapolation, as `llm_collapse.runner.fit_max_length` may ask) restarts it with room up to the next power
+  extrapolation, as `llm_collapse.run.models.fit_max_length` may ask) restarts it with room up to the next power
   of two, with ``max_position_embeddings`` raised to match (vLLM sizes its RoPE table from it).
 - **Interventions.** RoPE baselines become ``hf_overrides={"rope_parameters": ...}`` computed by the
   intervention itself on a copy of the config (so Gemma 3's per-layer-type dicts and the default

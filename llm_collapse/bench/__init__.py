@@ -54,7 +54,6 @@ gemma3-270m document in <= 40 s; RSS growth 16k -> 32k <= 2.2x.
 
 from __future__ import annotations
 
-from llm_collapse.bench.cli import build_parser, config_from_args, main
 from llm_collapse.bench.config import (
     BUSY_CORES,
     DEFAULT_FLOP_LENGTHS,
@@ -106,8 +105,6 @@ __all__ = [
     "BenchConfig",
     "FlopModel",
     "Target",
-    "build_parser",
-    "config_from_args",
     "contention",
     "evaluate_targets",
     "exact_length_texts",
@@ -115,7 +112,6 @@ __all__ = [
     "load_sentence_transformer",
     "long_document",
     "long_documents",
-    "main",
     "matmul_peak",
     "mixed_texts",
     "model_flops",

@@ -28,7 +28,7 @@ def run_bench(config: BenchConfig, *, command: str = "python -m llm_collapse.ben
     import llm_collapse as lc
     from llm_collapse.backends.device import dtype_name, resolve_dtype
     from llm_collapse.data import load_corpus
-    from llm_collapse.results import _atomic, environment, write_json
+    from llm_collapse.run.results import _atomic, environment, write_json
 
     started = time.perf_counter()
     dtype = dtype_name(resolve_dtype(config.dtype, torch.device("cpu")))

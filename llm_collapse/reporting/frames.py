@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from llm_collapse.errors import UserError
-from llm_collapse.results import COLUMNS
+from llm_collapse.run.results import COLUMNS
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,9 @@ RUN_FILE = "run.json"
 STRING_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "metric")
 FLOAT_COLUMNS: tuple[str, ...] = ("depth", "layer", "value", "ci_low", "ci_high")
 INT_COLUMNS: tuple[str, ...] = ("length", "n")
-RESULT_COLUMNS: tuple[str, ...] = COLUMNS  # the writer's schema (llm_collapse.results): one source of truth
+RESULT_COLUMNS: tuple[str, ...] = (
+    COLUMNS  # the writer's schema (llm_collapse.run.results): one source of truth
+)
 KEY_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "length", "depth", "layer", "metric")
 
 MORE_COLLAPSE_IF_HIGHER = "higher = more collapse"

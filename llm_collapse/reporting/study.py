@@ -254,7 +254,7 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
 
 def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]:
     """Writes ``report.md`` and ``report.html`` under ``root`` from the questions file; returns their paths."""
-    from llm_collapse.results import _atomic
+    from llm_collapse.run.results import _atomic
 
     root = Path(root)
     if not root.is_dir():

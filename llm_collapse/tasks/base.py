@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from llm_collapse.cache import EmbeddingCache, encode_cached
-from llm_collapse.config import CompareConfig
 from llm_collapse.embedder import Embedder
+from llm_collapse.run.config import CompareConfig
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class TaskContext:
         model: Model name as given in the config.
         method: Intervention slug.
         config: The run's configuration.
-        inputs: Shared inputs (`llm_collapse.tasks.inputs.RunInputs`): the same texts for every model.
+        inputs: Shared inputs (`llm_collapse.run.inputs.RunInputs`): the same texts for every model.
         cache: Embedding cache for this embedder state.
         overwrite: Recompute every embedding once in this cell instead of reading the cache.
         record: Per-cell bookkeeping for run.json (truncations, OOM retries).
@@ -81,7 +81,7 @@ class TaskContext:
         self.batch_size = self.batch_size or self.config.batch_size
 
     def row(self, **kwargs) -> dict:
-        from llm_collapse.results import result_row
+        from llm_collapse.run.results import result_row
 
         return result_row(model=self.model, method=self.method, corpus=self.config.corpus, **kwargs)
 
@@ -131,7 +131,7 @@ def contrast_rows(
     """
     from llm_collapse.metrics.collapse import centroid_distance
     from llm_collapse.metrics.stats import paired_jackknife_ci, paired_mean_diff_ci, paired_pairwise_cosine_ci
-    from llm_collapse.results import result_row
+    from llm_collapse.run.results import result_row
 
     rows = []
     for key in sorted(items, key=lambda k: (k[0], k[1], -1.0 if k[2] is None else k[2])):

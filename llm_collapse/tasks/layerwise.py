@@ -1,11 +1,11 @@
 """The low-pass view: per-layer high-frequency energy ratio and attention entropy by length bin, from the
-same forward pass as the embeddings (`llm_collapse.layerwise`), on ``layerwise_per_bin`` texts per bin."""
+same forward pass as the embeddings (`llm_collapse.metrics.layerwise`), on ``layerwise_per_bin`` texts per bin."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from llm_collapse.layerwise import measure_layers
+from llm_collapse.metrics.layerwise import measure_layers
 from llm_collapse.metrics.stats import bootstrap_ci
 from llm_collapse.tasks.base import TaskContext
 

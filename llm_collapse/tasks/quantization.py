@@ -16,7 +16,7 @@ run.json), which ``python -m llm_collapse.report`` renders.
 Decisions:
 
 - Texts are sampled per model under its own tokenizer: drift is a within-model comparison, so models are
-  not put on shared texts (unlike `llm_collapse.runner`).
+  not put on shared texts (unlike `llm_collapse.run.runner`).
 - Lengths an absolute-position model cannot hold (minilm: 510 text tokens) are replaced by the longest bin
   that fits, ``[c / 1.05, c + 1)`` for capacity c, and the substitution is logged and recorded in the notes;
   no text is ever truncated for that. RoPE models take every length (max_length fitted as in the runner).
@@ -45,14 +45,14 @@ import numpy as np
 import llm_collapse as lc
 from llm_collapse.backends.hf import QUANTIZATIONS
 from llm_collapse.cache import cache_for
-from llm_collapse.config import CompareConfig
 from llm_collapse.data import load_corpus, sample_length_binned
 from llm_collapse.data.bins import LengthBin
 from llm_collapse.metrics.drift import cosine_drift
-from llm_collapse.results import environment, result_row, write_json, write_results
+from llm_collapse.run.config import CompareConfig
+from llm_collapse.run.inputs import RunInputs
+from llm_collapse.run.results import environment, result_row, write_json, write_results
 from llm_collapse.tasks.base import TaskContext
 from llm_collapse.tasks.collapse import run_collapse
-from llm_collapse.tasks.inputs import RunInputs
 from llm_collapse.testing.checkpoints import is_tiny_random
 
 logger = logging.getLogger(__name__)
@@ -217,7 +217,7 @@ def quantization_drift(
 
 def _sample_inputs(embedder, config: CompareConfig, run: DriftRun) -> tuple[RunInputs, dict[int, LengthBin]]:
     """Fits the bins to ``embedder`` (updating ``config.lengths``), samples the texts, fits max_length."""
-    from llm_collapse.runner import fit_max_length
+    from llm_collapse.run.models import fit_max_length
 
     chosen, notes = fit_bins(embedder, config.lengths)
     run.notes += notes

@@ -1,9 +1,13 @@
-"""Where llm_collapse keeps generated files (converted weights, embedding caches)."""
+"""Where llm_collapse keeps generated files (converted weights, embedding caches), and whether an output
+location can be written before any work starts."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
+
+from llm_collapse.errors import OutputError
 
 
 def cache_root() -> Path:
@@ -12,3 +16,52 @@ def cache_root() -> Path:
         return Path(env).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base).expanduser() / "llm_collapse"
+
+
+def check_writable_dir(path: str | Path, *, what: str) -> Path:
+    """Raises `OutputError` unless ``path`` is (or can be created as) a folder this process may write in.
+
+    Leaves nothing behind: a missing folder is judged by its nearest existing parent, and writability by
+    creating and removing a temporary file (``os.access`` would say yes to root on a read-only folder).
+    """
+    path = Path(path).expanduser()
+    try:
+        if path.exists() and not path.is_dir():
+            raise OutputError(f"{what} {path} is a file, not a folder; choose a folder path")
+        probe = path
+        while not probe.exists() and probe.parent != probe:
+            probe = probe.parent
+    except PermissionError as err:
+        raise OutputError(
+            f"{what} {path} is not reachable ({err.strerror}); choose another location"
+        ) from None
+    if not probe.is_dir():
+        raise OutputError(f"{what} {path} cannot be created: {probe} is a file; choose another path")
+    try:
+        handle, name = tempfile.mkstemp(prefix=".llm_collapse-probe-", dir=probe)
+        os.close(handle)
+        os.unlink(name)
+    except OSError as err:
+        raise OutputError(
+            f"{what} {path} is not writable ({probe}: {err.strerror}); choose a writable location"
+        ) from None
+    return path
+
+
+def check_writable_file(path: str | Path, *, what: str) -> Path:
+    """Raises `OutputError` unless a file can be written at ``path`` (a writable folder, not a folder itself)."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise OutputError(f"{what} {path} is a folder; give a file path")
+    if path.exists() and not _can_open_for_append(path):
+        raise OutputError(f"{what} {path} is not writable; choose a writable location")
+    check_writable_dir(path.parent, what=f"{what} {path}: its folder")
+    return path
+
+
+def _can_open_for_append(path: Path) -> bool:
+    try:
+        with open(path, "a"):
+            return True
+    except OSError:
+        return False

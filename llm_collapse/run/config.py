@@ -82,7 +82,7 @@ class CompareConfig:
         """Checks every value that needs no file, model or package; raises a one-line `UserError`.
 
         Environment checks (paths, writable folders, installed backends, corpus contents) are in
-        `llm_collapse.preflight`, which runs before any model loads.
+        `llm_collapse.run.preflight`, which runs before any model loads.
         """
         check_types(vars(self), source="configuration")
         for name in ("models", "methods", "tasks"):

@@ -3,7 +3,7 @@
 `CompareConfig.validate` checks values; `preflight` checks what those values point at: the output and cache
 folders are writable, ``--model-path`` entries exist, the backend and the packages that write results and
 the report are installed, and the corpus exists, holds text and carries the kNN label. Every failure is a
-one-line `UserError`. The corpus read here is handed on to `llm_collapse.tasks.inputs.build_inputs`, so it
+one-line `UserError`. The corpus read here is handed on to `llm_collapse.run.inputs.build_inputs`, so it
 is read once.
 """
 
@@ -12,12 +12,11 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from llm_collapse.config import CompareConfig
 from llm_collapse.data import Document, load_corpus
 from llm_collapse.errors import UserError
-from llm_collapse.run_dir import check_run_dir
-from llm_collapse.utils.cli import check_writable_dir
-from llm_collapse.utils.paths import cache_root
+from llm_collapse.run.config import CompareConfig
+from llm_collapse.run.directory import check_run_dir
+from llm_collapse.utils.paths import cache_root, check_writable_dir
 
 CORPUS_TASKS = frozenset({"collapse", "knn", "layerwise"})
 # (import name, pip name, what needs it); report-only packages are checked only when a report is written.

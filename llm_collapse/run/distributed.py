@@ -14,9 +14,10 @@ import logging
 import os
 
 from llm_collapse.cache import cache_for, encode_cached
-from llm_collapse.config import CompareConfig
 from llm_collapse.interventions import InterventionError
-from llm_collapse.tasks.inputs import RunInputs
+from llm_collapse.run.config import CompareConfig
+from llm_collapse.run.inputs import RunInputs
+from llm_collapse.run.models import load_for_run
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +42,6 @@ def embed_share(
     config: CompareConfig, inputs: RunInputs, rank: int, world_size: int, *, overwrite: bool = False
 ) -> int:
     """Embeds this rank's share of every text of the run into the cache; returns how many texts it embedded."""
-    from llm_collapse.runner import load_for_run
-
     done = 0
     for model_name in config.models:
         embedder = load_for_run(model_name, config)

@@ -14,15 +14,15 @@ import os
 from llm_collapse.adapters import resolve_spec
 from llm_collapse.adapters.echo import EchoFormat
 from llm_collapse.backends.weights import load_config, resolve_weights
-from llm_collapse.config import CompareConfig
 from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
+from llm_collapse.run.config import CompareConfig
 
 
 def describe_plan(config: CompareConfig, documents: list[Document] | None = None) -> str:
     """The plan as text. Reads tokenizers and configs only: nothing is written, no GGUF is converted."""
     from llm_collapse.backends.hf import load_tokenizer
-    from llm_collapse.tasks.inputs import build_inputs
+    from llm_collapse.run.inputs import build_inputs
 
     specs = {name: resolve_spec(name) for name in config.models}
     weights = {

@@ -22,19 +22,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import llm_collapse as lc
-from llm_collapse.adapters import resolve_spec
-from llm_collapse.backends.hf import load_tokenizer
-from llm_collapse.backends.weights import resolve_weights
 from llm_collapse.cache import cache_for
-from llm_collapse.config import CompareConfig
 from llm_collapse.interventions import InterventionError
-from llm_collapse.preflight import preflight
-from llm_collapse.results import environment, remove_report, write_json, write_results
-from llm_collapse.run_dir import open_run_dir
+from llm_collapse.run.config import CompareConfig
+from llm_collapse.run.directory import open_run_dir
+from llm_collapse.run.distributed import embed_share, world
+from llm_collapse.run.inputs import build_inputs
+from llm_collapse.run.models import load_for_run, reference_tokenizer
+from llm_collapse.run.preflight import preflight
+from llm_collapse.run.results import environment, remove_report, write_json, write_results
 from llm_collapse.tasks import TASK_RUNNERS, TaskContext
 from llm_collapse.tasks.base import BASE_METHOD, contrast_rows
-from llm_collapse.tasks.inputs import build_inputs
 from llm_collapse.testing.checkpoints import is_tiny_random
 
 logger = logging.getLogger(__name__)
@@ -53,13 +51,11 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
 
     Order: `preflight` (folders, paths, packages, corpus) and the inputs under the first model's tokenizer
     come first, so bad input fails before any model loads and before ``--out`` or the cache is touched;
-    only then is the run marker written (`llm_collapse.run_dir.open_run_dir`).
+    only then is the run marker written (`llm_collapse.run.directory.open_run_dir`).
 
     Under torchrun/accelerate with several processes, every rank first embeds its share of the texts into the
-    cache (`llm_collapse.distributed`); rank 0 then runs the comparison from the cache and writes everything.
+    cache (`llm_collapse.run.distributed`); rank 0 then runs the comparison from the cache and writes everything.
     """
-    from llm_collapse.distributed import embed_share, world
-
     rank, world_size, dist = world()
     started, state = datetime.now(timezone.utc), RunState()
     clock = time.perf_counter()
@@ -117,14 +113,6 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
     return out
 
 
-def reference_tokenizer(config: CompareConfig):
-    """The first model's tokenizer, loaded without the model: it defines every text's length."""
-    name = config.models[0]
-    spec, implied = resolve_spec(name)
-    weights = resolve_weights(spec.name, spec.hub_id, spec.source, config.model_paths.get(name) or implied)
-    return load_tokenizer(weights.directory)
-
-
 def _contrasts(model_name: str, config: CompareConfig, paired: dict[str, dict]) -> list[dict]:
     """``*_vs_base`` rows of every non-base method of one model (none without a base cell)."""
     base = paired.get(BASE_METHOD)
@@ -173,32 +161,3 @@ def _run_cell(
             record["oom_retries"][stack.slug] = cell.record["oom_retries"]
     finally:
         context.__exit__(None, None, None)
-
-
-def load_for_run(model_name: str, config: CompareConfig):
-    """Loads one model as the run's config asks, with max_length fitted to the longest bin."""
-    embedder = lc.load_embedder(
-        model_name,
-        path=config.model_paths.get(model_name),
-        backend=config.backend,
-        dtype=config.dtype,
-        quantization=config.quant,
-        pooling=config.pooling,
-        batch_size=config.batch_size,
-    )
-    fit_max_length(embedder, config)
-    return embedder
-
-
-def fit_max_length(embedder, config: CompareConfig) -> None:
-    """Raises max_length so the longest bin fits; absolute-position models are capped at their positions
-    (minilm: 512), where longer texts are truncated, counted and reported."""
-    from llm_collapse.interventions.rope import rotary_modules
-
-    needed = int(max(config.lengths) * 1.1) + 16  # the longest bin's texts plus prompt and special tokens
-    has_rope = getattr(embedder.backend, "has_rope", None)  # the vLLM backend has no torch model to inspect
-    if has_rope is None:
-        has_rope = bool(rotary_modules(embedder.model))
-    if not has_rope and embedder.backend.max_positions:
-        needed = min(needed, embedder.backend.max_positions)
-    embedder.max_length = max(embedder.max_length, needed)

@@ -16,8 +16,8 @@ from llm_collapse.bench.config import DEFAULT_TEXTS, QUICK, BenchConfig
 from llm_collapse.bench.long_docs import _worker
 from llm_collapse.bench.render import _fmt_status
 from llm_collapse.bench.run import run_bench
+from llm_collapse.cli.common import ArgumentParser, run_command
 from llm_collapse.errors import UserError
-from llm_collapse.utils.cli import ArgumentParser, run_command
 
 
 def _csv(kind: Callable[[str], object]) -> Callable[[str], tuple]:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from llm_collapse.config import CompareConfig
 from llm_collapse.data import Document, load_corpus, sample_length_binned
 from llm_collapse.data.bins import BinnedText, count_tokens, target_bins
 from llm_collapse.data.position import POSITIONS, position_task
 from llm_collapse.data.synthetic import RetrievalTask, needle_task, passkey_task
 from llm_collapse.errors import UserError
+from llm_collapse.run.config import CompareConfig
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
     Args:
         config: The run's configuration.
         tokenizer: The reference tokenizer (the first model's).
-        documents: The corpus, when already loaded (`llm_collapse.preflight`); read here otherwise.
+        documents: The corpus, when already loaded (`llm_collapse.run.preflight`); read here otherwise.
 
     Raises:
         InputsError: A length for which the corpus holds no text at all (a bin that is only partly filled

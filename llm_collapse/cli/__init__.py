@@ -1,0 +1,38 @@
+"""The command lines: ``llm-collapse COMMAND ...`` (console script) or ``python -m llm_collapse.COMMAND ...``.
+
+Each command is a thin module here: it parses arguments, sets up logging (`common.setup_logging`) and runs its
+body under `common.run_command`, which turns a `llm_collapse.errors.UserError` into one line on stderr with
+exit code 2 and Ctrl-C into one line with exit code 130. The work itself is library code (`llm_collapse.run`,
+`llm_collapse.reporting`, `llm_collapse.bench`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+from llm_collapse.cli.common import BAD_INPUT, say
+
+COMMANDS: dict[str, str] = {
+    "compare": "models x interventions x tasks x lengths -> results and a report",
+    "report": "rebuild or merge the report of run folders",
+    "study": "question-by-question report over several runs",
+    "estimate": "expected GPU time and memory of a comparison, by counting",
+    "bench": "throughput, FLOP/s and long-document time/memory benchmark",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``llm-collapse COMMAND [ARGS...]``; ``llm-collapse COMMAND --help`` for a command's options."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        say("usage: llm-collapse COMMAND [ARGS...]\n\ncommands:")
+        for name, what in COMMANDS.items():
+            say(f"  {name:<9} {what}")
+        return 0 if argv else BAD_INPUT
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        say(f"error: unknown command {command!r}; available: {', '.join(COMMANDS)}", error=True)
+        return BAD_INPUT
+    return importlib.import_module(f"llm_collapse.cli.{command}").main(rest)

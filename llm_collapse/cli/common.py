@@ -1,0 +1,55 @@
+"""What every command line shares: logging setup, one-line user errors (exit 2) and one-line Ctrl-C (exit 130).
+
+Library code raises `llm_collapse.errors.UserError` (or a subclass) for bad input and never prints; the
+command lines call `run_command`, which turns those into ``error: <message>`` on stderr. Other exceptions
+are bugs and keep their traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+
+from llm_collapse.errors import UserError
+
+BAD_INPUT = 2
+INTERRUPTED = 130
+NOISY_LOGGERS = ("transformers", "huggingface_hub", "urllib3", "httpx", "matplotlib", "PIL", "filelock")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``error: <message> (see <prog> --help)`` and exit 2, no usage dump."""
+
+    def error(self, message: str):
+        say(f"error: {message} (see {self.prog} --help)", error=True)
+        raise SystemExit(BAD_INPUT)
+
+
+def setup_logging(level: int, *, timestamps: bool = False) -> None:
+    """Logs to stderr at ``level``; third-party chatter only from WARNING up."""
+    logging.basicConfig(
+        level=level,
+        format=("%(asctime)s " if timestamps else "") + "%(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    for noisy in NOISY_LOGGERS:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run_command(body: Callable[[], int | None]) -> int:
+    """Runs a command's body: `UserError` -> one line, exit 2; Ctrl-C -> one line, exit 130."""
+    try:
+        return body() or 0
+    except UserError as err:
+        say(f"error: {err}", error=True)
+        return BAD_INPUT
+    except KeyboardInterrupt:
+        say("interrupted; rerun the same command to resume", error=True)
+        return INTERRUPTED
+
+
+def say(line: str, *, error: bool = False) -> None:
+    """The command lines' only way to print."""
+    print(line, file=sys.stderr if error else sys.stdout, flush=True)  # noqa: T201

@@ -1,0 +1,64 @@
+"""``python -m llm_collapse.estimate``: expected GPU time and peak memory of a comparison, by counting.
+
+Usage::
+
+    python -m llm_collapse.estimate --config experiments/gpu_7b.yaml --tflops 400 --gpu-gib 80
+    python -m llm_collapse.estimate --config experiments/gpu_7b.yaml --markdown reports/gpu_7b/estimate.md
+
+Estimates, not measurements (see `llm_collapse.run.estimate`). Exit codes: 0 done, 2 bad input (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from llm_collapse.cli.common import ArgumentParser, run_command, say, setup_logging
+from llm_collapse.run.config import CompareConfig, add_arguments, cli_values
+from llm_collapse.run.estimate import (
+    DEFAULT_GPU_GIB,
+    DEFAULT_HBM_TBS,
+    DEFAULT_OVERHEAD_GIB,
+    DEFAULT_TFLOPS,
+    Assumptions,
+    estimate,
+    to_markdown,
+)
+from llm_collapse.run.results import write_text
+from llm_collapse.utils.paths import check_writable_file
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog="python -m llm_collapse.estimate", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    parser.add_argument(
+        "--config", help="YAML file of a comparison (python -m llm_collapse.compare --config)"
+    )
+    parser.add_argument("--tflops", type=float, default=DEFAULT_TFLOPS, help="sustained bf16 TFLOP/s assumed")
+    parser.add_argument("--hbm-tbs", type=float, default=DEFAULT_HBM_TBS, help="sustained HBM TB/s assumed")
+    parser.add_argument("--gpu-gib", type=float, default=DEFAULT_GPU_GIB, help="GPU memory to check against")
+    parser.add_argument(
+        "--overhead-gib", type=float, default=DEFAULT_OVERHEAD_GIB, help="fixed memory overhead"
+    )
+    parser.add_argument("--markdown", metavar="PATH", help="also write the table to this markdown file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(logging.WARNING)
+    return run_command(lambda: _estimate(args))
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    config = CompareConfig.from_sources(cli_values(args), args.config)
+    if args.markdown:
+        check_writable_file(args.markdown, what="--markdown")
+    assumptions = Assumptions(args.tflops, args.hbm_tbs, args.gpu_gib, args.overhead_gib)
+    text = to_markdown(estimate(config, assumptions))
+    say(text.rstrip("\n"))
+    if args.markdown:
+        write_text(text, Path(args.markdown))
+        say(f"wrote {args.markdown}")
+    return 0

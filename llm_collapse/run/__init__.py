@@ -1,0 +1,10 @@
+"""A comparison run: configuration, checks, inputs, the loop over models x methods x tasks, and its files.
+
+- `config`: `CompareConfig` (command line > YAML > defaults) and its value checks.
+- `preflight`: what the values point at (folders, paths, packages, corpus), before any model loads.
+- `inputs`: the texts every model sees, built once under the first model's tokenizer.
+- `models`: loading a model as a run needs it.
+- `runner`: the loop; `distributed`: each rank embeds its share into the cache first.
+- `directory`: the output folder and its run marker; `results` / `record`: results.parquet/csv and run.json.
+- `plan` (``--dry-run``) and `estimate` (GPU time and memory by counting).
+"""

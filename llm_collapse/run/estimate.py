@@ -1,0 +1,538 @@
+"""Expected GPU time and peak memory per model and length, by counting (CLI: ``python -m llm_collapse.estimate``).
+
+Usage::
+
+    python -m llm_collapse.estimate --config experiments/gpu_7b.yaml --tflops 400 --gpu-gib 80
+    python -m llm_collapse.estimate --config experiments/gpu_7b.yaml --markdown reports/gpu_7b/estimate.md
+    python -m llm_collapse.estimate --config experiments/gpu_7b.yaml --tasks collapse,position  # any flag
+
+These are **estimates from FLOP and byte counting, not measurements**: no model is loaded and no weights are
+needed, so they can be made on a machine that will never hold the 7B-9B checkpoints. Exit codes: 0 done,
+2 bad input (one line on stderr).
+
+Decisions
+    * Dimensions come from the published ``config.json`` files (`PUBLISHED`, keyed by the registry's hub id),
+      not from the tiny test replicas in `llm_collapse.testing.checkpoints`, which keep the layout but shrink
+      every size. A model without an entry is refused (exit 2) rather than guessed.
+    * Model FLOPs per text follow `llm_collapse.bench.FlopModel` (the one FLOP formula of the package):
+      ``2 x linear params x n`` plus ``4 x heads x head_dim x pairs`` per layer, where ``pairs`` is
+      ``n (n + 1) / 2`` for a causal layer, ``sum_i min(i + 1, window)`` for a sliding-window layer and
+      ``n^2`` for a bidirectional one (NV-Embed). NV-Embed adds its latent-attention pooler: the per-token
+      projections (to_q, to_out, the GEGLU feed-forward) as linear FLOPs, ``4 x heads x head_dim x latents``
+      per token for the cross-attention, and ``to_kv`` on the 512 latents once per text. Echo runs the text
+      twice: ``n = 2 L`` positions (the template's few tokens are left out).
+    * Time per text counts the work the package's attention path *executes*, which is not always the useful
+      work: ``banded`` (Mistral) runs each chunk of ``window`` queries against ``2 window - 1`` keys;
+      ``chunked`` (bge-gemma2, exact softcap) and SelfExtend compute every (query, key) pair of every layer,
+      causal or sliding, and move each float32 logit through HBM about `LOGIT_BYTES` times (scale, softcap,
+      mask, softmax, casts), which dominates bge-gemma2 above ~8k tokens. Seconds = executed FLOPs at the
+      assumed sustained TFLOP/s + logit bytes at the assumed sustained HBM bandwidth. Both assumptions are
+      command-line options and are printed in the header; the defaults are 40% of an H100 SXM's 989 dense
+      bf16 TFLOP/s and 70% of its 3.35 TB/s.
+    * Peak memory = weights (every parameter, embedding table included, in the run's dtype or quantization)
+      + the largest forward pass: ``T = rows x n`` tokens, ``rows = min(batch_size, max(1, 16384 // n))``
+      (the embedder's token budget), with KV-free activations: 8 bf16-sized hidden-size tensors (residual,
+      RMSNorm's float32 copies, sub-layer output, last hidden state and its float32 pooling copy), then the
+      largest of the gated MLP (3 intermediate-size tensors: act(gate), up and their product are alive
+      together), the attention projections (q, k, v, output; the fused kernels' own memory is O(T)), a
+      ``chunked`` query chunk's logits (8 bytes per logit: float32 logits plus the bf16 copies), and
+      NV-Embed's pooler (3 tensors of heads x head_dim = 32768 channels); plus the boolean (rows, 1, n, n)
+      masks transformers builds (NV-Embed always, with sdpa's additive copy; Gemma 2's sliding layers when n
+      exceeds the window), every layer's hidden states for ``layerwise``, and a fixed CUDA context/allocator
+      overhead. Batches are assumed unpadded (the planner sorts by length).
+    * One sustained TFLOP/s for every matmul and fused attention kernel: kernel efficiency differences
+      (NV-Embed's masked sdpa runs the memory-efficient kernel, not flash) are inside that assumption.
+    * Totals: texts per length from the config: ``max_per_bin`` binned texts for collapse/knn (an upper
+      bound: a corpus may hold fewer long texts), ``retrieval_docs`` documents for each of passkey and needle
+      (two position variants for ``position``), ``retrieval_queries`` queries per retrieval task at
+      `QUERY_TOKENS` tokens, ``layerwise_per_bin`` extra forwards with hidden states; times the methods
+      (each method re-embeds everything; ``window:off`` on a model without a window is not applicable and
+      costs nothing). Prefix sharing and the embedding cache of an earlier run are not counted (an upper
+      bound); quantized matmuls are costed like bf16.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+
+from llm_collapse.bench import FlopModel
+from llm_collapse.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Assumptions",
+    "EstimateError",
+    "Estimate",
+    "LatentPooler",
+    "Published",
+    "PUBLISHED",
+    "Row",
+    "TextCost",
+    "estimate",
+    "forward_rows",
+    "model_for",
+    "text_cost",
+    "to_markdown",
+]
+
+GIB = 1024**3
+H100_DENSE_BF16_TFLOPS = 989.0
+"""NVIDIA H100 SXM datasheet, dense (no sparsity) bf16 tensor-core TFLOP/s."""
+H100_HBM_TBS = 3.35
+"""NVIDIA H100 SXM datasheet HBM3 bandwidth, TB/s."""
+DEFAULT_TFLOPS = 0.4 * H100_DENSE_BF16_TFLOPS
+DEFAULT_HBM_TBS = 0.7 * H100_HBM_TBS
+DEFAULT_GPU_GIB = 80.0
+DEFAULT_OVERHEAD_GIB = 1.5
+"""CUDA context, cuBLAS workspaces and allocator slack, held fixed."""
+QUERY_TOKENS = 64
+"""Tokens per retrieval query, prompt included (passkey/needle/position queries are one sentence)."""
+LOGIT_BYTES = 90
+"""HBM bytes moved per materialised logit in `llm_collapse.backends.chunked_attention`: bf16 matmul output
+(2), ``.float()`` (2 + 4), scale, softcap div/tanh/mul in place (4 x 8), mask (1 + 8), softmax
+max/sub/exp/sum/div (4 + 8 + 8 + 4 + 8), cast to bf16 (4 + 2), read by the PV matmul (2); chunks of up to
+256 MiB do not stay in L2."""
+LOGIT_CHUNK_BYTES = 8
+"""Live bytes per logit of one query chunk: float32 logits plus the bf16 matmul output / probabilities."""
+MAX_TOKENS_PER_BATCH = 16384
+"""`llm_collapse.load.load_embedder`'s default token budget per forward pass (the runner keeps it)."""
+
+
+class EstimateError(UserError, ValueError):
+    """An estimate that cannot be made from the given input; the message is one line."""
+
+
+# --------------------------------------------------------------------------------------- published dims
+
+
+@dataclass(frozen=True)
+class LatentPooler:
+    """NV-Embed's latent-attention pooler (anchors.md 4.2: 512 latents, 8 heads of width 4096, GEGLU x4)."""
+
+    latents: int = 512
+    heads: int = 8
+    head_dim: int = 4096
+    ff_mult: int = 4
+
+    def token_linear_params(self, hidden: int) -> int:
+        """Weights applied to every token: to_q, to_out, net.0 (H -> 2 x mult x H), net.2 (mult x H -> H)."""
+        inner = self.heads * self.head_dim
+        return 2 * hidden * inner + hidden * 2 * self.ff_mult * hidden + self.ff_mult * hidden * hidden
+
+    def params(self, hidden: int) -> int:
+        """Every pooler weight: latents, to_kv and the per-token ones (biases and norms ignored)."""
+        inner = self.heads * self.head_dim
+        return self.latents * hidden + hidden * 2 * inner + self.token_linear_params(hidden)
+
+    def flops(self, positions: int, hidden: int) -> float:
+        """Per text: per-token projections, cross-attention against the latents, to_kv on the latents."""
+        inner = self.heads * self.head_dim
+        per_token = 2.0 * self.token_linear_params(hidden) + 4.0 * inner * self.latents
+        return per_token * positions + 2.0 * self.latents * hidden * 2 * inner
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published checkpoint's dimensions (its ``config.json``), as the package runs it.
+
+    ``sliding`` says which layers use ``window``: ``"all"`` (Mistral v0.1), ``"even"`` (Gemma 2: layers 0, 2,
+    ...) or ``"none"``. ``causal=False`` for NV-Embed's bidirectional backbone.
+    """
+
+    source: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    window: int | None = None
+    sliding: str = "none"
+    causal: bool = True
+    pooler: LatentPooler | None = None
+
+    def layer_windows(self, *, window_off: bool = False) -> tuple[int | None, ...]:
+        if window_off or self.window is None or self.sliding == "none":
+            return (None,) * self.layers
+        if self.sliding == "all":
+            return (self.window,) * self.layers
+        return tuple(self.window if i % 2 == 0 else None for i in range(self.layers))
+
+    @property
+    def d_attn(self) -> int:
+        return self.heads * self.head_dim
+
+    def backbone_linear_params(self) -> int:
+        """q, k, v, o and the gated MLP (gate, up, down) of every layer."""
+        attention = 2 * self.hidden * self.d_attn + 2 * self.hidden * self.kv_heads * self.head_dim
+        return self.layers * (attention + 3 * self.hidden * self.intermediate)
+
+    def params(self) -> int:
+        """All weights: backbone linears, the embedding table, the pooler (norms ignored; no LM head)."""
+        pooler = self.pooler.params(self.hidden) if self.pooler else 0
+        return self.backbone_linear_params() + self.vocab * self.hidden + pooler
+
+    def flop_model(self, *, window_off: bool = False) -> FlopModel:
+        return FlopModel(
+            self.backbone_linear_params(), self.d_attn, self.layer_windows(window_off=window_off), self.causal
+        )
+
+
+_MISTRAL_7B = Published(
+    source="mistralai/Mistral-7B-v0.1 config.json",
+    hidden=4096,
+    layers=32,
+    heads=32,
+    kv_heads=8,
+    head_dim=128,
+    intermediate=14336,
+    vocab=32000,
+    window=4096,
+    sliding="all",
+)
+
+PUBLISHED: dict[str, Published] = {
+    # anchors.md 4.1 (e5-mistral-7b-instruct config.json): 4096/14336/32 layers/32 heads/8 kv/128, vocab
+    # 32000, sliding_window 4096 (kept by the package: base runs the window; window:off switches it off).
+    "intfloat/e5-mistral-7b-instruct": replace(
+        _MISTRAL_7B, source="intfloat/e5-mistral-7b-instruct config.json (anchors.md 4.1)"
+    ),
+    # Same Mistral-7B-v0.1 dims; sliding_window 4096 on every layer.
+    "mistralai/Mistral-7B-Instruct-v0.1": replace(
+        _MISTRAL_7B, source="mistralai/Mistral-7B-Instruct-v0.1 config.json"
+    ),
+    # anchors.md 4.2: Mistral-7B backbone (hidden 4096, intermediate 14336; layers/heads/kv from the v0.1
+    # base), bidirectional, no window (the original mask path and llm_collapse.models.nv_embed apply none),
+    # latent attention 512 x 4096, 8 heads of 4096. 7.85B parameters per mteb; this table gives 7.85B.
+    "nvidia/NV-Embed-v2": replace(
+        _MISTRAL_7B,
+        source="nvidia/NV-Embed-v2 config.json + LatentAttentionConfig defaults (anchors.md 4.2)",
+        window=None,
+        sliding="none",
+        causal=False,
+        pooler=LatentPooler(),
+    ),
+    # anchors.md 4.3: Gemma-2-9B, hidden 3584, intermediate 14336, 42 layers, 16 heads, 8 kv, head_dim 256,
+    # vocab 256002 (256000 + <instruct>, <query>), sliding_window 4096 on the even layers.
+    "BAAI/bge-multilingual-gemma2": Published(
+        source="BAAI/bge-multilingual-gemma2 config.json (anchors.md 4.3)",
+        hidden=3584,
+        layers=42,
+        heads=16,
+        kv_heads=8,
+        head_dim=256,
+        intermediate=14336,
+        vocab=256002,
+        window=4096,
+        sliding="even",
+    ),
+}
+
+
+# ------------------------------------------------------------------------------------------ counting
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """Hardware numbers the estimate divides by; printed with every table."""
+
+    tflops: float = DEFAULT_TFLOPS
+    hbm_tbs: float = DEFAULT_HBM_TBS
+    gpu_gib: float = DEFAULT_GPU_GIB
+    overhead_gib: float = DEFAULT_OVERHEAD_GIB
+
+    def check(self) -> Assumptions:
+        for name in ("tflops", "hbm_tbs", "gpu_gib"):
+            if not getattr(self, name) > 0:
+                raise EstimateError(f"--{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
+        if not self.overhead_gib >= 0:
+            raise EstimateError(f"--overhead-gib must be >= 0, got {self.overhead_gib}")
+        return self
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """What the estimate needs about one registered model as the package runs it."""
+
+    name: str
+    dims: Published
+    attention: str  # the spec's attn_implementation: "banded", "chunked", "eager" or "sdpa"
+    echo: bool
+
+
+def model_for(name: str) -> ModelPlan:
+    """The published dimensions and attention path of a registered model (`EstimateError` if none)."""
+    from llm_collapse.adapters import resolve_spec
+    from llm_collapse.adapters.echo import EchoFormat
+
+    spec, _ = resolve_spec(name)
+    dims = PUBLISHED.get(spec.hub_id or "")
+    if dims is None:
+        raise EstimateError(
+            f"no published dimensions for {name!r} (hub id {spec.hub_id!r}); the estimate covers "
+            f"{sorted(PUBLISHED)}"
+        )
+    return ModelPlan(name, dims, spec.attn_implementation, isinstance(spec.input_format, EchoFormat))
+
+
+def _band_pairs(n: int, window: int) -> int:
+    """(query, key) pairs `banded` attention computes: each chunk of ``window`` queries x its key band."""
+    pairs = 0
+    for start in range(0, n, window):
+        stop = min(start + window, n)
+        pairs += (stop - start) * (stop - max(0, start - window + 1))
+    return pairs
+
+
+def _executed_pairs(
+    dims: Published, attention: str, n: int, window: int | None, *, materialised: bool
+) -> int:
+    """(query, key) pairs one layer's kernel computes for an unpadded text of ``n`` positions."""
+    if materialised or attention in ("chunked", "eager") or not dims.causal:
+        return n * n  # every key for every query chunk; bidirectional needs them all anyway
+    if window is not None and n > window:
+        return _band_pairs(n, window) if attention == "banded" else n * n  # sdpa: dense boolean mask
+    return n * (n + 1) // 2  # fused kernel with is_causal skips the upper triangle
+
+
+@dataclass(frozen=True)
+class TextCost:
+    """Cost of one text of ``positions`` positions under one method."""
+
+    positions: int
+    model_flops: float  # useful FLOPs (bench.FlopModel convention + NV-Embed's pooler)
+    executed_flops: float  # what the attention path really computes
+    logit_bytes: float  # HBM traffic of materialised float32 logits
+    seconds: float
+
+
+def text_cost(
+    plan: ModelPlan,
+    length: int,
+    assumptions: Assumptions,
+    *,
+    window_off: bool = False,
+    selfextend: bool = False,
+) -> TextCost:
+    """FLOPs and seconds for one text of ``length`` tokens (``2 x length`` positions for echo)."""
+    n = 2 * length if plan.echo else length
+    dims = plan.dims
+    counter = dims.flop_model(window_off=window_off)
+    pooler = dims.pooler.flops(n, dims.hidden) if dims.pooler else 0.0
+    model = counter.flops(n) + pooler
+    materialised = selfextend or plan.attention in ("chunked", "eager")
+    executed_pairs = sum(
+        _executed_pairs(dims, plan.attention, n, w, materialised=materialised) for w in counter.layer_windows
+    )
+    qk_passes = 2 if selfextend else 1  # SelfExtend: a neighbour and a grouped logit matrix per chunk
+    executed = 2.0 * counter.linear_params * n + 2.0 * (qk_passes + 1) * dims.d_attn * executed_pairs + pooler
+    logit_bytes = float(LOGIT_BYTES * qk_passes * dims.heads * executed_pairs) if materialised else 0.0
+    seconds = executed / (assumptions.tflops * 1e12) + logit_bytes / (assumptions.hbm_tbs * 1e12)
+    return TextCost(n, model, executed, logit_bytes, seconds)
+
+
+def forward_rows(positions: int, batch_size: int, max_tokens: int = MAX_TOKENS_PER_BATCH) -> int:
+    """Texts in the largest forward pass of texts of ``positions`` positions (`plan_batches`' budget)."""
+    return min(batch_size, max(1, max_tokens // positions))
+
+
+def _weight_bytes(dims: Published, dtype_bytes: int, quant: str | None) -> float:
+    per_param = {"nf4": 0.5, "int8": 1.0}.get(quant or "", dtype_bytes)
+    return dims.params() * per_param
+
+
+def peak_bytes(
+    plan: ModelPlan,
+    positions: int,
+    rows: int,
+    *,
+    dtype_bytes: int = 2,
+    quant: str | None = None,
+    window_off: bool = False,
+    selfextend: bool = False,
+    hidden_states: bool = False,
+    overhead_gib: float = DEFAULT_OVERHEAD_GIB,
+) -> float:
+    """Peak device memory of one forward of ``rows`` unpadded texts of ``positions`` positions (see above)."""
+    from llm_collapse.backends.chunked_attention import query_chunk_size
+
+    dims, n, b = plan.dims, positions, dtype_bytes
+    tokens = rows * n
+    residual = 8 * tokens * dims.hidden * b  # RMSNorm and pooling run in float32: 2 x 2 bf16-sized copies
+    mlp = 3 * tokens * dims.intermediate * b
+    projections = tokens * (2 * dims.heads + 2 * dims.kv_heads) * dims.head_dim * b
+    if selfextend or plan.attention in ("chunked", "eager"):
+        chunk = query_chunk_size(rows, dims.heads, n) if plan.attention != "eager" else n
+        projections += (2 if selfextend else 1) * rows * dims.heads * chunk * n * LOGIT_CHUNK_BYTES
+    pooler = 3 * tokens * dims.pooler.heads * dims.pooler.head_dim * b if dims.pooler else 0
+    windows = dims.layer_windows(window_off=window_off)
+    mask = 0
+    if not dims.causal:  # create_bidirectional_mask(..., allow_is_bidirectional_skip=False), which sdpa
+        mask = rows * n * n * (1 + b)  # turns into an additive bias of the compute dtype
+    elif plan.attention != "banded" and any(w is not None and n > w for w in windows):
+        mask = rows * n * n  # sdpa_mask for the sliding layers (one, shared by them)
+    states = (dims.layers + 1) * tokens * dims.hidden * b if hidden_states else 0
+    activations = residual + max(mlp, projections, pooler) + mask + states
+    return _weight_bytes(dims, b, quant) + activations + overhead_gib * GIB
+
+
+# ------------------------------------------------------------------------------------------- a run
+
+
+def _method_effect(method: str, dims: Published) -> tuple[bool, bool, bool]:
+    """(applicable, window_off, selfextend) for a method spec such as ``ntk:1e5+window:off``."""
+    parts = [p.strip().lower() for p in method.split("+")]
+    window_off = any(p == "window:off" for p in parts)
+    selfextend = any(p.startswith("selfextend") for p in parts)
+    applicable = not (window_off and dims.window is None)
+    return applicable, window_off, selfextend
+
+
+@dataclass(frozen=True)
+class Row:
+    """One model x length: per-text cost under ``base`` and the run's totals over every method."""
+
+    model: str
+    length: int
+    positions: int
+    model_tflop: float
+    seconds: float
+    rows: int
+    peak_gib: float
+    texts: int
+    queries: int
+    minutes: float  # all methods, queries included
+
+
+@dataclass
+class Estimate:
+    config: dict
+    assumptions: Assumptions
+    per_length: tuple[int, int, int]  # documents, queries, layerwise texts per length and method
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def model_minutes(self, model: str) -> float:
+        return sum(r.minutes for r in self.rows if r.model == model)
+
+    @property
+    def total_minutes(self) -> float:
+        return sum(r.minutes for r in self.rows)
+
+
+def _texts_per_length(config) -> tuple[int, int, int]:
+    """(documents, queries, layerwise texts) per length and method, from the task sizes of ``config``."""
+    tasks = set(config.tasks)
+    texts = config.max_per_bin if tasks & {"collapse", "knn"} else 0
+    retrieval = [t for t in ("passkey", "needle") if t in tasks]
+    texts += config.retrieval_docs * len(retrieval)
+    queries = config.retrieval_queries * len(retrieval)
+    if "position" in tasks:
+        texts += 2 * config.retrieval_docs  # early and late documents; their queries are the same sentences
+        queries += config.retrieval_queries
+    layerwise = config.layerwise_per_bin if "layerwise" in tasks else 0
+    return texts, queries, layerwise
+
+
+def estimate(config, assumptions: Assumptions | None = None) -> Estimate:
+    """Time and memory for every model x length of a validated `CompareConfig` (no weights are read)."""
+    assumptions = (assumptions or Assumptions()).check()
+    dtype_bytes = 4 if config.dtype == "fp32" else 2  # auto is bf16 on a bf16 GPU
+    plans = [model_for(name) for name in config.models]
+    texts, queries, layerwise = _texts_per_length(config)
+    result = Estimate(config.to_dict(), assumptions, (texts, queries, layerwise))
+    for plan in plans:
+        effects = [_method_effect(m, plan.dims) for m in config.methods]
+        for method, (applicable, _, _) in zip(config.methods, effects, strict=True):
+            if not applicable:
+                result.notes.append(f"{plan.name} x {method}: not applicable (no sliding window), not costed")
+        active = [(w, s) for ok, w, s in effects if ok]
+        for length in config.lengths:
+            base = text_cost(plan, length, assumptions)
+            seconds = 0.0
+            peak = 0.0
+            for window_off, selfextend in active:
+                doc = text_cost(plan, length, assumptions, window_off=window_off, selfextend=selfextend)
+                query = text_cost(
+                    plan, QUERY_TOKENS, assumptions, window_off=window_off, selfextend=selfextend
+                )
+                seconds += (texts + layerwise) * doc.seconds + queries * query.seconds
+                for hidden_states in {False, bool(layerwise)}:
+                    memory = peak_bytes(
+                        plan,
+                        doc.positions,
+                        forward_rows(doc.positions, config.batch_size),
+                        dtype_bytes=dtype_bytes,
+                        quant=config.quant,
+                        window_off=window_off,
+                        selfextend=selfextend,
+                        hidden_states=hidden_states,
+                        overhead_gib=assumptions.overhead_gib,
+                    )
+                    peak = max(peak, memory)
+            result.rows.append(
+                Row(
+                    model=plan.name,
+                    length=length,
+                    positions=base.positions,
+                    model_tflop=base.model_flops / 1e12,
+                    seconds=base.seconds,
+                    rows=forward_rows(base.positions, config.batch_size),
+                    peak_gib=peak / GIB,
+                    texts=texts + layerwise,
+                    queries=queries,
+                    minutes=seconds / 60,
+                )
+            )
+        logger.info("%s: %.1f min estimated", plan.name, result.model_minutes(plan.name))
+    if config.quant:
+        result.notes.append(f"--quant {config.quant}: weights counted at its size, matmuls costed like bf16")
+    return result
+
+
+# ------------------------------------------------------------------------------------------ output
+
+
+def _duration(minutes: float) -> str:
+    return f"{minutes:.1f} min" if minutes < 90 else f"{minutes / 60:.1f} h"
+
+
+def to_markdown(result: Estimate) -> str:
+    """The header (assumptions), one table of every model x length, totals per model and notes."""
+    a, c = result.assumptions, result.config
+    texts, queries, layerwise = result.per_length
+    lines = [
+        "**Estimates from FLOP and byte counting (`python -m llm_collapse.estimate`), not measurements.**",
+        f"Assumed sustained throughput {a.tflops:g} TFLOP/s (bf16 matmuls) and {a.hbm_tbs:g} TB/s (HBM); "
+        f"GPU memory {a.gpu_gib:g} GiB; {a.overhead_gib:g} GiB fixed overhead; "
+        f"dtype {c['dtype'] or 'auto (bf16)'}"
+        f"{', quant ' + c['quant'] if c['quant'] else ''}.",
+        f"Per length and method: {texts} texts of L tokens"
+        + (f" ({layerwise} layerwise, with hidden states)" if layerwise else "")
+        + f" + {queries} queries of ~{QUERY_TOKENS} tokens; collapse/knn count max_per_bin texts, an upper "
+        "bound where the corpus holds fewer long texts. "
+        f"Methods {c['methods']}; tasks {c['tasks']}; batch_size {c['batch_size']}, at most "
+        f"{MAX_TOKENS_PER_BATCH} tokens per forward. Peak GiB is the largest forward over the methods.",
+        "",
+        "| model | L | positions | TFLOP/text | s/text (base) | texts/forward | peak GiB | fits | "
+        "texts + queries per method | minutes, all methods |",
+        "|---|---:|---:|---:|---:|---:|---:|:-:|---:|---:|",
+    ]
+    for r in result.rows:
+        fits = "yes" if r.peak_gib <= a.gpu_gib else "**no**"
+        lines.append(
+            f"| {r.model} | {r.length} | {r.positions} | {r.model_tflop:.2f} | {r.seconds:.3g} | {r.rows} | "
+            f"{r.peak_gib:.1f} | {fits} | {r.texts} + {r.queries} | {r.minutes:.1f} |"
+        )
+    lines.append("")
+    models = list(dict.fromkeys(r.model for r in result.rows))
+    lines.append(
+        "Totals: "
+        + "; ".join(f"{m} {_duration(result.model_minutes(m))}" for m in models)
+        + f"; **all {_duration(result.total_minutes)}** (one GPU, models one after another)."
+    )
+    lines += [f"- {note}" for note in result.notes]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,47 @@
+"""Loading models the way a run needs them: the reference tokenizer alone, and each model with its
+max_length fitted to the run's longest length."""
+
+from __future__ import annotations
+
+import llm_collapse as lc
+from llm_collapse.adapters import resolve_spec
+from llm_collapse.backends.hf import load_tokenizer
+from llm_collapse.backends.weights import resolve_weights
+from llm_collapse.run.config import CompareConfig
+
+
+def reference_tokenizer(config: CompareConfig):
+    """The first model's tokenizer, loaded without the model: it defines every text's length."""
+    name = config.models[0]
+    spec, implied = resolve_spec(name)
+    weights = resolve_weights(spec.name, spec.hub_id, spec.source, config.model_paths.get(name) or implied)
+    return load_tokenizer(weights.directory)
+
+
+def load_for_run(model_name: str, config: CompareConfig):
+    """Loads one model as the run's config asks, with max_length fitted to the longest bin."""
+    embedder = lc.load_embedder(
+        model_name,
+        path=config.model_paths.get(model_name),
+        backend=config.backend,
+        dtype=config.dtype,
+        quantization=config.quant,
+        pooling=config.pooling,
+        batch_size=config.batch_size,
+    )
+    fit_max_length(embedder, config)
+    return embedder
+
+
+def fit_max_length(embedder, config: CompareConfig) -> None:
+    """Raises max_length so the longest bin fits; absolute-position models are capped at their positions
+    (minilm: 512), where longer texts are truncated, counted and reported."""
+    from llm_collapse.interventions.rope import rotary_modules
+
+    needed = int(max(config.lengths) * 1.1) + 16  # the longest bin's texts plus prompt and special tokens
+    has_rope = getattr(embedder.backend, "has_rope", None)  # the vLLM backend has no torch model to inspect
+    if has_rope is None:
+        has_rope = bool(rotary_modules(embedder.model))
+    if not has_rope and embedder.backend.max_positions:
+        needed = min(needed, embedder.backend.max_positions)
+    embedder.max_length = max(embedder.max_length, needed)
