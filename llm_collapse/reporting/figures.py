@@ -63,6 +63,7 @@ from llm_collapse.reporting.frames import (  # noqa: E402
     overall_rows,
     sorted_methods,
 )
+from llm_collapse.tasks.registry import TASKS, tasks_with  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +82,9 @@ RC = {
     "savefig.dpi": DPI,
 }
 PNG_METADATA = {"Software": None}
-TASK_ORDER: tuple[str, ...] = ("collapse", "knn", "passkey", "needle", "position", "layerwise")
-DEPTH_TASKS: frozenset[str] = frozenset({"passkey", "needle"})
-POSITION_TASKS: frozenset[str] = frozenset({"position"})
+TASK_ORDER: tuple[str, ...] = tuple(TASKS)
+DEPTH_TASKS: frozenset[str] = tasks_with(figure="depth")
+POSITION_TASKS: frozenset[str] = tasks_with(figure="position")
 POSITION_LABELS: dict[float, str] = {0.0: "early", 1.0: "late"}  # depth of a position row -> its name
 _POSITION_DASHES: tuple[tuple[float, ...], ...] = ((), (5.0, 2.0))
 HEATMAP_METRIC = "acc@1"

@@ -40,6 +40,19 @@ import pandas as pd
 from llm_collapse.errors import UserError
 from llm_collapse.run.results import COLUMNS
 
+# Metric labels, directions and paired contrasts live in the task registry; the reporting code reads them here.
+from llm_collapse.tasks.registry import (  # noqa: F401
+    CLOSER_IF_HIGHER,
+    HIGHER_IS_BETTER,
+    METRICS,
+    MORE_COLLAPSE_IF_HIGHER,
+    MORE_COLLAPSE_IF_LOWER,
+    PAIRED_METRICS,
+    VS_BASE,
+    MetricInfo,
+    metric_info,
+)
+
 logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.parquet"
@@ -53,60 +66,6 @@ RESULT_COLUMNS: tuple[str, ...] = (
     COLUMNS  # the writer's schema (llm_collapse.run.results): one source of truth
 )
 KEY_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "length", "depth", "layer", "metric")
-
-MORE_COLLAPSE_IF_HIGHER = "higher = more collapse"
-MORE_COLLAPSE_IF_LOWER = "lower = more collapse"
-HIGHER_IS_BETTER = "higher is better"
-CLOSER_IF_HIGHER = "higher = closer to the reference"
-
-
-@dataclass(frozen=True)
-class MetricInfo:
-    """How to label a metric and which way is bad.
-
-    Attributes:
-        label: Axis and table label.
-        direction: One of `MORE_COLLAPSE_IF_HIGHER`, `MORE_COLLAPSE_IF_LOWER`, `HIGHER_IS_BETTER`,
-            `CLOSER_IF_HIGHER`, or "" when unknown (no judgement is printed).
-        digits: Decimals in tables (drift cosines sit within 1e-3 of 1, where 3 decimals say nothing).
-    """
-
-    label: str
-    direction: str
-    digits: int = 3
-
-
-METRICS: dict[str, MetricInfo] = {
-    "pairwise_cosine": MetricInfo("mean pairwise cosine", MORE_COLLAPSE_IF_HIGHER),
-    "centroid_cosine": MetricInfo("cosine to global centroid", MORE_COLLAPSE_IF_HIGHER),
-    "centroid_distance": MetricInfo("mean distance to bin centroid", MORE_COLLAPSE_IF_LOWER),
-    "global_centroid_distance": MetricInfo("mean distance to global centroid", MORE_COLLAPSE_IF_LOWER),
-    "effective_rank": MetricInfo("effective rank", MORE_COLLAPSE_IF_LOWER),
-    "hf_ratio": MetricInfo("high-frequency energy ratio", MORE_COLLAPSE_IF_LOWER),
-    "knn_accuracy": MetricInfo("kNN accuracy", HIGHER_IS_BETTER),
-    "acc@1": MetricInfo("Acc@1", HIGHER_IS_BETTER),
-    "ndcg@10": MetricInfo("nDCG@10", HIGHER_IS_BETTER),
-    "tokens": MetricInfo("mean tokens per text", ""),
-    "attention_entropy": MetricInfo("attention entropy (nats)", ""),
-    "attention_entropy_normalized": MetricInfo("attention entropy / ln(#keys)", ""),
-    **{
-        f"cosine_to_{dtype}": MetricInfo(f"mean cosine to the {dtype} embedding", CLOSER_IF_HIGHER, digits=5)
-        for dtype in ("bf16", "fp16", "fp32")  # llm_collapse.tasks.quantization (drift of a quantized model)
-    },
-}
-
-# Paired contrasts (llm_collapse.tasks.base.contrast_rows): method - base on the same texts, paired CIs. The
-# difference keeps its metric's direction (a positive pairwise-cosine difference = more collapse than base).
-VS_BASE = "_vs_base"
-PAIRED_METRICS: tuple[str, ...] = ("pairwise_cosine", "centroid_distance", "knn_accuracy", "acc@1")
-METRICS.update(
-    {
-        f"{metric}{VS_BASE}": MetricInfo(
-            f"{METRICS[metric].label} − base (paired)", METRICS[metric].direction
-        )
-        for metric in PAIRED_METRICS
-    }
-)
 
 
 def is_contrast(metric: str) -> bool:
@@ -124,11 +83,6 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("position", "acc@1"),
     ("quantization", "cosine_to_bf16"),
 )
-
-
-def metric_info(metric: str) -> MetricInfo:
-    """Label and direction of ``metric``; unknown metrics get their own name and no direction."""
-    return METRICS.get(metric, MetricInfo(metric, ""))
 
 
 class SchemaError(UserError, ValueError):

@@ -32,6 +32,7 @@ from llm_collapse.reporting.build import Bullets, Heading, Image, Paragraph, ren
 from llm_collapse.reporting.figures import position_label
 from llm_collapse.reporting.frames import load_runs, metric_info, overall_rows, sorted_methods
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
+from llm_collapse.utils.paths import display_path
 
 logger = logging.getLogger(__name__)
 
@@ -271,8 +272,8 @@ def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]
                 "Δ: value at the row's longest minus its shortest length; 'vs base': the method minus the baseline "
                 "at that longest length (unpaired; the `*_vs_base` tables hold the paired differences). 'CIs overlap' marks a difference within the two 95% intervals (the intervals "
                 "come from separate bootstraps, so this is a conservative reading, not a test).",
-                f"Questions file: `{Path(questions_path).as_posix()}`; rebuild: "
-                f"`python -m llm_collapse.study {root.as_posix()} --questions {Path(questions_path).as_posix()}`.",
+                f"Questions file: `{display_path(questions_path)}`; rebuild: "
+                f"`python -m llm_collapse.study {root.as_posix()} --questions {display_path(questions_path)}`.",
             )
         )
     )

@@ -20,8 +20,9 @@ from llm_collapse.backends.hf import QUANTIZATIONS
 from llm_collapse.errors import UserError
 from llm_collapse.interventions import parse_interventions
 from llm_collapse.pooling import POOLINGS
+from llm_collapse.tasks.registry import RUNNABLE
 
-TASKS: tuple[str, ...] = ("collapse", "knn", "passkey", "needle", "position", "layerwise")
+TASKS: tuple[str, ...] = RUNNABLE
 DEFAULT_LABELS = {"sotu": "party", "movie_reviews": "sentiment", "kjv": "testament"}
 _HASHED_IF_SET: tuple[str, ...] = ("pooling",)  # options that enter run_id only when set (see run_id)
 

@@ -16,6 +16,7 @@ from llm_collapse.data.position import POSITIONS, position_task
 from llm_collapse.data.synthetic import RetrievalTask, needle_task, passkey_task
 from llm_collapse.errors import UserError
 from llm_collapse.run.config import CompareConfig
+from llm_collapse.tasks.registry import tasks_with
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
     """
     name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
     inputs = RunInputs(tokenizer=name)
-    if {"collapse", "knn", "layerwise"} & set(config.tasks):
+    if tasks_with(reads_corpus=True) & set(config.tasks):
         documents = load_corpus(config.corpus) if documents is None else documents
         inputs.binned = sample_length_binned(
             documents, tokenizer, target_bins(config.lengths), per_bin=config.max_per_bin, seed=config.seed

@@ -16,13 +16,19 @@ from llm_collapse.data import Document, load_corpus
 from llm_collapse.errors import UserError
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.directory import check_run_dir
+from llm_collapse.tasks.registry import tasks_with
 from llm_collapse.utils.paths import cache_root, check_writable_dir
 
-CORPUS_TASKS = frozenset({"collapse", "knn", "layerwise"})
-# (import name, pip name, what needs it); report-only packages are checked only when a report is written.
-_RESULT_PACKAGES = (("pandas", "pandas", "results"), ("pyarrow", "pyarrow", "results.parquet"),
-                    ("scipy", "scipy", "the statistics"))  # fmt: skip
-_REPORT_PACKAGES = (("matplotlib", "matplotlib", "the report"), ("seaborn", "seaborn", "the report"))
+CORPUS_TASKS = tasks_with(reads_corpus=True)
+# (import name, what needs it, how to install it): core dependencies, and the report's extra when it is built.
+_RUN_PACKAGES = (
+    ("pandas", "results", "pip install pandas"),
+    ("pyarrow", "results.parquet", "pip install pyarrow"),
+    ("scipy", "the statistics", "pip install scipy"),
+    ("yaml", "--config files", "pip install pyyaml"),
+)
+_REPORT_PACKAGES = (("matplotlib", "the report", "pip install 'llm-collapse[reports]'"),
+                    ("seaborn", "the report", "pip install 'llm-collapse[reports]'"))  # fmt: skip
 
 
 class PreflightError(UserError, ValueError):
@@ -45,11 +51,10 @@ def preflight(config: CompareConfig, *, overwrite: bool, report: bool = True) ->
 
 
 def check_packages(*, report: bool) -> None:
-    for module, pip_name, purpose in _RESULT_PACKAGES + (_REPORT_PACKAGES if report else ()):
+    for module, purpose, install in _RUN_PACKAGES + (_REPORT_PACKAGES if report else ()):
         if importlib.util.find_spec(module) is None:
             raise PreflightError(
-                f"{purpose} need(s) the {module!r} package, which is not installed: "
-                f"pip install 'llm-collapse[reports]' (or pip install {pip_name})"
+                f"{purpose} need(s) the {module!r} package, which is not installed: {install}"
             )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from llm_collapse.backends.weights import is_tiny_random
 from llm_collapse.cache import cache_for
 from llm_collapse.interventions import InterventionError
 from llm_collapse.run.config import CompareConfig
@@ -31,9 +32,8 @@ from llm_collapse.run.inputs import build_inputs
 from llm_collapse.run.models import load_for_run, reference_tokenizer
 from llm_collapse.run.preflight import preflight
 from llm_collapse.run.results import environment, remove_report, write_json, write_results
-from llm_collapse.tasks import TASK_RUNNERS, TaskContext
-from llm_collapse.tasks.base import BASE_METHOD, contrast_rows
-from llm_collapse.testing.checkpoints import is_tiny_random
+from llm_collapse.tasks.base import BASE_METHOD, TaskContext, contrast_rows
+from llm_collapse.tasks.registry import TASKS
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def _run_cell(
             clock = time.perf_counter()
             logger.info("%s x %s: %s", model_name, stack.slug, task)
             try:
-                state.rows += TASK_RUNNERS[task](cell)
+                state.rows += TASKS[task].run(cell)
             except ValueError as err:
                 if "SelfExtend" not in str(err):
                     raise

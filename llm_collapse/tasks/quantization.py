@@ -44,6 +44,7 @@ import numpy as np
 
 import llm_collapse as lc
 from llm_collapse.backends.hf import QUANTIZATIONS
+from llm_collapse.backends.weights import is_tiny_random
 from llm_collapse.cache import cache_for
 from llm_collapse.data import load_corpus, sample_length_binned
 from llm_collapse.data.bins import LengthBin
@@ -53,7 +54,6 @@ from llm_collapse.run.inputs import RunInputs
 from llm_collapse.run.results import environment, result_row, write_json, write_results
 from llm_collapse.tasks.base import TaskContext
 from llm_collapse.tasks.collapse import run_collapse
-from llm_collapse.testing.checkpoints import is_tiny_random
 
 logger = logging.getLogger(__name__)
 

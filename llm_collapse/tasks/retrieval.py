@@ -56,6 +56,14 @@ def run_retrieval(ctx: TaskContext, name: str) -> list[dict]:
     return rows
 
 
+def run_passkey(ctx: TaskContext) -> list[dict]:
+    return run_retrieval(ctx, "passkey")
+
+
+def run_needle(ctx: TaskContext) -> list[dict]:
+    return run_retrieval(ctx, "needle")
+
+
 def run_position(ctx: TaskContext, name: str = "position") -> list[dict]:
     """Acc@1 per (length, position) with depth = the task's depth, plus an overall row per length."""
     rows, pooled = [], {}

@@ -51,6 +51,7 @@ from transformers import (
     PreTrainedModel,
 )
 
+from llm_collapse.backends.weights import TINY_RANDOM_MARKER, is_tiny_random
 from llm_collapse.testing.tokenizers import build_gemma_tokenizer, build_llama_tokenizer, save_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -189,9 +190,6 @@ def _write_json(path: Path, payload: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-TINY_RANDOM_MARKER = "TINY_RANDOM.txt"
-
-
 def _prepare(path: str | Path) -> Path:
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
@@ -200,11 +198,6 @@ def _prepare(path: str | Path) -> Path:
         "Random weights built by llm_collapse.testing; not a trained model.\n"
     )
     return out
-
-
-def is_tiny_random(directory: str | Path) -> bool:
-    """Whether ``directory`` holds a checkpoint built by this module."""
-    return (Path(directory) / TINY_RANDOM_MARKER).is_file()
 
 
 # ----------------------------------------------------------------------------- NV-Embed

@@ -9,6 +9,20 @@ from pathlib import Path
 
 from llm_collapse.errors import OutputError
 
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+"""The folder holding the ``llm_collapse`` package: a checkout's root (experiments/, ``../shared``) in a
+clone or an editable install. Defaults that point into the checkout are anchored here, never at the working
+directory, and every such default can be overridden."""
+
+
+def display_path(path: str | Path) -> str:
+    """``path`` relative to the working directory when it lies below it (as a user would type it), else whole."""
+    resolved = Path(path).resolve()
+    try:
+        return resolved.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return resolved.as_posix()
+
 
 def cache_root() -> Path:
     """``$LLM_COLLAPSE_CACHE`` if set, else ``$XDG_CACHE_HOME/llm_collapse`` or ``~/.cache/llm_collapse``."""

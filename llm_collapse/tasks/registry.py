@@ -1,0 +1,148 @@
+"""The task registry: every task's name, runner, metrics (label, direction, decimals), figure kind and report
+section, in one place. The configuration (`llm_collapse.run.config.TASKS`), the preflight (which tasks read
+the corpus), the runner, the figures (order, depth and position panels) and the report (section titles,
+table judgements) all read it.
+
+Runners are named as ``module:function`` and imported on first use, so reading the registry (the reporting
+code does) imports no model code. Adding a task: write its runner (``(TaskContext) -> list of result
+rows``), register a `TaskSpec` here with its metrics, and the command line, figures and report pick it up.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+MORE_COLLAPSE_IF_HIGHER = "higher = more collapse"
+MORE_COLLAPSE_IF_LOWER = "lower = more collapse"
+HIGHER_IS_BETTER = "higher is better"
+CLOSER_IF_HIGHER = "higher = closer to the reference"
+VS_BASE = "_vs_base"
+"""Suffix of the paired contrasts (`llm_collapse.tasks.base.contrast_rows`): method - base on the same texts."""
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """How to label a metric and which way is bad.
+
+    Attributes:
+        label: Axis and table label.
+        direction: One of `MORE_COLLAPSE_IF_HIGHER`, `MORE_COLLAPSE_IF_LOWER`, `HIGHER_IS_BETTER`,
+            `CLOSER_IF_HIGHER`, or "" when unknown (no judgement is printed).
+        digits: Decimals in tables (drift cosines sit within 1e-3 of 1, where 3 decimals say nothing).
+        paired: Whether the runner writes ``<metric>_vs_base`` paired contrasts for it.
+    """
+
+    label: str
+    direction: str
+    digits: int = 3
+    paired: bool = False
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task.
+
+    Attributes:
+        name: Its ``--tasks`` name and the ``task`` column of its rows.
+        title: Its report section.
+        runner: ``"module:function"`` taking a `TaskContext` and returning result rows; None for tasks whose
+            rows come from elsewhere (``quantization``: `llm_collapse.tasks.quantization`).
+        metrics: The metrics its rows carry (keys of `METRICS`).
+        figure: ``"length"`` (metric against length), ``"depth"`` (also by depth: passkey, needle) or
+            ``"position"`` (early vs late).
+        reads_corpus: Whether it samples the run's corpus (else it generates its own texts).
+    """
+
+    name: str
+    title: str
+    runner: str | None
+    metrics: tuple[str, ...]
+    figure: str = "length"
+    reads_corpus: bool = False
+
+    def run(self, ctx) -> list[dict]:
+        return _load(self.runner)(ctx)
+
+
+def _load(target: str | None) -> Callable:
+    if target is None:
+        raise ValueError("this task has no runner of its own (its rows come from another command)")
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+_COLLAPSE = ("pairwise_cosine", "centroid_cosine", "centroid_distance", "global_centroid_distance",
+             "effective_rank", "tokens")  # fmt: skip
+_RETRIEVAL = ("acc@1", "ndcg@10")
+
+TASKS: dict[str, TaskSpec] = {
+    spec.name: spec
+    for spec in (
+        TaskSpec("collapse", "Collapse geometry", "llm_collapse.tasks.collapse:run_collapse", _COLLAPSE,
+                 reads_corpus=True),
+        TaskSpec("knn", "kNN probe", "llm_collapse.tasks.knn:run_knn", ("knn_accuracy",),
+                 reads_corpus=True),
+        TaskSpec("passkey", "Passkey retrieval", "llm_collapse.tasks.retrieval:run_passkey", _RETRIEVAL,
+                 figure="depth"),
+        TaskSpec("needle", "Needle retrieval", "llm_collapse.tasks.retrieval:run_needle", _RETRIEVAL,
+                 figure="depth"),
+        TaskSpec("position", "Early vs late position (echo test)", "llm_collapse.tasks.retrieval:run_position",
+                 ("acc@1",), figure="position"),
+        TaskSpec("layerwise", "Layerwise statistics", "llm_collapse.tasks.layerwise:run_layerwise",
+                 ("hf_ratio", "attention_entropy", "attention_entropy_normalized"), reads_corpus=True),
+        TaskSpec("quantization", "Quantization drift", None,
+                 ("cosine_to_bf16", "cosine_to_fp16", "cosine_to_fp32")),
+    )
+}  # fmt: skip
+"""Every task, in report order."""
+
+RUNNABLE: tuple[str, ...] = tuple(name for name, spec in TASKS.items() if spec.runner is not None)
+"""The tasks ``--tasks`` accepts."""
+
+METRICS: dict[str, MetricInfo] = {
+    "pairwise_cosine": MetricInfo("mean pairwise cosine", MORE_COLLAPSE_IF_HIGHER, paired=True),
+    "centroid_cosine": MetricInfo("cosine to global centroid", MORE_COLLAPSE_IF_HIGHER),
+    "centroid_distance": MetricInfo("mean distance to bin centroid", MORE_COLLAPSE_IF_LOWER, paired=True),
+    "global_centroid_distance": MetricInfo("mean distance to global centroid", MORE_COLLAPSE_IF_LOWER),
+    "effective_rank": MetricInfo("effective rank", MORE_COLLAPSE_IF_LOWER),
+    "hf_ratio": MetricInfo("high-frequency energy ratio", MORE_COLLAPSE_IF_LOWER),
+    "knn_accuracy": MetricInfo("kNN accuracy", HIGHER_IS_BETTER, paired=True),
+    "acc@1": MetricInfo("Acc@1", HIGHER_IS_BETTER, paired=True),
+    "ndcg@10": MetricInfo("nDCG@10", HIGHER_IS_BETTER),
+    "tokens": MetricInfo("mean tokens per text", ""),
+    "attention_entropy": MetricInfo("attention entropy (nats)", ""),
+    "attention_entropy_normalized": MetricInfo("attention entropy / ln(#keys)", ""),
+    **{
+        f"cosine_to_{dtype}": MetricInfo(f"mean cosine to the {dtype} embedding", CLOSER_IF_HIGHER, digits=5)
+        for dtype in ("bf16", "fp16", "fp32")  # llm_collapse.tasks.quantization (drift of a quantized model)
+    },
+}
+"""Every metric a task writes, in figure order; then their paired contrasts (added below)."""
+
+PAIRED_METRICS: tuple[str, ...] = tuple(name for name, info in METRICS.items() if info.paired)
+# A difference keeps its metric's direction (a positive pairwise-cosine difference = more collapse than base).
+METRICS.update(
+    {
+        f"{metric}{VS_BASE}": MetricInfo(
+            f"{METRICS[metric].label} − base (paired)", METRICS[metric].direction
+        )
+        for metric in PAIRED_METRICS
+    }
+)
+
+
+def metric_info(metric: str) -> MetricInfo:
+    """Label and direction of ``metric``; unknown metrics get their own name and no direction."""
+    return METRICS.get(metric, MetricInfo(metric, ""))
+
+
+def tasks_with(*, figure: str | None = None, reads_corpus: bool | None = None) -> frozenset[str]:
+    """Names of the tasks with that figure kind and/or corpus use."""
+    return frozenset(
+        name
+        for name, spec in TASKS.items()
+        if (figure is None or spec.figure == figure)
+        and (reads_corpus is None or spec.reads_corpus is reads_corpus)
+    )
