@@ -22,7 +22,7 @@ Decisions:
   size and, below 64 MB, its sha256; larger files contribute their mtime instead (hashing 15 GB on every run
   would cost minutes). Editing a weight file in place therefore changes the key.
 - A text's cache entry (`text_hash`) is the sha256 of ``(kind, effective instruction, text)``. The
-  effective instruction is `Embedder._instruction`'s resolution, so ``instruction=None`` and the card's
+  effective instruction is `Embedder.resolve_instruction`'s resolution, so ``instruction=None`` and the card's
   default instruction share entries, and documents (which never take an instruction) all use ``None``.
 - Every `put` writes one new shard: a temp file in ``shards/`` (named ``.<stamp>.<host>.npz.tmp``, which
   loading never reads as a shard; ``<stamp>`` is ``<time_ns>-<pid>-<random>``), fsync, ``os.replace`` to
@@ -72,7 +72,7 @@ from typing import Any
 import numpy as np
 
 from llm_collapse.adapters.inputs import Kind
-from llm_collapse.embedder import Embedder, _as_text_list
+from llm_collapse.embedder import Embedder, as_text_list
 from llm_collapse.utils.paths import cache_root
 from llm_collapse.utils.procs import host_tag, pid_state, remove_path
 
@@ -155,7 +155,7 @@ def weights_fingerprint(directory: str | Path) -> dict[str, dict]:
 
 def text_hash(text: str, kind: str, instruction: str | None) -> str:
     """sha256 (hex) of one text as embedded: ``kind`` and the *effective* instruction (already resolved,
-    e.g. with ``embedder._instruction(kind, instruction)``; `encode_cached` does this) are part of it."""
+    e.g. with ``embedder.resolve_instruction(kind, instruction)``; `encode_cached` does this) are part of it."""
     payload = json.dumps([kind, instruction, text], ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(payload.encode("utf-8", errors="surrogatepass")).hexdigest()
 
@@ -423,8 +423,8 @@ def encode_cached(
         (n, d) float32 array of unit vectors in input order: what ``embedder.encode`` returns. Bit-identical
         when ``texts`` has no duplicates and the cached texts were embedded in the same batches.
     """
-    texts = _as_text_list(texts)
-    effective = embedder._instruction(kind, instruction)
+    texts = as_text_list(texts)
+    effective = embedder.resolve_instruction(kind, instruction)
     if cache is not None and cache.key is not None:
         now = cache_key(embedder)
         if _canonical_json(now) != _canonical_json(cache.key):

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from llm_collapse.adapters.inputs import KINDS, EncodedText, Kind
 from llm_collapse.adapters.spec import EmbedderSpec
-from llm_collapse.backends.hf import HFBackend
+from llm_collapse.backends.base import Backend
 from llm_collapse.batching import MAX_PADDING, plan_batches
 from llm_collapse.interventions import ModelContext, Stack, parse_interventions
 from llm_collapse.pooling import pool
@@ -59,7 +59,7 @@ class Embedder:
 
     Args:
         spec: The adapter spec.
-        backend: The loaded backend.
+        backend: The loaded backend (`llm_collapse.backends.base.Backend`: ``hf`` or ``vllm``).
         max_length: Token cap per text (per copy for echo).
         batch_size: Default most texts per batch.
         max_tokens_per_batch: Most padded tokens per batch (length-sorted batching).
@@ -74,7 +74,7 @@ class Embedder:
     def __init__(
         self,
         spec: EmbedderSpec,
-        backend: HFBackend,
+        backend: Backend,
         *,
         max_length: int,
         batch_size: int = 32,
@@ -97,7 +97,14 @@ class Embedder:
 
     @property
     def model(self) -> torch.nn.Module:
-        return self.backend.model
+        """The backend's in-process torch module; AttributeError for a backend without one (vllm)."""
+        model = self.backend.torch_model
+        if model is None:
+            raise AttributeError(
+                f"backend={self.backend.name!r} runs the model outside this process: there is no in-process "
+                "torch module (use backend='hf' for hidden states, attention weights or module hooks)"
+            )
+        return model
 
     @property
     def tokenizer(self):
@@ -108,20 +115,23 @@ class Embedder:
         return self.backend.hidden_size
 
     @property
+    def active_interventions(self) -> tuple:
+        """The interventions currently applied, in the order they were applied (`Intervention` objects)."""
+        return tuple(p for stack in self._active for p in stack.parts)
+
+    @property
     def interventions(self) -> str:
         """Slug of the interventions currently applied (``"base"`` when none)."""
-        return Stack([p for stack in self._active for p in stack.parts]).slug
+        return Stack(list(self.active_interventions)).slug
 
     @contextlib.contextmanager
     def intervene(self, interventions) -> Iterator[Stack]:
         """Applies interventions (a spec such as ``"tempscale:0.8+ntk:1e5"``, objects, or a list) for the
         ``with`` block; the model is restored exactly afterwards."""
         stack = parse_interventions(interventions)
-        Stack([p for active in self._active for p in active.parts] + stack.parts)  # one RoPE / window change
+        Stack([*self.active_interventions, *stack.parts])  # one RoPE / window change
         context = ModelContext(name=self.name, trained_length=self.spec.trained_length)
-        # A backend without an in-process model (vllm) translates the stack itself.
-        intervene = getattr(self.backend, "intervene", None)
-        with intervene(stack, context) if intervene else stack.apply(self.model, context):
+        with self.backend.intervene(stack, context):
             self._active.append(stack)
             try:
                 yield stack
@@ -141,8 +151,8 @@ class Embedder:
         self, texts: Sequence[str], *, kind: Kind = "document", instruction: str | None = None
     ) -> list[EncodedText]:
         """The exact model inputs (token ids, pool mask, truncation flag) for ``texts``."""
-        texts = _as_text_list(texts)
-        instruction = self._instruction(kind, instruction)
+        texts = as_text_list(texts)
+        instruction = self.resolve_instruction(kind, instruction)
         return self.spec.input_format.encode(
             self.tokenizer, texts, kind=kind, instruction=instruction, max_length=self.max_length
         )
@@ -171,7 +181,7 @@ class Embedder:
         Returns:
             (n, d) float32 array of unit vectors, in input order.
         """
-        texts = _as_text_list(texts)
+        texts = as_text_list(texts)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for batch in self.iter_batches(
             texts,
@@ -206,7 +216,7 @@ class Embedder:
         """
         if batch_size is not None:
             check_count("batch_size", batch_size)
-        pooled_backend = getattr(self.backend, "returns_pooled", False)
+        pooled_backend = self.backend.returns_pooled
         if output_hidden_states and pooled_backend:
             raise ValueError(
                 f"backend={self.backend.name!r} returns pooled embeddings only; use backend='hf' for hidden states"
@@ -318,18 +328,20 @@ class Embedder:
 
     def describe(self) -> dict:
         """Everything that changes a vector, as plain data (for run metadata and cache keys)."""
-        config = (getattr(self.backend, "config", None) or self.model.config).get_text_config()
+        config = self.backend.config.get_text_config()
         return {
             **self.spec.describe(),
             **self.backend.describe(),
             "max_length": self.max_length,
             "interventions": self.interventions,
-            "intervention_params": [p.describe() for stack in self._active for p in stack.parts],
+            "intervention_params": [p.describe() for p in self.active_interventions],
             "sliding_window": getattr(config, "sliding_window", None),
             "rope_parameters": getattr(config, "rope_parameters", None),
         }
 
-    def _instruction(self, kind: str, instruction: str | None) -> str | None:
+    def resolve_instruction(self, kind: str, instruction: str | None) -> str | None:
+        """The instruction a text of ``kind`` is embedded with (the card's default for ``None`` queries,
+        always None for documents); raises for an instruction given to a document."""
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r} is not allowed; use one of {KINDS}")
         if instruction is not None and not isinstance(instruction, str):
@@ -370,7 +382,7 @@ def check_count(name: str, value) -> int:
     return value
 
 
-def _as_text_list(texts: Iterable[str]) -> list[str]:
+def as_text_list(texts: Iterable[str]) -> list[str]:
     """Accepts any iterable of strings except a bare string; names the index of a non-string."""
     if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
         raise TypeError(

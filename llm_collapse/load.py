@@ -11,12 +11,12 @@ import torch
 from llm_collapse.adapters import resolve_spec
 from llm_collapse.adapters.echo import EchoFormat
 from llm_collapse.backends import BACKENDS
+from llm_collapse.backends.base import Backend
 from llm_collapse.backends.device import resolve_device, resolve_dtype
 from llm_collapse.backends.hf import QUANTIZATIONS, HFBackend, check_transformers_version
 from llm_collapse.backends.weights import resolve_weights
 from llm_collapse.embedder import Embedder
 from llm_collapse.interventions import parse_interventions
-from llm_collapse.interventions.rope import rotary_modules
 from llm_collapse.pooling import POOLINGS
 
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def load_embedder(
     if backend == "vllm":
         from llm_collapse.backends.vllm_backend import VLLMBackend
 
-        hf = VLLMBackend(
+        vllm = VLLMBackend(
             spec,
             weights,
             device=torch_device,
@@ -98,28 +98,29 @@ def load_embedder(
             tensor_parallel_size=tensor_parallel_size,
             **(backend_options or {}),
         )
+        loaded: Backend = vllm
     else:
-        hf = HFBackend(spec, weights, device=torch_device, dtype=torch_dtype, quantization=quantization)
-    limit = max_length or spec.max_length or _default_max_length(spec, hf.max_positions)
-    _check_positions(spec.name, limit, hf)
+        vllm = None
+        loaded = HFBackend(spec, weights, device=torch_device, dtype=torch_dtype, quantization=quantization)
+    limit = max_length or spec.max_length or _default_max_length(spec, loaded.max_positions)
+    _check_positions(spec.name, limit, loaded)
     logger.info("Loaded %s from %s (%s, max_length=%d)", spec.name, weights.source, torch_dtype, limit)
     embedder = Embedder(
-        spec, hf, max_length=limit, batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch
+        spec, loaded, max_length=limit, batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch
     )
     if stack.parts:
         embedder.apply_interventions(stack)
-    if backend == "vllm":
-        hf.start()  # start the engine now, with the load-time interventions, so load errors surface here
+    if vllm is not None:
+        vllm.start()  # start the engine now, with the load-time interventions, so load errors surface here
     return embedder
 
 
-def _check_positions(name: str, limit: int, hf) -> None:
+def _check_positions(name: str, limit: int, backend: Backend) -> None:
     """Absolute-position models cannot go past their position table; RoPE models may (with a warning)."""
-    positions = hf.max_positions
+    positions = backend.max_positions
     if positions is None or limit <= positions:
         return
-    has_rope = getattr(hf, "has_rope", None)  # the vllm backend has no in-process model to inspect
-    if not (has_rope if has_rope is not None else rotary_modules(hf.model)):
+    if not backend.has_rope:
         raise ValueError(
             f"max_length={limit} exceeds {name!r}'s {positions} absolute positions; use max_length <= {positions}"
         )

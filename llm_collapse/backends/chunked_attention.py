@@ -23,7 +23,8 @@ Masks
     - 4D ``(B or 1, 1 or heads, Lq, Lk)`` boolean (True = attend) or additive float: sliced per chunk, so
       every pattern transformers builds (causal, sliding window, bidirectional, padding) is honoured.
     - None: causal (``module.is_causal``, or an ``is_causal`` kwarg) with ``sliding_window`` when given,
-      else full attention; a 2D (B, Lk) key padding mask is combined with that.
+      else full attention; a 2D (B, Lk) key padding mask is combined with that (`metrics.attention.attendable`,
+      shared with SelfExtend and the layerwise entropy recorder).
     - When queries are fewer than keys (a KV cache), query i sits at key position ``Lk - Lq + i``
       (bottom-right alignment, as transformers' masks do).
     Fully masked query rows (padding) attend uniformly instead of producing NaN; pooling never reads them.
@@ -56,7 +57,7 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from llm_collapse.interventions.selfextend import _allowed_without_mask
+from llm_collapse.metrics.attention import attendable
 
 logger = logging.getLogger(__name__)
 
@@ -163,12 +164,12 @@ def chunked_attention_forward(
             else:
                 logits = logits.add_(mask) if inplace else logits + mask.float()
         elif causal or attention_mask is not None:
-            allowed = _allowed_without_mask(
-                attention_mask,
-                slice(start + offset, stop + offset),
+            allowed = attendable(
                 k_len,
+                slice(start + offset, stop + offset),
                 causal=causal,
                 sliding_window=sliding_window,
+                key_mask=attention_mask,
                 device=query.device,
             )  # (B|1, 1, c, Lk)
             logits = logits.masked_fill_(~allowed, fill) if inplace else logits.masked_fill(~allowed, fill)

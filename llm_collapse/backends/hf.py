@@ -13,10 +13,12 @@ Decisions:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
@@ -25,9 +27,13 @@ from packaging.version import Version
 
 import llm_collapse.backends.banded_attention  # noqa: F401  (registers attn_implementation="banded")
 import llm_collapse.backends.chunked_attention  # noqa: F401  (registers attn_implementation="chunked")
+from llm_collapse.adapters.inputs import EncodedText
 from llm_collapse.adapters.spec import EmbedderSpec
+from llm_collapse.backends.base import Backend, ForwardOutput
 from llm_collapse.backends.device import dtype_name
 from llm_collapse.backends.weights import WeightsLocation
+from llm_collapse.interventions.base import ModelContext, Stack
+from llm_collapse.interventions.rope import rotary_modules
 from llm_collapse.utils.optional import require
 
 logger = logging.getLogger(__name__)
@@ -35,16 +41,9 @@ logger = logging.getLogger(__name__)
 QUANTIZATIONS: tuple[str, ...] = ("nf4", "int8")
 
 
-@dataclass
-class ForwardOutput:
-    """Token states of one batch: ``last_hidden_state`` (B, L, H) and, if asked, every layer's states."""
-
-    last_hidden_state: torch.Tensor
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-
-
-class HFBackend:
-    """Loads ``spec`` from ``weights`` with transformers and runs batches through it.
+class HFBackend(Backend):
+    """Loads ``spec`` from ``weights`` with transformers and runs batches through it (a `Backend` that returns
+    token states; interventions act on its torch module).
 
     Args:
         spec: The embedder spec (loader, accepted architectures, attention implementation).
@@ -55,6 +54,11 @@ class HFBackend:
     """
 
     name = "hf"
+    returns_pooled = False
+    spec: EmbedderSpec
+    weights: WeightsLocation
+    dtype: torch.dtype
+    tokenizer: Any
 
     def __init__(
         self,
@@ -67,10 +71,10 @@ class HFBackend:
     ) -> None:
         check_transformers_version(spec)
         self.spec, self.weights, self.dtype, self.quantization = spec, weights, dtype, quantization
-        model_type = _model_type(weights.directory)
-        if spec.architectures and model_type not in spec.architectures:
+        checkpoint_type = model_type(weights.directory)
+        if spec.architectures and checkpoint_type not in spec.architectures:
             raise ValueError(
-                f"The checkpoint at {weights.directory} is a {model_type!r} model; {spec.name!r} expects "
+                f"The checkpoint at {weights.directory} is a {checkpoint_type!r} model; {spec.name!r} expects "
                 f"{' or '.join(map(repr, spec.architectures))}. Check path= or pick another embedder."
             )
         self.tokenizer = load_tokenizer(weights.directory)
@@ -111,6 +115,20 @@ class HFBackend:
         config = getattr(self.model.config, "text_config", None) or self.model.config
         return getattr(config, "max_position_embeddings", None)
 
+    @property
+    def has_rope(self) -> bool:
+        """Whether the model has a rotary-embedding module built from its config."""
+        return bool(rotary_modules(self.model))
+
+    @property
+    def config(self):
+        """The model's own config (the window intervention patches it in place while active)."""
+        return self.model.config
+
+    @property
+    def torch_model(self) -> torch.nn.Module:
+        return self.model
+
     @torch.inference_mode()
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, output_hidden_states: bool = False
@@ -125,6 +143,14 @@ class HFBackend:
             output_hidden_states=output_hidden_states,
         )
         return ForwardOutput(out.last_hidden_state, out.hidden_states if output_hidden_states else None)
+
+    def embed(self, items: Sequence[EncodedText], *, pooling: str) -> torch.Tensor:
+        """Not this backend's path: it returns token states (`forward`) and `Embedder` pools them."""
+        raise NotImplementedError("backend='hf' returns token states (forward); Embedder pools them itself")
+
+    def intervene(self, stack: Stack, context: ModelContext) -> contextlib.AbstractContextManager:
+        """Enters the intervention objects on the torch module (each restores it exactly on exit)."""
+        return stack.apply(self.model, context)
 
     def describe(self) -> dict:
         config = self.model.config
@@ -151,7 +177,8 @@ def check_transformers_version(spec: EmbedderSpec) -> None:
         )
 
 
-def _model_type(directory: Path) -> str:
+def model_type(directory: Path) -> str:
+    """The checkpoint's ``model_type`` from its ``config.json`` (``"unknown"`` when absent)."""
     config = json.loads((directory / "config.json").read_text())
     return str(config.get("model_type", "unknown"))
 

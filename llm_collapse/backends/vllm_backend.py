@@ -30,9 +30,11 @@ Decisions and gotchas:
   ``max_model_len`` defaults to the model's ``max_position_embeddings``; a longer prompt (RoPE
   extrapolation, as `llm_collapse.run.models.fit_max_length` may ask) restarts it with room up to the next power
   of two, with ``max_position_embeddings`` raised to match (vLLM sizes its RoPE table from it).
-- **Interventions.** RoPE baselines become ``hf_overrides={"rope_parameters": ...}`` computed by the
-  intervention itself on a copy of the config (so Gemma 3's per-layer-type dicts and the default
-  "full_attention only" rule are the same as for ``hf``); ``window:off`` becomes ``sliding_window=None``;
+- **Interventions.** Each intervention states its own engine settings (`Intervention.vllm_settings`, which
+  raises `NotApplicable` for what vLLM cannot express); this module only folds them into one plan. RoPE
+  baselines become ``hf_overrides={"rope_parameters": ...}`` computed by the intervention itself on a copy
+  of the config (so Gemma 3's per-layer-type dicts and the default "full_attention only" rule are the same
+  as for ``hf``); ``window:off`` becomes ``sliding_window=None``;
   a constant TempScale multiplies every vLLM attention layer's ``impl.scale`` (and, ``placement="after"``,
   its ``logits_soft_cap``) through ``LLM.apply_model``, set from the recorded originals each time, so undoing
   it is exact and needs no restart. Changing the scale between calls needs ``enforce_eager=True`` (no
@@ -74,6 +76,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -81,8 +84,9 @@ import transformers
 
 from llm_collapse.adapters.inputs import EncodedText
 from llm_collapse.adapters.spec import EmbedderSpec
+from llm_collapse.backends.base import Backend, ForwardOutput
 from llm_collapse.backends.device import dtype_name
-from llm_collapse.backends.hf import _model_type, check_transformers_version, load_tokenizer
+from llm_collapse.backends.hf import check_transformers_version, load_tokenizer, model_type
 from llm_collapse.backends.weights import WeightsLocation
 from llm_collapse.interventions.base import Intervention, InterventionError, ModelContext, Stack
 
@@ -139,85 +143,23 @@ def _flatten(parts: Sequence[Intervention]) -> list[Intervention]:
     return out
 
 
-def _unsupported(slug: str, why: str) -> InterventionError:
-    return InterventionError(f"{slug} is not supported on backend='vllm': {why}; use backend='hf'")
-
-
 def plan_interventions(stack: Stack, config, context: ModelContext) -> _Plan:
-    """Translates an intervention stack into engine overrides and attention-scale factors.
+    """Folds what each intervention of ``stack`` asks of the engine (`Intervention.vllm_settings`) into one plan.
 
-    Raises `InterventionError` for what vLLM cannot express, before any engine is touched.
+    Raises `NotApplicable` (an `InterventionError`) for what vLLM cannot express, before any engine is touched.
     """
-    from llm_collapse.interventions.rope import (
-        NTK,
-        DynamicNTK,
-        PositionInterpolation,
-        RopeIntervention,
-        YaRN,
-    )
-    from llm_collapse.interventions.tempscale import TempScale, TempScaleLog
-    from llm_collapse.interventions.window import SlidingWindowOff
-
     text = config.get_text_config()
     overrides: dict = {}
     scale: dict = {}
     yarn_positions = None
     for part in _flatten(stack.parts):
-        if isinstance(part, TempScaleLog):
-            raise _unsupported(
-                part.slug,
-                "its temperature depends on each text's length, while vLLM's attention scale is one number "
-                "per layer shared by every request in a batch",
-            )
-        if type(part).__name__ == "SelfExtend":
-            raise _unsupported(part.slug, "it computes attention itself (grouped and neighbour logits)")
-        if isinstance(part, DynamicNTK):
-            raise _unsupported(
-                part.slug,
-                "vLLM's 'dynamic' RoPE is a static NTK base fixed at the position-table length, "
-                "not transformers' rule that grows the base with each input's length",
-            )
-        if isinstance(part, TempScale):
-            if part.include_pooler:
-                raise _unsupported(part.slug, "there is no separate pooler attention in vLLM models")
-            softcap = getattr(text, "attn_logit_softcapping", None)
-            if part.placement == "after" and not softcap:
-                raise InterventionError(
-                    f"{part.slug}: placement='after' only differs for softcapped attention (Gemma 2); "
-                    f"{context.name} has no attention softcap, use placement='inside'"
-                )
-            n_layers = int(text.num_hidden_layers)
-            if part.layers is not None and (missing := sorted(set(part.layers) - set(range(n_layers)))):
-                raise InterventionError(
-                    f"{part.slug}: layers {missing} do not exist; available layers are 0..{n_layers - 1}"
-                )
-            cap = 1.0 / part.tau if part.placement == "after" else 1.0
-            for layer in part.layers if part.layers is not None else range(n_layers):
-                old_scale, old_cap = scale.get(layer, (1.0, 1.0))
-                scale[layer] = (old_scale / part.tau, old_cap * cap)
-        elif isinstance(part, RopeIntervention):
-            if not isinstance(part, (NTK, YaRN, PositionInterpolation)):
-                raise _unsupported(part.slug, f"no vLLM mapping for {type(part).__name__}")
-            if not isinstance(getattr(text, "rope_parameters", None), dict):
-                raise InterventionError(
-                    f"{part.slug} needs a RoPE model; {context.name} has no rotary embedding (absolute positions)"
-                )
-            rebuilt = part.rebuilt_config(text, context)
-            overrides["rope_parameters"] = copy.deepcopy(rebuilt.rope_parameters)
-            if isinstance(part, YaRN):
-                params = rebuilt.rope_parameters
-                dicts = [params] if "rope_type" in params else list(params.values())
-                yarn_positions = min(
-                    int(d["original_max_position_embeddings"] * d["factor"])
-                    for d in dicts
-                    if d.get("rope_type") == "yarn"
-                )
-        elif isinstance(part, SlidingWindowOff):
-            if not getattr(text, "sliding_window", None):
-                raise InterventionError(f"window-off: {context.name} has no sliding window to switch off")
-            overrides["sliding_window"] = None
-        else:
-            raise _unsupported(part.slug, f"no vLLM mapping for {type(part).__name__}")
+        settings = part.vllm_settings(text, context)
+        overrides.update(settings.hf_overrides)
+        for layer, (tau, cap) in settings.temperatures.items():
+            old_scale, old_cap = scale.get(layer, (1.0, 1.0))
+            scale[layer] = (old_scale / tau, old_cap * cap)
+        if settings.max_positions is not None:
+            yarn_positions = settings.max_positions
     return _Plan(overrides, scale, yarn_positions)
 
 
@@ -237,8 +179,9 @@ def _merge(plans: Sequence[_Plan]) -> _Plan:
 # ----------------------------------------------------------------------------- the backend
 
 
-class VLLMBackend:
-    """Runs ``spec``'s model in a vLLM engine (in a private subprocess) and returns pooled vectors.
+class VLLMBackend(Backend):
+    """Runs ``spec``'s model in a vLLM engine (in a private subprocess) and returns pooled vectors (a `Backend`
+    with no in-process torch module; interventions become engine settings).
 
     Args:
         spec: The embedder spec (architectures, pooling; the input format stays with `Embedder`).
@@ -260,6 +203,10 @@ class VLLMBackend:
     name = "vllm"
     returns_pooled = True
     """`Embedder` calls `embed` (pooled vectors) instead of ``forward`` (token states)."""
+    spec: EmbedderSpec
+    weights: WeightsLocation
+    dtype: torch.dtype
+    tokenizer: Any
 
     def __init__(
         self,
@@ -281,8 +228,8 @@ class VLLMBackend:
         check_transformers_version(spec)
         self.spec, self.weights, self.dtype, self.quantization = spec, weights, dtype, quantization
         directory = weights.directory
-        model_type = _model_type(directory)
-        if spec.loader == "nv-embed" or model_type == "nvembed":
+        checkpoint_type = model_type(directory)
+        if spec.loader == "nv-embed" or checkpoint_type == "nvembed":
             raise ValueError(
                 f"backend='vllm' does not support {spec.name!r}: vLLM has no NV-Embed-v2 model "
                 "(NVEmbedModel: bidirectional Mistral + latent-attention pooler); use backend='hf'"
@@ -294,9 +241,9 @@ class VLLMBackend:
             )
         if dtype not in _DTYPES:
             raise ValueError(f"Unsupported dtype {dtype} for backend='vllm'; allowed: fp32, bf16, fp16")
-        if spec.architectures and model_type not in spec.architectures:
+        if spec.architectures and checkpoint_type not in spec.architectures:
             raise ValueError(
-                f"The checkpoint at {directory} is a {model_type!r} model; {spec.name!r} expects "
+                f"The checkpoint at {directory} is a {checkpoint_type!r} model; {spec.name!r} expects "
                 f"{' or '.join(map(repr, spec.architectures))}. Check path= or pick another embedder."
             )
         if tensor_parallel_size < 1:
@@ -320,7 +267,7 @@ class VLLMBackend:
         self.startup_timeout = startup_timeout
         text = self._config.get_text_config()
         self.causal = not (
-            model_type in _BIDIRECTIONAL
+            checkpoint_type in _BIDIRECTIONAL
             or getattr(text, "use_bidirectional_attention", False)
             or getattr(text, "is_causal", True) is False
         )
@@ -336,6 +283,11 @@ class VLLMBackend:
             "backend='vllm' runs the model in a vLLM engine process: there is no in-process torch module "
             "(use backend='hf' for hidden states, attention weights or module hooks)"
         )
+
+    @property
+    def torch_model(self) -> None:
+        """None: the model lives in the engine process."""
+        return None
 
     @property
     def config(self):
@@ -396,6 +348,14 @@ class VLLMBackend:
             self._plans.remove(plan)
 
     # --------------------------------------------------------------- embedding
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, output_hidden_states: bool = False
+    ) -> ForwardOutput:
+        """Not this backend's path: vLLM returns pooled vectors only (`embed`)."""
+        raise ValueError(
+            f"backend={self.name!r} returns pooled embeddings only; use backend='hf' for token or hidden states"
+        )
 
     def start(self) -> None:
         """Starts (or restarts) the engine for the current interventions now instead of at the first embed."""

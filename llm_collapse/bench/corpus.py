@@ -1,4 +1,4 @@
-"""Bench texts: the length-mixed corpus, exact-length texts and the long-document prefix."""
+"""Bench texts: the length-mixed corpus, exact-length texts and the long document."""
 
 from __future__ import annotations
 
@@ -41,10 +41,4 @@ def long_document(documents, tokenizer, n_tokens: int) -> str:
         total += counts[i]
         if total > n_tokens:
             break
-    return token_prefix(text, n_tokens, tokenizer)
-
-
-def _prefix(text: str, n_tokens: int, tokenizer) -> str:
-    from llm_collapse.data.bins import token_prefix
-
     return token_prefix(text, n_tokens, tokenizer)

@@ -1,13 +1,18 @@
-"""FLOP counting (`FlopModel`, `model_flops`; formula in the package docstring) and the measured matmul peak."""
+"""FLOP counting (`FlopModel`, `model_flops`; formula in the package docstring) and the measured matmul peak.
+
+`FlopModel` is the package's one FLOP formula: the benchmark builds it from a loaded model (`from_model`),
+``--dry-run`` from a ``config.json`` dict (`from_config`), the GPU estimate from published dimensions
+(`backbone_linear_params`), and the estimate's executed-work count goes through `FlopModel.pair_flops`.
+"""
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from llm_collapse.bench.timing import _timed
+from llm_collapse.bench.timing import timed
 
 ENCODER_TYPES = frozenset(
     {
@@ -22,6 +27,33 @@ ENCODER_TYPES = frozenset(
         "modernbert",
     }
 )
+"""Bidirectional encoders (every other model type counts as causal)."""
+
+TWO_MATRIX_MLP = ENCODER_TYPES - {"modernbert"}
+"""Model types whose MLP is two matrices (hidden -> intermediate -> hidden); the others are gated: three
+matrices (gate, up, down; ModernBERT's ``Wi`` is gate and up fused)."""
+
+
+def backbone_linear_params(
+    *,
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    intermediate: int,
+    gated: bool = True,
+) -> int:
+    """Weights of every layer's q, k, v, o projections and MLP (3 matrices when ``gated``, else 2)."""
+    d_attn = heads * head_dim
+    attention = 2 * hidden * d_attn + 2 * hidden * kv_heads * head_dim
+    return layers * (attention + (3 if gated else 2) * hidden * intermediate)
+
+
+def latent_pooler_linear_params(hidden: int, heads: int, head_dim: int, ff_mult: int = 4) -> int:
+    """NV-Embed's latent-attention pooler weights: to_q, to_kv (2x), to_out and the GEGLU feed-forward
+    (``hidden -> 2 ff_mult hidden``, ``ff_mult hidden -> hidden``); biases, norms and latents not included."""
+    return 4 * hidden * heads * head_dim + 3 * ff_mult * hidden * hidden
 
 
 @dataclass(frozen=True)
@@ -49,14 +81,48 @@ class FlopModel:
             for name, m in model.named_modules()
             if isinstance(m, torch.nn.Linear) and "pooler" not in name.split(".")
         )
-        config = model.config.get_text_config()
+        return cls._from_text_config(model.config.get_text_config(), linear)
+
+    @classmethod
+    def from_config(cls, config: Mapping) -> FlopModel:
+        """The same counts as `from_model` on the model a ``config.json`` dict describes, without building it.
+
+        The dict goes through its transformers config class first (derived fields such as Gemma's
+        ``layer_types`` and ``head_dim`` then match the loaded model's); ``nvembed`` through
+        `llm_collapse.models.nv_embed.NVEmbedConfig`, unknown types through ``PretrainedConfig``. Linear
+        weights are counted from the dimensions (`backbone_linear_params`, plus NV-Embed's latent pooler):
+        exact for the registered layouts (BERT, Mistral, Gemma 2/3, NV-Embed); others are approximated.
+        """
+        full = _config_object(config)
+        text = full.get_text_config()
+        hidden = int(text.hidden_size)
+        heads = int(text.num_attention_heads)
+        head_dim = _head_dim(text)
+        linear = backbone_linear_params(
+            hidden=hidden,
+            layers=int(text.num_hidden_layers),
+            heads=heads,
+            kv_heads=int(getattr(text, "num_key_value_heads", None) or heads),
+            head_dim=head_dim,
+            intermediate=int(getattr(text, "intermediate_size", None) or 4 * hidden),
+            gated=text.model_type not in TWO_MATRIX_MLP,
+        )
+        latent = getattr(full, "latent_attention_config", None)
+        if isinstance(latent, Mapping):
+            linear += latent_pooler_linear_params(
+                int(latent["latent_dim"]), int(latent["num_cross_heads"]), int(latent["cross_dim_head"])
+            )
+        return cls._from_text_config(text, linear)
+
+    @classmethod
+    def _from_text_config(cls, config, linear_params: int) -> FlopModel:
+        """Attention width, per-layer windows and causality from a (text) transformers config."""
         heads = int(config.num_attention_heads)
-        head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
         layers = int(config.num_hidden_layers)
         types = getattr(config, "layer_types", None) or ["full_attention"] * layers
         window = getattr(config, "sliding_window", None)
         windows = tuple(window if (t == "sliding_attention" and window) else None for t in types)
-        return cls(linear, heads * head_dim, windows, config.model_type not in ENCODER_TYPES)
+        return cls(linear_params, heads * _head_dim(config), windows, config.model_type not in ENCODER_TYPES)
 
     def pairs(self, length: int, window: int | None) -> int:
         """(query, key) pairs one layer needs for ``length`` tokens."""
@@ -68,12 +134,16 @@ class FlopModel:
 
     def flops(self, length: int) -> float:
         """Useful forward FLOPs for one text of ``length`` real tokens."""
-        attention = sum(self.pairs(length, w) for w in self.layer_windows)
-        return 2.0 * self.linear_params * length + 4.0 * self.d_attn * attention
+        return self.pair_flops(length, sum(self.pairs(length, w) for w in self.layer_windows))
+
+    def pair_flops(self, positions: int, pairs: int, *, qk_passes: int = 1) -> float:
+        """Linear FLOPs of ``positions`` tokens plus attention FLOPs of ``pairs`` (query, key) pairs summed
+        over layers: ``2 P n + 2 (qk_passes + 1) d_attn pairs`` (one QK^T product per pass, one PV product)."""
+        return 2.0 * self.linear_params * positions + 2.0 * (qk_passes + 1) * self.d_attn * pairs
 
     def flops_dense(self, length: int) -> float:
         """The dense convention: ``2 P L + 4 layers d_attn L^2``."""
-        return 2.0 * self.linear_params * length + 4.0 * len(self.layer_windows) * self.d_attn * length**2
+        return self.pair_flops(length, len(self.layer_windows) * length**2)
 
     def describe(self) -> dict:
         return {
@@ -85,6 +155,24 @@ class FlopModel:
             "causal": self.causal,
             "formula": "2*linear_params*L + 4*d_attn*sum_layers(pairs(L))",
         }
+
+
+def _head_dim(config) -> int:
+    return int(getattr(config, "head_dim", None) or config.hidden_size // int(config.num_attention_heads))
+
+
+def _config_object(config: Mapping):
+    """A ``config.json`` dict as its transformers config object (see `FlopModel.from_config`)."""
+    from transformers import CONFIG_MAPPING, PretrainedConfig
+
+    from llm_collapse.models.nv_embed import NVEmbedConfig
+
+    model_type = config.get("model_type")
+    if model_type == NVEmbedConfig.model_type:
+        return NVEmbedConfig.from_dict(dict(config))
+    if model_type in CONFIG_MAPPING:
+        return CONFIG_MAPPING[model_type].from_dict(dict(config))
+    return PretrainedConfig.from_dict(dict(config))
 
 
 def model_flops(model, lengths: Sequence[int]) -> float:
@@ -107,7 +195,7 @@ def matmul_peak(dtype: str, *, n: int = 2048, reps: int = 10) -> dict:
         torch.mm(a, b)
     times = []
     timing: dict = {}
-    with _timed(timing):
+    with timed(timing):
         for _ in range(reps):
             start = time.perf_counter()
             torch.mm(a, b)

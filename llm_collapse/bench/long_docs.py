@@ -13,14 +13,14 @@ import time
 from pathlib import Path
 
 from llm_collapse.bench.config import VLLM_NOT_INSTALLED, BenchConfig
-from llm_collapse.bench.corpus import _prefix, long_document
+from llm_collapse.bench.corpus import long_document
 from llm_collapse.bench.flops import FlopModel
-from llm_collapse.bench.timing import _maxrss_bytes, _RssPoller, _timed
+from llm_collapse.bench.timing import RssPoller, maxrss_bytes, timed
 
 logger = logging.getLogger("llm_collapse.bench")
 
 
-def _worker(spec: dict) -> dict:
+def worker(spec: dict) -> dict:
     """Runs in a fresh process: load, warm up, time one forward of exactly ``spec['length']`` tokens.
 
     The backend is ``spec['backend']`` (``"hf"``, or ``"vllm"`` through `llm_collapse.load_embedder`, whose
@@ -40,18 +40,18 @@ def _worker(spec: dict) -> dict:
     n_tokens = len(embedder.tokenize([text])[0])
     embedder.encode([text[:200]], show_progress_bar=False)  # warm-up: kernels, allocator, thread pool
     gc.collect()
-    baseline = _RssPoller(children=children).rss()
-    maxrss_before = _maxrss_bytes()
+    baseline = RssPoller(children=children).rss()
+    maxrss_before = maxrss_bytes()
     reps = 3 if spec["length"] <= 4096 else 1
     runs: list[dict] = []
-    with _RssPoller(children=children) as poller:
+    with RssPoller(children=children) as poller:
         for _ in range(reps):
             timing: dict = {}
-            with _timed(timing):
+            with timed(timing):
                 embedder.encode([text], show_progress_bar=False)
             runs.append(timing)
     best = min(runs, key=lambda r: r["seconds"])
-    maxrss_after = _maxrss_bytes()
+    maxrss_after = maxrss_bytes()
     # ru_maxrss is exact but includes loading; use it only when the forward raised it (hf: one process).
     peak = poller.peak
     if not children and maxrss_after > maxrss_before:
@@ -70,7 +70,7 @@ def _worker(spec: dict) -> dict:
         "attn_implementation": describe.get("attn_implementation"),
         "torch_threads": torch.get_num_threads(),
     }
-    model = getattr(embedder.backend, "model", None)
+    model = embedder.backend.torch_model  # None for vLLM (the model runs in the engine process)
     if isinstance(model, torch.nn.Module):
         result["flops_per_s"] = FlopModel.from_model(model).flops(n_tokens) / best["seconds"]
     return result
@@ -104,7 +104,7 @@ def vllm_status(python: str) -> str:
 def run_long_document(
     model: str, dtype: str, length: int, text: str, *, backend: str, timeout: float, python: str | None = None
 ) -> dict:
-    """Runs `_worker` in a fresh ``python -m llm_collapse.bench --worker`` process and returns its row."""
+    """Runs `worker` in a fresh ``python -m llm_collapse.bench --worker`` process and returns its row."""
     row: dict = {"model": model, "backend": backend, "length": length}
     with tempfile.TemporaryDirectory(prefix="llm-collapse-bench-") as tmp:
         text_file, out_file, spec_file = (Path(tmp) / n for n in ("text.txt", "out.json", "spec.json"))
@@ -132,8 +132,10 @@ def long_documents(documents, config: BenchConfig, dtype: str, tokenizer, specia
     """Long-document rows for the hf backend and (when importable) vLLM."""
     if not config.long_lengths:
         return []
+    from llm_collapse.data.bins import token_prefix
+
     longest = long_document(documents, tokenizer, max(config.long_lengths) - special)
-    prefixes = {n: _prefix(longest, n - special, tokenizer) for n in config.long_lengths}
+    prefixes = {n: token_prefix(longest, n - special, tokenizer) for n in config.long_lengths}
     python = {"hf": sys.executable, "vllm": config.vllm_python or sys.executable}
     skip = {"hf": None, "vllm": None if vllm_status(python["vllm"]) == "ok" else vllm_status(python["vllm"])}
     rows = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from llm_collapse.bench.config import SIDE_LABELS, SIDES
+from llm_collapse.utils.markdown import markdown_table
 
 
 def _contention_warning(result: dict) -> list[str]:
@@ -24,8 +25,54 @@ def _cores(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _fmt_status(met: bool | None) -> str:
+def fmt_status(met: bool | None) -> str:
+    """A target's status: ``**met**``, ``**not met**`` or ``not measured``."""
     return "not measured" if met is None else ("**met**" if met else "**not met**")
+
+
+def _table(header: list[str], rows) -> str:
+    """``bench.md``'s tables: cells as given, compact ``|---|`` rule (see `markdown_table`)."""
+    return markdown_table(header, rows, escape=False, compact_rule=True)
+
+
+def _agreement_cell(c: dict | None) -> str:
+    return "n/a" if c is None else f"min {c['min']:.5f}, mean {c['mean']:.5f}"
+
+
+def _throughput_row(row: dict, side: str) -> list:
+    s = row["sides"][side]
+    return [
+        row["model"],
+        row["dtype"],
+        row["n_texts"],
+        f"{row['n_tokens']:,} ({row['min_tokens']}-{row['max_tokens']})",
+        row["n_truncated"],
+        f"{row['max_length']} / {row['st_settings']['max_seq_length']}",
+        SIDE_LABELS[side],
+        f"{s['seconds']:.2f}",
+        f"{s['tokens_per_s']:,.0f}",
+        f"{s['flops_per_s'] / 1e9:.0f}",
+        f"{s['fraction_of_bf16_peak']:.0%}",
+        _cores(s.get("other_cores")),
+    ]
+
+
+def _long_document_row(r: dict) -> list:
+    if r["status"] == "ok" or "seconds" in r:
+        return [
+            r["model"],
+            r["backend"],
+            r["length"],
+            f"{r['seconds']:.2f}",
+            f"{r['n_tokens'] / r['seconds']:,.0f}",
+            f"{r['flops_per_s'] / 1e9:.0f}" if "flops_per_s" in r else "-",
+            f"{r['fraction_of_bf16_peak']:.0%}" if "fraction_of_bf16_peak" in r else "-",
+            f"{r['peak_rss_bytes'] / 2**30:.2f}",
+            f"{r['growth_bytes'] / 2**30:.2f}",
+            _cores(r.get("other_cores")),
+            r["status"],
+        ]
+    return [r["model"], r["backend"], r["length"], *["-"] * 7, r["status"]]
 
 
 def render_markdown(result: dict) -> str:
@@ -54,28 +101,40 @@ def render_markdown(result: dict) -> str:
         "",
         "## Targets",
         "",
-        "| target | threshold | measured | status |",
-        "|---|---|---|---|",
-    ]
-    lines += [
-        f"| {t['name']} | {t['threshold']} | {t['measured']} | {_fmt_status(t['met'])} |"
-        for t in result["targets"]
-    ]
-    lines += [
+        _table(
+            ["target", "threshold", "measured", "status"],
+            [[t["name"], t["threshold"], t["measured"], fmt_status(t["met"])] for t in result["targets"]],
+        ),
         "",
         "## Matmul peak",
         "",
-        "| dtype | n | reps | best s | median s | peak GFLOP/s (best) | GFLOP/s (median) | "
-        "GFLOP/s best at start, end | other processes (cores) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    lines += [
-        f"| {p['dtype']} | {p['n']} | {p['reps']} | {p['best_s']:.4f} | {p['median_s']:.4f} | "
-        f"{p['flops_per_s'] / 1e9:.0f} | {p['median_flops_per_s'] / 1e9:.0f} | "
-        f"{', '.join(f'{v / 1e9:.0f}' for v in p['runs_flops_per_s'])} | {_cores(p.get('other_cores'))} |"
-        for p in peaks.values()
-    ]
-    lines += [
+        _table(
+            [
+                "dtype",
+                "n",
+                "reps",
+                "best s",
+                "median s",
+                "peak GFLOP/s (best)",
+                "GFLOP/s (median)",
+                "GFLOP/s best at start, end",
+                "other processes (cores)",
+            ],
+            [
+                [
+                    p["dtype"],
+                    p["n"],
+                    p["reps"],
+                    f"{p['best_s']:.4f}",
+                    f"{p['median_s']:.4f}",
+                    f"{p['flops_per_s'] / 1e9:.0f}",
+                    f"{p['median_flops_per_s'] / 1e9:.0f}",
+                    ", ".join(f"{v / 1e9:.0f}" for v in p["runs_flops_per_s"]),
+                    _cores(p.get("other_cores")),
+                ]
+                for p in peaks.values()
+            ],
+        ),
         "",
         "## Throughput on the length-mixed corpus",
         "",
@@ -83,31 +142,36 @@ def render_markdown(result: dict) -> str:
         "up once before timing. FLOPs counted as in `llm_collapse.bench` (useful FLOPs: "
         "`2 * linear_params * L + 4 * d_attn * pairs`, causal and sliding-window aware).",
         "",
-        "| model | dtype | texts | tokens (min-max per text) | truncated | max_length (ours / ST) | side | "
-        "seconds (best round) | tokens/s | GFLOP/s | of bf16 peak | other processes (cores) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in result["throughput"]:
-        for side in SIDES:
-            s = row["sides"][side]
-            lines.append(
-                f"| {row['model']} | {row['dtype']} | {row['n_texts']} | {row['n_tokens']:,} "
-                f"({row['min_tokens']}-{row['max_tokens']}) | {row['n_truncated']} | "
-                f"{row['max_length']} / {row['st_settings']['max_seq_length']} | {SIDE_LABELS[side]} | "
-                f"{s['seconds']:.2f} | {s['tokens_per_s']:,.0f} | {s['flops_per_s'] / 1e9:.0f} | "
-                f"{s['fraction_of_bf16_peak']:.0%} | {_cores(s.get('other_cores'))} |"
-            )
-    lines += [
+        _table(
+            [
+                "model",
+                "dtype",
+                "texts",
+                "tokens (min-max per text)",
+                "truncated",
+                "max_length (ours / ST)",
+                "side",
+                "seconds (best round)",
+                "tokens/s",
+                "GFLOP/s",
+                "of bf16 peak",
+                "other processes (cores)",
+            ],
+            [_throughput_row(row, side) for row in result["throughput"] for side in SIDES],
+        ),
         "",
-        "| model | ours / sentence-transformers | ours / naive | tokens equal (ST, naive) |",
-        "|---|---|---|---|",
-    ]
-    lines += [
-        f"| {r['model']} | {r['speedup_vs_st']:.2f}x | {r['speedup_vs_naive']:.2f}x | "
-        f"{r['tokens_equal']['sentence_transformers']}, {r['tokens_equal']['naive']} |"
-        for r in result["throughput"]
-    ]
-    lines += [
+        _table(
+            ["model", "ours / sentence-transformers", "ours / naive", "tokens equal (ST, naive)"],
+            [
+                [
+                    r["model"],
+                    f"{r['speedup_vs_st']:.2f}x",
+                    f"{r['speedup_vs_naive']:.2f}x",
+                    f"{r['tokens_equal']['sentence_transformers']}, {r['tokens_equal']['naive']}",
+                ]
+                for r in result["throughput"]
+            ],
+        ),
         "",
         "Settings per side: "
         + "; ".join(
@@ -117,50 +181,70 @@ def render_markdown(result: dict) -> str:
         "",
         "## Agreement (cosine on the benchmark texts)",
         "",
-        "| model | ours vs naive | ST vs naive | ours vs ST | note |",
-        "|---|---|---|---|---|",
-    ]
-    for r in result["throughput"]:
-        a = r["agreement"]
-        cell = lambda c: "n/a" if c is None else f"min {c['min']:.5f}, mean {c['mean']:.5f}"  # noqa: E731
-        lines.append(
-            f"| {r['model']} | {cell(a['ours_vs_naive'])} | {cell(a['st_vs_naive'])} | {cell(a['ours_vs_st'])} | {a['note']} |"
-        )
-    lines += [
+        _table(
+            ["model", "ours vs naive", "ST vs naive", "ours vs ST", "note"],
+            [
+                [
+                    r["model"],
+                    *(
+                        _agreement_cell(r["agreement"][k])
+                        for k in ("ours_vs_naive", "st_vs_naive", "ours_vs_st")
+                    ),
+                    r["agreement"]["note"],
+                ]
+                for r in result["throughput"]
+            ],
+        ),
         "",
         "## Model FLOP/s at fixed lengths (Embedder.encode, batched)",
         "",
-        "| model | tokens per text | batch | seconds (best of 2) | tokens/s | GFLOP/s | of bf16 peak | "
-        "GFLOP/s (dense convention) | other processes (cores) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    lines += [
-        f"| {r['model']} | {r['length']} | {r['batch']} | {r['seconds']:.2f} | {r['tokens_per_s']:,.0f} | "
-        f"{r['flops_per_s'] / 1e9:.0f} | {r['fraction_of_bf16_peak']:.0%} | {r['flops_dense_per_s'] / 1e9:.0f} | "
-        f"{_cores(r.get('other_cores'))} |"
-        for r in result["flops"]
-    ]
-    lines += [
+        _table(
+            [
+                "model",
+                "tokens per text",
+                "batch",
+                "seconds (best of 2)",
+                "tokens/s",
+                "GFLOP/s",
+                "of bf16 peak",
+                "GFLOP/s (dense convention)",
+                "other processes (cores)",
+            ],
+            [
+                [
+                    r["model"],
+                    r["length"],
+                    r["batch"],
+                    f"{r['seconds']:.2f}",
+                    f"{r['tokens_per_s']:,.0f}",
+                    f"{r['flops_per_s'] / 1e9:.0f}",
+                    f"{r['fraction_of_bf16_peak']:.0%}",
+                    f"{r['flops_dense_per_s'] / 1e9:.0f}",
+                    _cores(r.get("other_cores")),
+                ]
+                for r in result["flops"]
+            ],
+        ),
         "",
         "## Long documents (one document, batch 1, fresh process per length)",
         "",
-        "| model | backend | tokens | seconds | tokens/s | GFLOP/s | of bf16 peak | peak RSS GiB | "
-        "growth over loaded model GiB | other processes (cores) | status |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        _table(
+            [
+                "model",
+                "backend",
+                "tokens",
+                "seconds",
+                "tokens/s",
+                "GFLOP/s",
+                "of bf16 peak",
+                "peak RSS GiB",
+                "growth over loaded model GiB",
+                "other processes (cores)",
+                "status",
+            ],
+            [_long_document_row(r) for r in result["long_documents"]],
+        ),
     ]
-    for r in result["long_documents"]:
-        if r["status"] == "ok" or "seconds" in r:
-            flops = f"{r['flops_per_s'] / 1e9:.0f}" if "flops_per_s" in r else "-"
-            share = f"{r['fraction_of_bf16_peak']:.0%}" if "fraction_of_bf16_peak" in r else "-"
-            lines.append(
-                f"| {r['model']} | {r['backend']} | {r['length']} | {r['seconds']:.2f} | "
-                f"{r['n_tokens'] / r['seconds']:,.0f} | {flops} | {share} | {r['peak_rss_bytes'] / 2**30:.2f} | "
-                f"{r['growth_bytes'] / 2**30:.2f} | {_cores(r.get('other_cores'))} | {r['status']} |"
-            )
-        else:
-            lines.append(
-                f"| {r['model']} | {r['backend']} | {r['length']} | - | - | - | - | - | - | - | {r['status']} |"
-            )
     lines += [
         "",
         "## Notes",

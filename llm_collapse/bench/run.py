@@ -11,8 +11,9 @@ from llm_collapse.bench.config import SCHEMA, BenchConfig
 from llm_collapse.bench.flops import matmul_peak
 from llm_collapse.bench.long_docs import long_documents
 from llm_collapse.bench.render import render_markdown
-from llm_collapse.bench.sides import _version, fixed_length_flops, throughput
+from llm_collapse.bench.sides import fixed_length_flops, throughput
 from llm_collapse.bench.targets import contention, evaluate_targets
+from llm_collapse.utils.optional import package_version
 
 logger = logging.getLogger("llm_collapse.bench")
 
@@ -28,7 +29,7 @@ def run_bench(config: BenchConfig, *, command: str = "python -m llm_collapse.ben
     import llm_collapse as lc
     from llm_collapse.backends.device import dtype_name, resolve_dtype
     from llm_collapse.data import load_corpus
-    from llm_collapse.run.results import _atomic, environment, write_json
+    from llm_collapse.run.results import atomic_write, environment, write_json
 
     started = time.perf_counter()
     dtype = dtype_name(resolve_dtype(config.dtype, torch.device("cpu")))
@@ -83,8 +84,8 @@ def run_bench(config: BenchConfig, *, command: str = "python -m llm_collapse.ben
         "settings": {**config.describe(), "dtype_resolved": dtype},
         "environment": environment(),
         "versions": {
-            "sentence-transformers": _version("sentence-transformers"),
-            "psutil": _version("psutil"),
+            "sentence-transformers": package_version("sentence-transformers"),
+            "psutil": package_version("psutil"),
         },
         "peak": peaks,
         "throughput": rows,
@@ -97,6 +98,6 @@ def run_bench(config: BenchConfig, *, command: str = "python -m llm_collapse.ben
     out = Path(config.out)
     write_json(result, out / "bench.json")
     markdown = render_markdown(result)
-    _atomic(out / "bench.md", lambda tmp: Path(tmp).write_text(markdown, encoding="utf-8"))
+    atomic_write(out / "bench.md", lambda tmp: Path(tmp).write_text(markdown, encoding="utf-8"))
     logger.info("wrote %s and %s", out / "bench.json", out / "bench.md")
     return result

@@ -8,18 +8,10 @@ from collections.abc import Callable, Sequence
 from llm_collapse.bench.config import SIDES, ST_BATCH_SIZE, BenchConfig
 from llm_collapse.bench.corpus import exact_length_texts, mixed_texts
 from llm_collapse.bench.flops import FlopModel
-from llm_collapse.bench.timing import _timed
+from llm_collapse.bench.timing import timed
+from llm_collapse.utils.optional import package_version
 
 logger = logging.getLogger("llm_collapse.bench")
-
-
-def _version(package: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def load_sentence_transformer(embedder):
@@ -55,7 +47,7 @@ def load_sentence_transformer(embedder):
         "attn_implementation": getattr(auto.config, "_attn_implementation", None),
         "batch_size": ST_BATCH_SIZE,
         "padding_side": getattr(st[0].tokenizer, "padding_side", None),
-        "sentence_transformers": _version("sentence-transformers"),
+        "sentence_transformers": package_version("sentence-transformers"),
     }
     if next(auto.parameters()).dtype != embedder.backend.dtype:
         raise RuntimeError(f"sentence-transformers loaded {info['dtype']}, expected {embedder.backend.dtype}")
@@ -173,7 +165,7 @@ def throughput(
         # Alternate the order so that a slow stretch of a shared machine does not always hit the same side.
         for side in SIDES if index % 2 == 0 else tuple(reversed(SIDES)):
             timing: dict = {}
-            with _timed(timing):
+            with timed(timing):
                 outputs[side] = runners[side](texts)
             rounds[side].append(timing)
             logger.info(
@@ -239,7 +231,7 @@ def fixed_length_flops(embedder, documents, config: BenchConfig) -> list[dict]:
         runs = []
         for _ in range(2):
             timing: dict = {}
-            with _timed(timing):
+            with timed(timing):
                 embedder.encode(texts, show_progress_bar=False)
             runs.append(timing)
         flops = counter.flops(length) * len(texts)

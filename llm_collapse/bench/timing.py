@@ -1,4 +1,4 @@
-"""Timing helpers: wall/CPU seconds with machine contention (`_timed`) and RSS polling."""
+"""Timing helpers: wall/CPU seconds with machine contention (`timed`), RSS polling and peak RSS."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _cpu_ticks() -> tuple[float, float] | None:
 
 
 @contextlib.contextmanager
-def _timed(record: dict) -> Iterator[None]:
+def timed(record: dict) -> Iterator[None]:
     """Wall and process CPU seconds, and how busy the rest of the machine was meanwhile.
 
     ``other_cores``: CPU seconds used by other processes per wall second (machine busy time from
@@ -45,7 +45,7 @@ def _timed(record: dict) -> Iterator[None]:
         record["other_cores"] = record["steal_cores"] = None
 
 
-class _RssPoller:
+class RssPoller:
     """Polls the RSS of this process (and its children, for vLLM's workers) every ``interval`` seconds."""
 
     def __init__(self, interval: float = 0.005, *, children: bool = False) -> None:
@@ -69,7 +69,7 @@ class _RssPoller:
             self.peak = max(self.peak, self.rss())
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> _RssPoller:
+    def __enter__(self) -> RssPoller:
         self.peak = self.rss()
         self._thread.start()
         return self
@@ -80,5 +80,6 @@ class _RssPoller:
         self.peak = max(self.peak, self.rss())
 
 
-def _maxrss_bytes() -> int:
+def maxrss_bytes() -> int:
+    """Peak RSS of this process so far (``ru_maxrss``), in bytes."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux

@@ -13,8 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from llm_collapse.bench.config import DEFAULT_TEXTS, QUICK, BenchConfig
-from llm_collapse.bench.long_docs import _worker
-from llm_collapse.bench.render import _fmt_status
+from llm_collapse.bench.long_docs import worker
+from llm_collapse.bench.render import fmt_status
 from llm_collapse.bench.run import run_bench
 from llm_collapse.cli.common import ArgumentParser, run_command
 from llm_collapse.errors import UserError
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.worker is not None:
         spec = json.loads(args.worker.read_text())
-        result = _worker(spec)
+        result = worker(spec)
         Path(spec["out_file"]).write_text(json.dumps(result))
         return 0
     return run_command(lambda: _bench(args, argv))
@@ -121,6 +121,6 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
     _say(f"wrote {out / 'bench.md'} and {out / 'bench.json'}")
     for target in result["targets"]:
         _say(
-            f"{_fmt_status(target['met']).strip('*'):>12}  {target['name']}: {target['measured']} ({target['threshold']})"
+            f"{fmt_status(target['met']).strip('*'):>12}  {target['name']}: {target['measured']} ({target['threshold']})"
         )
     return 0

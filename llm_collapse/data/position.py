@@ -23,7 +23,7 @@ Design:
   tokens, so every document is at most ``L`` tokens and at least ``L - (max - min) |K_j|``: about
   ``L - 18`` under Gemma 3's tokenizer, whose counts for these sentences run 13-31. With
   ``fit_to_tokens`` and a tokenizer the filler is fitted to within 1-2% under that tokenizer (the
-  passkey/needle search, ``synthetic._fit``, which warns when a short filler misses by one token);
+  passkey/needle search, ``synthetic.fit_document``, which warns when a short filler misses by one token);
   without it, ``L x 0.75`` words minus the longest ``K``. A length too short for any filler logs a
   warning and leaves the bare sentences.
 * Decision, paired design: the generator is ``random.Random`` seeded by ``(task, seed, length)``, not by
@@ -44,7 +44,7 @@ import re
 from typing import TYPE_CHECKING
 
 from llm_collapse.data.bins import count_tokens, tokenizer_name
-from llm_collapse.data.synthetic import WORDS_PER_TOKEN, RetrievalTask, _corpus_sentences, _fit
+from llm_collapse.data.synthetic import WORDS_PER_TOKEN, RetrievalTask, corpus_sentences, fit_document
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -60,7 +60,7 @@ _KEY = re.compile(r"^[A-Z][^\"\[\]]*[a-z]\.$")
 def _key_pool(corpus: str) -> tuple[str, ...]:
     """Distinct plain sentences of ``KEY_WORDS`` words, in corpus order."""
     lo, hi = KEY_WORDS
-    keep = (s for s in _corpus_sentences(corpus) if lo <= len(s.split()) <= hi and _KEY.match(s))
+    keep = (s for s in corpus_sentences(corpus) if lo <= len(s.split()) <= hi and _KEY.match(s))
     return tuple(dict.fromkeys(keep))
 
 
@@ -96,7 +96,7 @@ def position_task(
         raise ValueError(f"need 0 < n_queries <= n_docs, got {n_queries} and {n_docs}")
     if fit_to_tokens and tokenizer is None:
         raise ValueError("fit_to_tokens=True needs a tokenizer")
-    sentences, pool = _corpus_sentences(corpus), _key_pool(corpus)
+    sentences, pool = corpus_sentences(corpus), _key_pool(corpus)
     rng = random.Random(f"position|{seed}|{length}")
     start = rng.randrange(len(sentences))
     words: list[str] = []
@@ -117,7 +117,7 @@ def position_task(
     if fit_to_tokens:
         budget = length - max(count_tokens(keys, tokenizer))
         if budget > 0:
-            filler, _, _ = _fit(
+            filler, _, _ = fit_document(
                 lambda n: " ".join(words[:n]),
                 tokenizer,
                 budget,

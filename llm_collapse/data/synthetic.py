@@ -139,7 +139,8 @@ def split_sentences(text: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=4)
-def _corpus_sentences(name: str) -> tuple[str, ...]:
+def corpus_sentences(name: str) -> tuple[str, ...]:
+    """Every sentence of corpus ``name``, in document order (cached: the last 4 corpora)."""
     from llm_collapse.data import load_corpus  # the registry lives in the package __init__
 
     return tuple(s for doc in load_corpus(name) for s in split_sentences(doc.text))
@@ -154,7 +155,7 @@ def _window(sentences: Sequence[str], start: int, min_words: int) -> _Haystack:
     return _Haystack(sentences[start:end])
 
 
-def _fit(
+def fit_document(
     make: Callable[[int], str],
     tokenizer: PreTrainedTokenizerBase,
     target: int,
@@ -218,7 +219,7 @@ def _assemble(
         words = budget - len(insert.split()) if guess is None else guess
         if fit_to_tokens:
             make = functools.partial(hay.build, depth=depth, insert=insert, sep=sep)
-            text, guess, _ = _fit(make, tokenizer, length, words, len(hay.words), insert)
+            text, guess, _ = fit_document(make, tokenizer, length, words, len(hay.words), insert)
         else:
             text = hay.build(max(0, min(words, len(hay.words))), depth, insert, sep)
         docs.append(text)
@@ -299,7 +300,7 @@ def needle_task(
         The task.
     """
     if isinstance(haystack, str):
-        sentences, hay_name = _corpus_sentences(haystack), haystack
+        sentences, hay_name = corpus_sentences(haystack), haystack
     else:
         sentences, hay_name = tuple(s for text in haystack for s in split_sentences(text)), "custom"
     if not sentences:

@@ -7,7 +7,14 @@ and report labels and a ``params()`` dict for run metadata. See `parse_intervent
 
 from __future__ import annotations
 
-from llm_collapse.interventions.base import Intervention, InterventionError, ModelContext, Stack
+from llm_collapse.interventions.base import (
+    Intervention,
+    InterventionError,
+    ModelContext,
+    NotApplicable,
+    Stack,
+    VLLMSettings,
+)
 from llm_collapse.interventions.parse import METHODS, parse_interventions
 from llm_collapse.interventions.rope import NTK, DynamicNTK, PositionInterpolation, YaRN
 from llm_collapse.interventions.tempscale import TempScale, TempScaleLog
@@ -20,11 +27,13 @@ __all__ = [
     "Intervention",
     "InterventionError",
     "ModelContext",
+    "NotApplicable",
     "PositionInterpolation",
     "SlidingWindowOff",
     "Stack",
     "TempScale",
     "TempScaleLog",
+    "VLLMSettings",
     "YaRN",
     "parse_interventions",
 ]

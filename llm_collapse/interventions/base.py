@@ -4,6 +4,12 @@ Every intervention goes through a library seam (an attention module's ``scaling`
 function, a RoPE module rebuilt from config RoPE parameters, the config's sliding window), restores the model
 exactly on exit (the original objects and floats are put back, nothing is recomputed), and raises if it finds
 nothing to act on: a silent no-op would make a "TempScale" column indistinguishable from the baseline.
+
+A backend that runs the model outside this process (vLLM) cannot enter an intervention on modules; each
+intervention says itself what it asks of such an engine (`Intervention.vllm_settings`), or raises
+`NotApplicable`. `NotApplicable` is also what a valid intervention raises on a model it has nothing to act on,
+and what a measurement raises when it cannot be taken under the active interventions; runs record it as "not
+applicable" instead of failing.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import nn
 
@@ -22,6 +28,33 @@ KINDS: tuple[str, ...] = ("attention", "rope", "window")
 
 class InterventionError(UserError, ValueError):
     """An intervention that cannot apply (bad value, unsupported architecture, nothing to act on)."""
+
+
+class NotApplicable(InterventionError):
+    """A valid intervention this model or backend cannot express (or a measurement it rules out): runs record
+    the cell as "not applicable" with this message."""
+
+
+def not_on_vllm(slug: str, why: str) -> NotApplicable:
+    """The one-line refusal of an intervention vLLM cannot express."""
+    return NotApplicable(f"{slug} is not supported on backend='vllm': {why}; use backend='hf'")
+
+
+@dataclass(frozen=True)
+class VLLMSettings:
+    """What one intervention asks of a vLLM engine (`Intervention.vllm_settings`).
+
+    Attributes:
+        hf_overrides: Config values baked into the engine at its start (``rope_parameters``,
+            ``sliding_window``).
+        temperatures: Layer index -> ``(tau, softcap factor)``: that layer's attention scale is divided by
+            tau and its logit softcap multiplied by the factor, on the running engine.
+        max_positions: Most positions the engine's RoPE table covers with this change (None: not limited).
+    """
+
+    hf_overrides: dict = field(default_factory=dict)
+    temperatures: dict[int, tuple[float, float]] = field(default_factory=dict)
+    max_positions: int | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +95,13 @@ class Intervention:
         """Applies the intervention to ``model`` for the duration of the ``with`` block."""
         with self._apply(model, context or ModelContext()):
             yield
+
+    def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
+        """What this intervention asks of a vLLM engine, given the model's text ``config``.
+
+        Raises `NotApplicable` where vLLM cannot express it: the default, so an intervention without a vLLM
+        mapping is refused rather than ignored."""
+        raise not_on_vllm(self.slug, f"no vLLM mapping for {type(self).__name__}")
 
     def describe(self) -> dict:
         return {"slug": self.slug, "kind": self.kind, **self.params()}

@@ -17,12 +17,18 @@ Gotchas recorded here:
 - Gemma 3 keeps one RoPE dict per layer type (sliding: theta 1e4, full: 1e6). By default only the
   ``full_attention`` layers are changed, as in Gemma 3's own long-context recipe (sliding layers never see
   distances beyond their window while the window is kept); ``layer_types="all"`` changes both.
+
+On vLLM (`Intervention.vllm_settings`) NTK, YaRN and PI become ``hf_overrides={"rope_parameters": ...}``
+computed by `RopeIntervention.rebuilt_config` on the text config, so the per-layer-type rule is the same as for
+``hf``; vLLM's YaRN table only covers ``original_max_position_embeddings * factor`` positions. Dynamic NTK is
+refused: vLLM's ``dynamic`` is a static NTK base fixed at the table length, not transformers' per-length rule.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 from collections.abc import Iterator
 
 from torch import nn
@@ -31,8 +37,11 @@ from llm_collapse.interventions.base import (
     Intervention,
     InterventionError,
     ModelContext,
+    NotApplicable,
+    VLLMSettings,
     check_positive_finite,
     format_number,
+    not_on_vllm,
 )
 
 
@@ -94,9 +103,7 @@ class RopeIntervention(Intervention):
     def _apply(self, model: nn.Module, context: ModelContext) -> Iterator[None]:
         found = rotary_modules(model)
         if not found:
-            raise InterventionError(
-                f"{self.slug} needs a RoPE model; {context.name} has no rotary embedding (absolute positions)"
-            )
+            raise self._no_rope(context)
         swaps = []
         for parent, attr, module in found:
             fresh = type(module)(config=self.rebuilt_config(module.config, context))
@@ -110,6 +117,20 @@ class RopeIntervention(Intervention):
         finally:
             for parent, attr, original, _ in swaps:
                 setattr(parent, attr, original)
+
+    def _rope_overrides(self, config, context: ModelContext) -> tuple[VLLMSettings, dict]:
+        """vLLM settings carrying this intervention's RoPE parameters, and those parameters (what the
+        subclasses that vLLM can express return from `vllm_settings`)."""
+        if not isinstance(getattr(config, "rope_parameters", None), dict):
+            raise self._no_rope(context)
+        rebuilt = self.rebuilt_config(config, context)
+        settings = VLLMSettings(hf_overrides={"rope_parameters": copy.deepcopy(rebuilt.rope_parameters)})
+        return settings, rebuilt.rope_parameters
+
+    def _no_rope(self, context: ModelContext) -> NotApplicable:
+        return NotApplicable(
+            f"{self.slug} needs a RoPE model; {context.name} has no rotary embedding (absolute positions)"
+        )
 
 
 def _check_factor(name: str, factor: float) -> float:
@@ -136,6 +157,9 @@ class NTK(RopeIntervention):
 
     def updated(self, rope: dict, config, context: ModelContext) -> dict:
         return {**rope, "rope_theta": self.theta}
+
+    def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
+        return self._rope_overrides(config, context)[0]
 
 
 class DynamicNTK(RopeIntervention):
@@ -172,6 +196,13 @@ class DynamicNTK(RopeIntervention):
 
     def updated(self, rope: dict, config, context: ModelContext) -> dict:
         return {**rope, "rope_type": "dynamic", "factor": self.factor}
+
+    def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
+        raise not_on_vllm(
+            self.slug,
+            "vLLM's 'dynamic' RoPE is a static NTK base fixed at the position-table length, "
+            "not transformers' rule that grows the base with each input's length",
+        )
 
 
 class YaRN(RopeIntervention):
@@ -220,6 +251,18 @@ class YaRN(RopeIntervention):
             new.pop("attention_factor", None)
         return new
 
+    def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
+        """The RoPE override, and the positions vLLM's YaRN table covers (the smallest over the changed
+        layer types)."""
+        settings, params = self._rope_overrides(config, context)
+        dicts = [params] if "rope_type" in params else list(params.values())
+        positions = min(
+            int(d["original_max_position_embeddings"] * d["factor"])
+            for d in dicts
+            if d.get("rope_type") == "yarn"
+        )
+        return dataclasses.replace(settings, max_positions=positions)
+
 
 class PositionInterpolation(RopeIntervention):
     """Linear position interpolation (``rope_type="linear"``): positions divided by ``factor``."""
@@ -237,3 +280,6 @@ class PositionInterpolation(RopeIntervention):
 
     def updated(self, rope: dict, config, context: ModelContext) -> dict:
         return {**rope, "rope_type": "linear", "factor": self.factor}
+
+    def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
+        return self._rope_overrides(config, context)[0]

@@ -46,6 +46,8 @@ Composition
     be entered *after* it: `Stack` enters it first whatever the spec order; entering SelfExtend on an already
     routed model (nested ``intervene`` blocks the other way round) raises.
 
+    vLLM cannot express it (`SelfExtend.vllm_settings` raises `NotApplicable`): it computes attention itself.
+
 Reference settings (LongEmbed, Zhu et al. 2024, Appendix B Table 6; trained length 4096)
     e5-mistral: (g, w) = (3, 2048) for 8k, (5, 1024) for 16k, (9, 512) for 32k. E5-RoPE-Base (512 -> 1k/2k/4k):
     (3, 256), (5, 128), (9, 64). LongEmbed's Mistral patch additionally multiplies q by a per-position log scale
@@ -67,7 +69,15 @@ import torch
 from torch import nn
 
 from llm_collapse.interventions.attention import attention_modules, routed_attention
-from llm_collapse.interventions.base import Intervention, InterventionError, ModelContext
+from llm_collapse.interventions.base import (
+    Intervention,
+    InterventionError,
+    ModelContext,
+    NotApplicable,
+    VLLMSettings,
+    not_on_vllm,
+)
+from llm_collapse.metrics.attention import attendable, mask_allows
 
 __all__ = ["SelfExtend"]
 
@@ -98,6 +108,9 @@ class SelfExtend(Intervention):
 
     def params(self) -> dict:
         return {"group_size": self.group_size, "window": self.window}
+
+    def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
+        raise not_on_vllm(self.slug, "it computes attention itself (grouped and neighbour logits)")
 
     @contextlib.contextmanager
     def _apply(self, model: nn.Module, context: ModelContext) -> Iterator[None]:
@@ -163,7 +176,7 @@ def _inv_freq_sources(model: nn.Module, model_name: str) -> dict[int, tuple[nn.M
     modules = attention_modules(model)
     rotaries = _rotary_modules(model)
     if not rotaries:
-        raise InterventionError(f"selfextend needs a RoPE model; {model_name} uses absolute positions")
+        raise NotApplicable(f"selfextend needs a RoPE model; {model_name} uses absolute positions")
     if not modules:
         raise InterventionError(
             f"selfextend: {model_name} has no attention module with a `scaling` attribute"
@@ -281,29 +294,6 @@ def _positions(kwargs: dict, captured: dict, batch: int, length: int, device: to
     return position_ids.to(device=device, dtype=torch.long).expand(batch, length)
 
 
-def _allowed_without_mask(
-    attention_mask: torch.Tensor | None,
-    rows: slice,
-    length: int,
-    *,
-    causal: bool,
-    sliding_window: int | None,
-    device: torch.device,
-) -> torch.Tensor:
-    """(B or 1, 1, c, L) boolean mask when the model passed no 4D mask (None, or a 2D key padding mask)."""
-    q_index = torch.arange(rows.start, rows.stop, device=device)[:, None]
-    k_index = torch.arange(length, device=device)[None, :]
-    allowed = torch.ones(q_index.shape[0], length, dtype=torch.bool, device=device)
-    if causal:
-        allowed &= k_index <= q_index
-        if sliding_window is not None:
-            allowed &= q_index - k_index < sliding_window
-    allowed = allowed[None, None]
-    if attention_mask is not None:  # (B, L) key padding mask, 1 = attend
-        allowed = allowed & attention_mask.to(device=device).bool()[:, None, None, :length]
-    return allowed
-
-
 def _selfextend_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -386,11 +376,16 @@ def _selfextend_attention(
         c = rows.stop - rows.start
         if mask_4d:
             mask = attention_mask[:, :, rows, :k_len].to(device)
-            allowed = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+            allowed = mask_allows(mask)
         else:
             mask = None
-            allowed = _allowed_without_mask(
-                attention_mask, rows, k_len, causal=causal, sliding_window=sliding_window, device=device
+            allowed = attendable(
+                k_len,
+                rows,
+                causal=causal,
+                sliding_window=sliding_window,
+                key_mask=attention_mask,
+                device=device,
             )
         distance = (pos[:, rows, None] - pos[:, None, :])[:, None]  # (B, 1, c, L): query pos - key pos
         far_lower = (distance >= window) & allowed

@@ -16,6 +16,10 @@ Gemma 2 softcaps logits: ``c * tanh(s * qk / c)``. Two placements, recorded in t
 (queries multiplied by max(1, log_{L0} L)). L is each text's own token count (not the padded batch length),
 so it is applied per row through a registered attention function that scales the queries, which equals
 scaling that row's logits before any softcap.
+
+On vLLM (`Intervention.vllm_settings`) the constant schedule is a per-layer factor on each attention layer's
+scale (and softcap, ``after``); the length-dependent one is refused: vLLM's scale is one number per layer for
+every request of a batch.
 """
 
 from __future__ import annotations
@@ -37,8 +41,11 @@ from llm_collapse.interventions.base import (
     Intervention,
     InterventionError,
     ModelContext,
+    NotApplicable,
+    VLLMSettings,
     check_positive_finite,
     format_number,
+    not_on_vllm,
 )
 
 PLACEMENTS: tuple[str, ...] = ("inside", "after")
@@ -118,12 +125,30 @@ class TempScale(Intervention):
         if self.placement == "after":
             capped = [m for _, m in modules if getattr(m, "attn_logit_softcapping", None)]
             if not capped:
-                raise InterventionError(
-                    f"{self.slug}: placement='after' only differs for softcapped attention (Gemma 2); "
-                    f"{context.name} has no attention softcap, use placement='inside'"
-                )
+                raise self._no_softcap(context)
             targets += [(m, "attn_logit_softcapping", m.attn_logit_softcapping / self.tau) for m in capped]
         return patched_attributes(targets)
+
+    def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
+        """Every selected layer's scale divided by tau (and, ``after``, its softcap too), on the running engine."""
+        if self.include_pooler:
+            raise not_on_vllm(self.slug, "there is no separate pooler attention in vLLM models")
+        if self.placement == "after" and not getattr(config, "attn_logit_softcapping", None):
+            raise self._no_softcap(context)
+        n_layers = int(config.num_hidden_layers)
+        if self.layers is not None and (missing := sorted(set(self.layers) - set(range(n_layers)))):
+            raise InterventionError(
+                f"{self.slug}: layers {missing} do not exist; available layers are 0..{n_layers - 1}"
+            )
+        cap = 1.0 / self.tau if self.placement == "after" else 1.0
+        layers = self.layers if self.layers is not None else range(n_layers)
+        return VLLMSettings(temperatures={layer: (self.tau, cap) for layer in layers})
+
+    def _no_softcap(self, context: ModelContext) -> NotApplicable:
+        return NotApplicable(
+            f"{self.slug}: placement='after' only differs for softcapped attention (Gemma 2); "
+            f"{context.name} has no attention softcap, use placement='inside'"
+        )
 
 
 class TempScaleLog(Intervention):
@@ -150,6 +175,13 @@ class TempScaleLog(Intervention):
             "L0": self.base_length,
             "layers": list(self.layers) if self.layers is not None else "all",
         }
+
+    def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
+        raise not_on_vllm(
+            self.slug,
+            "its temperature depends on each text's length, while vLLM's attention scale is one number "
+            "per layer shared by every request in a batch",
+        )
 
     def factors(self, lengths: torch.Tensor) -> torch.Tensor:
         """1 / tau(L) per text: max(1, ln L / ln L0)."""

@@ -5,7 +5,8 @@ Past the window the two differ: e5-mistral's config has a 4096-token window that
 Mistral-style configs accept ``sliding_window=None``; configs with per-layer types (Gemma 2/3) always build a
 windowed mask for their sliding layers, so there the window is widened past any position instead, which is
 the same attention. Attention modules that keep their own ``sliding_window`` (used by flash kernels) get the
-same value. Everything is restored on exit.
+same value. Everything is restored on exit. On vLLM (`Intervention.vllm_settings`) it is
+``hf_overrides={"sliding_window": None}`` at the engine's start.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import contextlib
 from torch import nn
 
 from llm_collapse.interventions.attention import attention_modules, patched_attributes
-from llm_collapse.interventions.base import Intervention, InterventionError, ModelContext
+from llm_collapse.interventions.base import Intervention, ModelContext, NotApplicable, VLLMSettings
 
 _UNLIMITED = 1 << 30
 
@@ -37,10 +38,19 @@ class SlidingWindowOff(Intervention):
         configs = {id(m.config): m.config for m in modules}.values()
         windowed = [c for c in configs if getattr(c, "sliding_window", None)]
         if not windowed:
-            raise InterventionError(f"window-off: {context.name} has no sliding window to switch off")
+            raise _no_window(context)
         targets: list[tuple[object, str, object]] = []
         for config in windowed:
             per_layer = "sliding_attention" in (getattr(config, "layer_types", None) or ())
             targets.append((config, "sliding_window", _UNLIMITED if per_layer else None))
         targets += [(m, "sliding_window", _UNLIMITED) for m in modules if getattr(m, "sliding_window", None)]
         return patched_attributes(targets)
+
+    def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
+        if not getattr(config, "sliding_window", None):
+            raise _no_window(context)
+        return VLLMSettings(hf_overrides={"sliding_window": None})
+
+
+def _no_window(context: ModelContext) -> NotApplicable:
+    return NotApplicable(f"window-off: {context.name} has no sliding window to switch off")

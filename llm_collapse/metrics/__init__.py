@@ -3,7 +3,8 @@
 - `collapse`: geometry of one group (length bin) of embeddings: pairwise cosine, centroid distances,
   centroid cosine, effective rank.
 - `probes`: leave-one-out kNN label accuracy; retrieval acc@k / nDCG@k / MRR.
-- `hidden`: high-frequency energy ratio of token states and attention entropy (torch inputs).
+- `hidden`: high-frequency energy ratio of token states (torch inputs).
+- `attention`: which keys a query may attend to (causal, sliding window, padding) and attention entropy.
 - `stats`: percentile bootstrap intervals (generic, and duplicate-aware for pairwise cosine) and the
   Spearman trend across bins.
 
@@ -13,6 +14,7 @@ NaN (never 0) and a warning is logged.
 
 from __future__ import annotations
 
+from llm_collapse.metrics.attention import attention_entropy
 from llm_collapse.metrics.collapse import (
     METRIC_KEYS,
     MIN_GROUP_SIZE,
@@ -25,11 +27,7 @@ from llm_collapse.metrics.collapse import (
     mean_pairwise_cosine,
     normalize_rows,
 )
-from llm_collapse.metrics.hidden import (
-    attention_entropy,
-    high_frequency_energy_ratio,
-    layerwise_high_frequency,
-)
+from llm_collapse.metrics.hidden import high_frequency_energy_ratio, layerwise_high_frequency
 from llm_collapse.metrics.probes import knn_correct, knn_label_accuracy, retrieval_scores
 from llm_collapse.metrics.stats import bootstrap_ci, pairwise_cosine_ci, spearman_trend
 

@@ -1,4 +1,4 @@
-"""Diagnostics from token hidden states and attention maps (torch tensors in, floats out).
+"""Diagnostics from token hidden states (torch tensors in, floats out); attention maps: `metrics.attention`.
 
 Use them on the per-layer states of the same forward pass that produced the embeddings
 (``Embedder.iter_batches(..., output_hidden_states=True)``). The frequency view follows anchors §1.5:
@@ -10,12 +10,6 @@ High-frequency energy ratio of one sequence X (n real tokens, (n, H))::
     DC[X] = (1/n) 1 1^T X            (the mean token at every position)
     HC[X] = X - DC[X]
     r_HF  = ||HC[X]||_F^2 / ||X||_F^2   in [0, 1]
-
-Attention entropy of head h, for query row i with attendable keys K_i and probabilities p_ij::
-
-    H_i     = -sum_{j in K_i} p_ij ln p_ij                   (nats, 0 ln 0 = 0)
-    H_i^norm = H_i / ln |K_i|                                (1 = uniform over K_i, 0 = one-hot)
-    entropy = mean over real query rows i of H_i  (or of H_i^norm)
 
 Decisions and gotchas:
 
@@ -29,17 +23,11 @@ Decisions and gotchas:
   ||X||_F^2. To study the rest, pass a mask with that position zeroed (any (B, L) mask works).
 - ``layerwise_high_frequency`` returns one row per entry of ``hidden_states``; for Hugging Face outputs
   row 0 is the embedding layer, row l the output of block l.
-- Attendable keys: keys whose ``attention_mask`` is 1 and, with ``causal=True``, whose position is at
-  most the query's. Query row t is aligned to key position ``Lk - Lq + t`` (the usual alignment when
-  Lq < Lk). Real query rows default to ``attention_mask`` at those positions; pass ``query_mask`` to
-  override (e.g. an echo pooling span). ``normalized=True`` also skips rows with a single attendable
-  key, whose entropy is 0 by construction; a sequence with no usable row gets NaN.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -113,60 +101,3 @@ def layerwise_high_frequency(
     """
     rows = [high_frequency_energy_ratio(h, attention_mask).double().cpu().numpy() for h in hidden_states]
     return np.stack(rows) if rows else np.zeros((0, 0))
-
-
-def _attendable(
-    B: int, Lq: int, Lk: int, key_mask: torch.Tensor, causal: bool, device: torch.device
-) -> torch.Tensor:
-    """(B, Lq, Lk) bool: which keys each query row may attend."""
-    att = key_mask.bool().to(device).unsqueeze(1).expand(B, Lq, Lk)  # (B, Lq, Lk)
-    if causal:
-        q_pos = torch.arange(Lq, device=device).unsqueeze(1) + (Lk - Lq)  # (Lq, 1)
-        att = att & (torch.arange(Lk, device=device).unsqueeze(0) <= q_pos)  # (B, Lq, Lk)
-    return att
-
-
-def attention_entropy(
-    attn_probs: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    normalized: bool = False,
-    causal: bool = False,
-    query_mask: torch.Tensor | None = None,
-    dtype: torch.dtype = torch.float32,
-) -> torch.Tensor:
-    """Mean Shannon entropy (nats) of the attention rows of each head.
-
-    Args:
-        attn_probs: (B, heads, Lq, Lk) post-softmax attention weights of one layer.
-        attention_mask: (B, Lk) 1 for real keys; None means all keys are real.
-        normalized: Divide each row's entropy by ln(number of attendable keys of that row).
-        causal: Keys after the query position are not attendable.
-        query_mask: (B, Lq) real query rows; defaults to ``attention_mask[:, Lk - Lq:]`` (all rows if None).
-        dtype: Computation dtype.
-
-    Returns:
-        (B, heads) tensor; NaN for a sequence with no usable query row.
-    """
-    if attn_probs.dim() != 4:
-        raise ValueError(f"attn_probs must be (B, heads, Lq, Lk), got shape {tuple(attn_probs.shape)}")
-    B, _, Lq, Lk = attn_probs.shape
-    device = attn_probs.device
-    key_mask = (
-        torch.ones(B, Lk, dtype=torch.bool, device=device) if attention_mask is None else attention_mask
-    )
-    if query_mask is None:
-        query_mask = (
-            key_mask[:, Lk - Lq :] if Lq <= Lk else torch.ones(B, Lq, dtype=torch.bool, device=device)
-        )
-    att = _attendable(B, Lq, Lk, key_mask, causal, device)  # (B, Lq, Lk)
-    p = torch.where(att.unsqueeze(1), attn_probs.to(dtype), torch.zeros((), dtype=dtype, device=device))
-    ent = -torch.xlogy(p, p).sum(dim=-1)  # (B, heads, Lq)
-    n_att = att.sum(dim=-1)  # (B, Lq)
-    rows = query_mask.bool().to(device) & (n_att >= (2 if normalized else 1))  # (B, Lq)
-    if normalized:
-        ent = ent / torch.log(n_att.clamp(min=2).to(dtype)).unsqueeze(1)
-    keep = rows.unsqueeze(1)  # (B, 1, Lq)
-    ent = torch.where(keep, ent, torch.zeros((), dtype=dtype, device=device))  # padding rows may be NaN
-    n_rows = keep.sum(dim=-1).to(dtype)  # (B, 1)
-    mean = ent.sum(dim=-1) / n_rows.clamp(min=1)  # (B, heads)
-    return torch.where(n_rows > 0, mean, torch.full_like(mean, math.nan))

@@ -6,7 +6,8 @@ entropy of every layer. Attention weights are never materialised whole: `record_
 attention modules through a registered function that calls the model's own attention for the output and, on
 the side, recomputes the logits in query chunks (same ``scaling``, softcap and mask) to get each row's entropy
 ``H_i = logsumexp(l_i) - sum_j p_ij l_ij`` in nats, and ``H_i / ln |K_i|`` normalised by the number of
-attendable keys. Entropy is averaged over a text's real query rows and over heads.
+attendable keys (mask rule and entropy: `metrics.attention`). Entropy is averaged over a text's real query
+rows and over heads.
 
 Decisions: the leading BOS of decoders is left out of the high-frequency ratio (its attention-sink state is
 identical for every text and can dominate ``||X||^2``); the recorder sees attention as the model computes it
@@ -26,6 +27,8 @@ from torch import nn
 
 from llm_collapse.embedder import Embedder
 from llm_collapse.interventions.attention import attention_modules, layer_index, routed_attention
+from llm_collapse.interventions.base import NotApplicable
+from llm_collapse.metrics.attention import attendable, entropy, mask_allows
 from llm_collapse.metrics.hidden import layerwise_high_frequency
 
 _CHUNK = 512
@@ -104,11 +107,11 @@ def _entropy(module, query, key, mask4d, scaling, softcap, mask2d, window=None) 
         )  # (B, 1, c, Lk)
         logits = logits.masked_fill(~allowed, float("-inf"))
         logp = torch.log_softmax(logits, dim=-1)
-        entropy = -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1).mean(1).double().cpu()  # (B, c)
+        rows_entropy = entropy(logp.exp(), logp).mean(1).double().cpu()  # (B, c)
         n_keys = allowed.sum(-1).squeeze(1).double().cpu()  # (B, c)
         real_rows = real_keys[:, start:stop] & (n_keys > 0)
-        normalized = entropy / torch.log(n_keys.clamp(min=2))
-        sums[:, 0] += torch.where(real_rows, entropy, 0.0).sum(-1)
+        normalized = rows_entropy / torch.log(n_keys.clamp(min=2))
+        sums[:, 0] += torch.where(real_rows, rows_entropy, 0.0).sum(-1)
         sums[:, 1] += torch.where(real_rows & (n_keys > 1), normalized, 0.0).sum(-1)
         rows[:, 0] += real_rows.sum(-1)
         rows[:, 1] += (real_rows & (n_keys > 1)).sum(-1)
@@ -119,23 +122,17 @@ def _allowed(module, mask4d, real_keys, start, stop, n_keys, window=None) -> tor
     """Which keys each query row attends to: the 4D mask when the model built one, else causal (and the sliding
     window: ``attn_implementation="banded"`` passes no mask for unpadded sliding-window layers)."""
     if isinstance(mask4d, torch.Tensor) and mask4d.dim() == 4:
-        part = mask4d[:, :, start:stop].cpu()
-        return part if part.dtype == torch.bool else part > torch.finfo(part.dtype).min / 2
-    allowed = real_keys[:, None, None, :].expand(-1, 1, stop - start, n_keys).clone()
-    if getattr(module, "is_causal", False):
-        rows = torch.arange(start, stop)[:, None]
-        allowed &= torch.arange(n_keys)[None, :] <= rows
-        if window:
-            allowed &= rows - torch.arange(n_keys)[None, :] < window
-    return allowed
+        return mask_allows(mask4d[:, :, start:stop].cpu())
+    causal = bool(getattr(module, "is_causal", False))
+    return attendable(n_keys, slice(start, stop), causal=causal, sliding_window=window, key_mask=real_keys)
 
 
 def measure_layers(
     embedder: Embedder, texts: Sequence[str], *, kind: str = "document", batch_size: int | None = None
 ) -> LayerwiseResult:
     """Embeddings, per-layer high-frequency ratio and attention entropy of ``texts`` from one forward pass each."""
-    if any(p.replaces_attention for stack in embedder._active for p in stack.parts):
-        raise ValueError(
+    if any(p.replaces_attention for p in embedder.active_interventions):
+        raise NotApplicable(
             "attention entropy cannot be recorded while SelfExtend replaces the attention computation"
         )
     n = len(texts)

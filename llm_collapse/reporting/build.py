@@ -43,7 +43,7 @@ from llm_collapse.reporting.figures import (
     position_label,
     task_order,
 )
-from llm_collapse.reporting.frames import ReportData, as_dict, as_int, load_runs, metric_info, sorted_methods
+from llm_collapse.reporting.frames import ReportData, as_int, load_runs, metric_info, sorted_methods
 from llm_collapse.reporting.tables import (
     Table,
     inline_html,
@@ -211,7 +211,7 @@ def run_summary(data: ReportData) -> list[Block]:
     ]
     for run in data.runs:
         items.append(_run_line(run))
-    notes = [f"{run.label}: {note}" for run in data.runs for note in _notes(run.meta.get("notes"))]
+    notes = [f"{run.label}: {note}" for run in data.runs for note in _notes(run.record.notes)]
     blocks: list[Block] = [
         Heading(2, "Run summary"),
         Bullets(tuple(items)),
@@ -242,9 +242,9 @@ def _wall_text(stages: dict[str, float], limit: int = 8) -> str:
 
 
 def _run_line(run) -> str:
-    meta = run.meta
-    seed = _find(as_dict(meta.get("config")), "seed")
-    wall = as_dict(meta.get("wall_time_s"))
+    record = run.record
+    seed = _find(record.config, "seed")
+    wall = record.wall_time_s
     stages = {
         str(k): float(v) for k, v in wall.items() if isinstance(v, int | float) and not isinstance(v, bool)
     }
@@ -252,11 +252,11 @@ def _run_line(run) -> str:
     parts = [
         f"seed {seed if seed is not None else '?'}",
         f"wall time {wall_text}",
-        f"commit `{meta.get('git_commit') or '?'}`",
-        f"started {meta.get('started') or '?'}",
-        f"hardware: {_compact(meta.get('hardware') or '?')}",
+        f"commit `{record.git_commit or '?'}`",
+        f"started {record.started or '?'}",
+        f"hardware: {_compact(record.hardware or '?')}",
     ]
-    versions = meta.get("versions")
+    versions = record.versions
     if versions:
         parts.append(f"versions: {_compact(versions)}")
     return f"Run **{run.label}**: " + "; ".join(parts)
@@ -353,10 +353,12 @@ def _truncation_caveats(data: ReportData) -> list[str]:
     lines = []
     multi = len(data.runs) > 1
     for model in data.models:
-        for run, meta in data.model_meta(model):
-            truncated = as_dict(meta.get("truncated"))
-            max_length = as_dict(meta.get("describe")).get("max_length")
-            n_texts = meta.get("n_texts")
+        for run, record in data.model_records(model):
+            if record is None:
+                continue
+            truncated = record.truncated
+            max_length = record.describe.get("max_length")
+            n_texts = record.n_texts
             for method in sorted_methods(truncated):
                 count = as_int(truncated[method]) or 0
                 if count <= 0:
@@ -373,12 +375,14 @@ def _skipped_caveats(data: ReportData) -> list[str]:
     lines = []
     multi = len(data.runs) > 1
     for model in data.models:
-        for run, meta in data.model_meta(model):
+        for run, record in data.model_records(model):
+            if record is None:
+                continue
             prefix = f"[{run.label}] " if multi else ""
-            skipped = as_dict(meta.get("not_applicable"))
+            skipped = record.not_applicable
             for what in sorted(skipped):
                 lines.append(f"{prefix}Not measured: {model} / `{what}`: {skipped[what]}")
-            retries = as_dict(meta.get("oom_retries"))
+            retries = record.oom_retries
             for what in sorted(retries):
                 if (as_int(retries[what]) or 0) > 0:
                     lines.append(
@@ -393,8 +397,8 @@ def _window_caveats(data: ReportData) -> list[str]:
         windows = sorted(
             {
                 int(w)
-                for _, meta in data.model_meta(model)
-                if (w := as_int(as_dict(meta.get("describe")).get("sliding_window")))
+                for _, record in data.model_records(model)
+                if record is not None and (w := as_int(record.describe.get("sliding_window")))
             }
         )
         if not windows:
@@ -416,10 +420,8 @@ def _window_caveats(data: ReportData) -> list[str]:
 def _merge_caveats(data: ReportData) -> list[str]:
     if len(data.runs) < 2:
         return []
-    known = {
-        json.dumps(run.meta["hardware"], sort_keys=True) for run in data.runs if run.meta.get("hardware")
-    }
-    unknown = [run.label for run in data.runs if not run.meta.get("hardware")]
+    known = {json.dumps(run.record.hardware, sort_keys=True) for run in data.runs if run.record.hardware}
+    unknown = [run.label for run in data.runs if not run.record.hardware]
     if len(known) > 1:
         machines = (
             "from several machines: timings and low-level numerics (kernels, dtypes) may differ between runs"
@@ -429,10 +431,10 @@ def _merge_caveats(data: ReportData) -> list[str]:
     else:
         machines = "with the same recorded hardware"
     runs = "; ".join(
-        f"**{run.label}** (hardware: {_compact(run.meta.get('hardware') or '?')})" for run in data.runs
+        f"**{run.label}** (hardware: {_compact(run.record.hardware or '?')})" for run in data.runs
     )
     lines = [f"Merged {len(data.runs)} runs {machines}: {runs}."]
-    commits = sorted({str(run.meta["git_commit"]) for run in data.runs if run.meta.get("git_commit")})
+    commits = sorted({str(run.record.git_commit) for run in data.runs if run.record.git_commit})
     if len(commits) > 1:
         lines.append(f"The merged runs come from different commits: {_codes(commits)}.")
     if data.renamed:
@@ -450,8 +452,8 @@ def _metadata_caveats(data: ReportData) -> list[str]:
         if not run.has_meta
     ]
     for model in data.models:
-        for run, meta in data.model_meta(model):
-            if run.has_meta and not meta:
+        for run, record in data.model_records(model):
+            if run.has_meta and record is None:
                 lines.append(f"Run {run.label} has no run.json entry for model {model}.")
     return lines
 

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from llm_collapse.errors import UserError
+from llm_collapse.run.record import RUN_FILE, ModelRecord, RunRecord, RunRecordError
 from llm_collapse.run.results import COLUMNS
 
 # Metric labels, directions and paired contrasts live in the task registry; the reporting code reads them here.
@@ -57,7 +58,6 @@ logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.parquet"
 RESULTS_CSV = "results.csv"
-RUN_FILE = "run.json"
 
 STRING_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "metric")
 FLOAT_COLUMNS: tuple[str, ...] = ("depth", "layer", "value", "ci_low", "ci_high")
@@ -96,18 +96,18 @@ class RunInfo:
     Attributes:
         label: Short unique name used in the report (the directory name, de-duplicated).
         path: The directory.
-        meta: The parsed ``run.json`` ({} when absent).
+        record: The parsed ``run.json`` (an empty record when absent).
         has_meta: Whether ``run.json`` existed.
     """
 
     label: str
     path: Path
-    meta: dict[str, Any]
+    record: RunRecord
     has_meta: bool = True
 
-    def model_meta(self, model: str) -> dict[str, Any]:
-        """``run.json``'s ``models[model]`` entry, or {}."""
-        return as_dict(as_dict(self.meta.get("models")).get(model))
+    def model_record(self, model: str) -> ModelRecord | None:
+        """``run.json``'s entry for ``model``, or None."""
+        return self.record.models.get(model)
 
 
 @dataclass
@@ -151,13 +151,13 @@ class ReportData:
         pairs = set(map(tuple, rows.to_numpy().tolist()))
         return [(run, name) for run in self.runs for (label, name) in sorted(pairs) if label == run.label]
 
-    def model_meta(self, model: str) -> list[tuple[RunInfo, dict[str, Any]]]:
-        """``run.json`` entries of a display model, one per run it comes from."""
-        return [(run, run.model_meta(name)) for run, name in self.model_sources(model)]
+    def model_records(self, model: str) -> list[tuple[RunInfo, ModelRecord | None]]:
+        """``run.json`` entries of a display model (None where a run has none), one per run it comes from."""
+        return [(run, run.model_record(name)) for run, name in self.model_sources(model)]
 
     def is_tiny(self, model: str) -> bool:
         """Whether any run marks this model ``tiny_random``."""
-        return any(bool(meta.get("tiny_random")) for _, meta in self.model_meta(model))
+        return any(record is not None and record.tiny_random for _, record in self.model_records(model))
 
     @property
     def tiny_models(self) -> list[str]:
@@ -237,33 +237,30 @@ def _coerce(series: pd.Series, kind: type, col: str, source: str) -> pd.Series:
         raise SchemaError(f"{source}: column {col} is not numeric") from None
 
 
-def read_run_meta(run_dir: Path) -> tuple[dict[str, Any], bool]:
-    """Parse ``run.json``; ({}, False) when it is absent.
+def read_run_record(run_dir: Path) -> tuple[RunRecord, bool]:
+    """Parse ``run.json`` (`RunRecord.read`: tolerant of wrong types); (empty record, False) when absent.
 
     Raises:
         SchemaError: The file exists but is not a JSON object.
     """
-    path = run_dir / RUN_FILE
-    if not path.is_file():
-        logger.warning("%s: no %s; the report will lack run metadata", run_dir, RUN_FILE)
-        return {}, False
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise SchemaError(f"{path}: unreadable ({err})") from None
-    if not isinstance(meta, dict):
-        raise SchemaError(f"{path}: expected a JSON object")
-    return meta, True
+        record = RunRecord.read(run_dir)
+    except RunRecordError as err:
+        raise SchemaError(str(err)) from None
+    if record is None:
+        logger.warning("%s: no %s; the report will lack run metadata", run_dir, RUN_FILE)
+        return RunRecord(), False
+    return record, True
 
 
-def load_run(run_dir: Path | str) -> tuple[pd.DataFrame, dict[str, Any], bool]:
+def load_run(run_dir: Path | str) -> tuple[pd.DataFrame, RunRecord, bool]:
     """Read and validate one run directory.
 
     Args:
         run_dir: Directory with ``results.parquet`` and (usually) ``run.json``.
 
     Returns:
-        (validated results, run.json contents, whether run.json existed).
+        (validated results, run.json as a `RunRecord`, whether run.json existed).
 
     Raises:
         SchemaError: Missing directory or results file, unreadable files, schema mismatch.
@@ -279,9 +276,9 @@ def load_run(run_dir: Path | str) -> tuple[pd.DataFrame, dict[str, Any], bool]:
     except Exception as err:  # pyarrow raises several types for corrupt files
         raise SchemaError(f"{path}: unreadable ({type(err).__name__}: {err})") from None
     results = validate_results(raw, str(path))
-    meta, has_meta = read_run_meta(run_dir)
+    record, has_meta = read_run_record(run_dir)
     logger.info("loaded %s: %d rows", run_dir, len(results))
-    return results, meta, has_meta
+    return results, record, has_meta
 
 
 def _labels(run_dirs: Sequence[Path]) -> list[str]:
@@ -315,9 +312,9 @@ def load_runs(run_dirs: Sequence[Path | str]) -> ReportData:
     labels = _labels(paths)
     frames, runs = [], []
     for path, label in zip(paths, labels, strict=True):
-        results, meta, has_meta = load_run(path)
+        results, record, has_meta = load_run(path)
         frames.append(results.assign(run=label, source_model=results["model"]))
-        runs.append(RunInfo(label=label, path=path, meta=meta, has_meta=has_meta))
+        runs.append(RunInfo(label=label, path=path, record=record, has_meta=has_meta))
     merged = pd.concat(frames, ignore_index=True)
     if merged.empty:
         raise SchemaError(f"{', '.join(map(str, paths))}: results hold no rows")

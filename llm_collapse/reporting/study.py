@@ -255,7 +255,7 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
 
 def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]:
     """Writes ``report.md`` and ``report.html`` under ``root`` from the questions file; returns their paths."""
-    from llm_collapse.run.results import _atomic
+    from llm_collapse.run.results import atomic_write
 
     root = Path(root)
     if not root.is_dir():
@@ -282,7 +282,7 @@ def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]
     markdown = render_markdown(blocks)
     page = render_html(blocks, title)
     out = {"md": root / "report.md", "html": root / "report.html"}
-    _atomic(out["md"], lambda tmp: Path(tmp).write_text(markdown, encoding="utf-8"))
-    _atomic(out["html"], lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
+    atomic_write(out["md"], lambda tmp: Path(tmp).write_text(markdown, encoding="utf-8"))
+    atomic_write(out["html"], lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
     logger.info("wrote %s and %s", out["md"], out["html"])
     return out

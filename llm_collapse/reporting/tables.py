@@ -4,7 +4,8 @@ Decisions:
 
 - No markdown dependency: a `Table` holds cells as text with two inline marks only, ``**bold**`` and
   ```code```, which `inline_html` turns into HTML after escaping everything else. report.md and report.html
-  are rendered from the same `Table` objects, so they cannot disagree.
+  are rendered from the same `Table` objects, so they cannot disagree. The markdown comes from the
+  package's one table renderer, `llm_collapse.utils.markdown.markdown_table`.
 - Summary table: rows are model x method (x corpus when there are several); for each headline metric
   present, the value at the row's shortest and longest length with its CI, and the change. The change
   has no CI: the endpoint intervals come from separate bootstraps and cannot be combined honestly; the
@@ -22,7 +23,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -34,12 +35,12 @@ from llm_collapse.reporting.frames import (
     MORE_COLLAPSE_IF_HIGHER,
     MORE_COLLAPSE_IF_LOWER,
     ReportData,
-    as_dict,
     is_contrast,
     metric_info,
     overall_rows,
     sorted_methods,
 )
+from llm_collapse.utils.markdown import markdown_table
 
 TINY_MARK = "**(tiny random)**"
 _INLINE = re.compile(r"\*\*(.+?)\*\*|`([^`]+)`")
@@ -60,10 +61,8 @@ class Table:
     numeric: tuple[bool, ...]
 
     def to_markdown(self) -> str:
-        """GitHub-flavoured markdown, no trailing newline."""
-        lines = [_md_row(self.headers), _md_row(["---:" if num else "---" for num in self.numeric])]
-        lines += [_md_row(row) for row in self.rows]
-        return "\n".join(lines)
+        """GitHub-flavoured markdown (`markdown_table`, cells escaped), no trailing newline."""
+        return markdown_table(self.headers, self.rows, ["r" if num else "" for num in self.numeric])
 
     def to_html(self) -> str:
         """An HTML ``<table>`` with the same content."""
@@ -76,10 +75,6 @@ class Table:
             for row in self.rows
         )
         return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
-
-
-def _md_row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
 
 def inline_html(text: str) -> str:
@@ -387,8 +382,8 @@ def models_table(data: ReportData) -> Table:
     )
     body = []
     for model in data.models:
-        for run, meta in data.model_meta(model):
-            describe = as_dict(meta.get("describe"))
+        for run, record in data.model_records(model):
+            describe = record.describe if record is not None else {}
             weights = describe.get("weights") or {}
             source = weights.get("source") if isinstance(weights, dict) else weights
             body.append(
@@ -401,8 +396,8 @@ def models_table(data: ReportData) -> Table:
                     _text(describe.get("sliding_window"), none="none" if describe else "?"),
                     _text(describe.get("max_length")),
                     _text(source),
-                    "**yes**" if meta.get("tiny_random") else ("no" if meta else "?"),
-                    _text(meta.get("n_texts")),
+                    "**yes**" if record is not None and record.tiny_random else ("no" if record else "?"),
+                    _text(record.n_texts if record is not None else None),
                 )
             )
     return Table(headers, tuple(body), (False,) * 6 + (True, False, False, True))

@@ -22,14 +22,13 @@ from llm_collapse.run.models import load_for_run
 logger = logging.getLogger(__name__)
 
 
-def world() -> tuple[int, int, object | None]:
-    """``(rank, world_size, state)``; a single process unless launched by torchrun/accelerate."""
+def world():
+    """accelerate's ``PartialState`` when launched by torchrun/accelerate with several processes, else None."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return 0, 1, None
+        return None
     from accelerate import PartialState
 
-    state = PartialState(cpu=not _cuda())
-    return state.process_index, state.num_processes, state
+    return PartialState(cpu=not _cuda())
 
 
 def _cuda() -> bool:
@@ -38,10 +37,9 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def embed_share(
-    config: CompareConfig, inputs: RunInputs, rank: int, world_size: int, *, overwrite: bool = False
-) -> int:
-    """Embeds this rank's share of every text of the run into the cache; returns how many texts it embedded."""
+def embed_share(config: CompareConfig, inputs: RunInputs, state, *, overwrite: bool = False) -> int:
+    """Embeds this process's share (`split_between_processes`) of every text of the run into the cache;
+    returns how many texts it embedded."""
     done = 0
     for model_name in config.models:
         embedder = load_for_run(model_name, config)
@@ -56,17 +54,17 @@ def embed_share(
                 with embedder.intervene(method):
                     cache = cache_for(embedder)
                     for kind, texts in (("document", documents), ("query", queries)):
-                        share = sorted(set(texts))[rank::world_size]
-                        encode_cached(
-                            embedder,
-                            share,
-                            kind=kind,
-                            cache=cache,
-                            batch_size=config.batch_size,
-                            overwrite=overwrite,
-                        )
+                        with state.split_between_processes(sorted(set(texts))) as share:
+                            encode_cached(
+                                embedder,
+                                share,
+                                kind=kind,
+                                cache=cache,
+                                batch_size=config.batch_size,
+                                overwrite=overwrite,
+                            )
                         done += len(share)
             except InterventionError:
-                continue  # rank 0 records it as not applicable
-    logger.info("rank %d/%d embedded %d texts", rank, world_size, done)
+                continue  # the main process records it as not applicable
+    logger.info("rank %d/%d embedded %d texts", state.process_index, state.num_processes, done)
     return done

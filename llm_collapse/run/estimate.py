@@ -56,8 +56,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 
-from llm_collapse.bench import FlopModel
+from llm_collapse.bench.flops import FlopModel, backbone_linear_params, latent_pooler_linear_params
 from llm_collapse.errors import UserError
+from llm_collapse.utils.markdown import markdown_table
 
 logger = logging.getLogger(__name__)
 
@@ -123,8 +124,9 @@ class LatentPooler:
 
     def params(self, hidden: int) -> int:
         """Every pooler weight: latents, to_kv and the per-token ones (biases and norms ignored)."""
-        inner = self.heads * self.head_dim
-        return self.latents * hidden + hidden * 2 * inner + self.token_linear_params(hidden)
+        return self.latents * hidden + latent_pooler_linear_params(
+            hidden, self.heads, self.head_dim, self.ff_mult
+        )
 
     def flops(self, positions: int, hidden: int) -> float:
         """Per text: per-token projections, cross-attention against the latents, to_kv on the latents."""
@@ -167,8 +169,14 @@ class Published:
 
     def backbone_linear_params(self) -> int:
         """q, k, v, o and the gated MLP (gate, up, down) of every layer."""
-        attention = 2 * self.hidden * self.d_attn + 2 * self.hidden * self.kv_heads * self.head_dim
-        return self.layers * (attention + 3 * self.hidden * self.intermediate)
+        return backbone_linear_params(
+            hidden=self.hidden,
+            layers=self.layers,
+            heads=self.heads,
+            kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            intermediate=self.intermediate,
+        )
 
     def params(self) -> int:
         """All weights: backbone linears, the embedding table, the pooler (norms ignored; no LM head)."""
@@ -328,7 +336,7 @@ def text_cost(
         _executed_pairs(dims, plan.attention, n, w, materialised=materialised) for w in counter.layer_windows
     )
     qk_passes = 2 if selfextend else 1  # SelfExtend: a neighbour and a grouped logit matrix per chunk
-    executed = 2.0 * counter.linear_params * n + 2.0 * (qk_passes + 1) * dims.d_attn * executed_pairs + pooler
+    executed = counter.pair_flops(n, executed_pairs, qk_passes=qk_passes) + pooler
     logit_bytes = float(LOGIT_BYTES * qk_passes * dims.heads * executed_pairs) if materialised else 0.0
     seconds = executed / (assumptions.tflops * 1e12) + logit_bytes / (assumptions.hbm_tbs * 1e12)
     return TextCost(n, model, executed, logit_bytes, seconds)
@@ -517,17 +525,40 @@ def to_markdown(result: Estimate) -> str:
         f"Methods {c['methods']}; tasks {c['tasks']}; batch_size {c['batch_size']}, at most "
         f"{MAX_TOKENS_PER_BATCH} tokens per forward. Peak GiB is the largest forward over the methods.",
         "",
-        "| model | L | positions | TFLOP/text | s/text (base) | texts/forward | peak GiB | fits | "
-        "texts + queries per method | minutes, all methods |",
-        "|---|---:|---:|---:|---:|---:|---:|:-:|---:|---:|",
+        markdown_table(
+            (
+                "model",
+                "L",
+                "positions",
+                "TFLOP/text",
+                "s/text (base)",
+                "texts/forward",
+                "peak GiB",
+                "fits",
+                "texts + queries per method",
+                "minutes, all methods",
+            ),
+            [
+                (
+                    r.model,
+                    r.length,
+                    r.positions,
+                    f"{r.model_tflop:.2f}",
+                    f"{r.seconds:.3g}",
+                    r.rows,
+                    f"{r.peak_gib:.1f}",
+                    "yes" if r.peak_gib <= a.gpu_gib else "**no**",
+                    f"{r.texts} + {r.queries}",
+                    f"{r.minutes:.1f}",
+                )
+                for r in result.rows
+            ],
+            "lrrrrrrcrr",
+            escape=False,
+            compact_rule=True,
+        ),
+        "",
     ]
-    for r in result.rows:
-        fits = "yes" if r.peak_gib <= a.gpu_gib else "**no**"
-        lines.append(
-            f"| {r.model} | {r.length} | {r.positions} | {r.model_tflop:.2f} | {r.seconds:.3g} | {r.rows} | "
-            f"{r.peak_gib:.1f} | {fits} | {r.texts} + {r.queries} | {r.minutes:.1f} |"
-        )
-    lines.append("")
     models = list(dict.fromkeys(r.model for r in result.rows))
     lines.append(
         "Totals: "

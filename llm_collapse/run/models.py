@@ -36,12 +36,7 @@ def load_for_run(model_name: str, config: CompareConfig):
 def fit_max_length(embedder, config: CompareConfig) -> None:
     """Raises max_length so the longest bin fits; absolute-position models are capped at their positions
     (minilm: 512), where longer texts are truncated, counted and reported."""
-    from llm_collapse.interventions.rope import rotary_modules
-
     needed = int(max(config.lengths) * 1.1) + 16  # the longest bin's texts plus prompt and special tokens
-    has_rope = getattr(embedder.backend, "has_rope", None)  # the vLLM backend has no torch model to inspect
-    if has_rope is None:
-        has_rope = bool(rotary_modules(embedder.model))
-    if not has_rope and embedder.backend.max_positions:
+    if not embedder.backend.has_rope and embedder.backend.max_positions:
         needed = min(needed, embedder.backend.max_positions)
     embedder.max_length = max(embedder.max_length, needed)

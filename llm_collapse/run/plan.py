@@ -1,9 +1,10 @@
 """``--dry-run``: what a comparison would embed, how many tokens, and a rough time estimate.
 
-The estimate counts forward FLOPs from each model's config (2 x non-embedding parameters per token, plus
-the attention score and value products, 4 x layers x hidden x L per token) and divides by a nominal
-throughput: ``LLM_COLLAPSE_PLAN_GFLOPS`` (default 150 GFLOP/s, about what bf16 transformers reaches on the
-2-core AMX CPU this project is developed on; a GPU is 100x more). It is a planning aid, not a measurement.
+The estimate counts forward FLOPs from each model's config with `FlopModel.from_config` (the package's
+one FLOP formula, `llm_collapse.bench`: 2 x linear parameters per token, plus 4 x attention channels per
+attended (query, key) pair, causal and sliding-window aware) and divides by a nominal throughput:
+``LLM_COLLAPSE_PLAN_GFLOPS`` (default 150 GFLOP/s, about what bf16 transformers reaches on the 2-core AMX
+CPU this project is developed on; a GPU is 100x more). It is a planning aid, not a measurement.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 from llm_collapse.adapters import resolve_spec
 from llm_collapse.adapters.echo import EchoFormat
 from llm_collapse.backends.weights import load_config, resolve_weights
+from llm_collapse.bench.flops import FlopModel
 from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
 from llm_collapse.run.config import CompareConfig
@@ -62,13 +64,6 @@ def describe_plan(config: CompareConfig, documents: list[Document] | None = None
 
 
 def _flops(config: dict, texts: list[str], tokenizer, *, echo: bool) -> float:
-    text_config = config.get("text_config") or config
-    hidden = text_config.get("hidden_size", 768)
-    layers = text_config.get("num_hidden_layers", 12)
-    ffn = text_config.get("intermediate_size", 4 * hidden)
-    params = layers * (4 * hidden * hidden + 3 * hidden * ffn)
-    total = 0.0
-    for n in count_tokens(texts, tokenizer):
-        n = 2 * n if echo else n
-        total += 2 * params * n + 4 * layers * hidden * n * n
-    return total
+    """Forward FLOPs of ``texts`` (echo: each text twice, the template's few tokens left out)."""
+    counter = FlopModel.from_config(config)
+    return sum(counter.flops(2 * n if echo else n) for n in count_tokens(texts, tokenizer))

@@ -16,8 +16,9 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable
-from importlib import metadata
 from pathlib import Path
+
+from llm_collapse.utils.optional import package_version
 
 COLUMNS: tuple[str, ...] = (
     "model", "method", "task", "corpus", "length", "depth", "layer", "metric", "value", "ci_low", "ci_high", "n",
@@ -54,8 +55,8 @@ def write_results(rows: Iterable[dict], out_dir: Path) -> None:
     frame = frame.sort_values(
         ["model", "method", "task", "length", "depth", "layer", "metric"], kind="stable"
     )
-    _atomic(out_dir / "results.parquet", lambda path: frame.to_parquet(path, index=False))
-    _atomic(out_dir / "results.csv", lambda path: frame.to_csv(path, index=False, float_format="%.6g"))
+    atomic_write(out_dir / "results.parquet", lambda path: frame.to_parquet(path, index=False))
+    atomic_write(out_dir / "results.csv", lambda path: frame.to_csv(path, index=False, float_format="%.6g"))
 
 
 REPORT_FILES: tuple[str, ...] = ("report.md", "report.html", "figures")
@@ -72,16 +73,19 @@ def remove_report(out_dir: Path) -> None:
 
 
 def write_text(text: str, path: Path) -> None:
-    _atomic(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def write_json(data: dict, path: Path) -> None:
-    _atomic(
+    atomic_write(
         path, lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     )
 
 
-def _atomic(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
+    """Calls ``write(tmp)`` on a temporary file in ``path``'s folder, gives it the mode a plain ``open()``
+    would (the umask's) and renames it into place; on failure the temporary file is removed, so no
+    half-written file is ever left at ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(handle)
@@ -104,22 +108,9 @@ def environment() -> dict:
     """Package versions, git commit and hardware, for run.json."""
     import torch
 
-    versions = {}
-    for package in (
-        "llm-collapse",
-        "torch",
-        "transformers",
-        "accelerate",
-        "tokenizers",
-        "numpy",
-        "pandas",
-        "bitsandbytes",
-        "vllm",
-    ):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
+    packages = ("llm-collapse", "torch", "transformers", "accelerate", "tokenizers", "numpy", "pandas",
+                "bitsandbytes", "vllm")  # fmt: skip
+    versions = {package: package_version(package) for package in packages}
     return {
         "versions": versions,
         "git_commit": _git_commit(),

@@ -24,14 +24,15 @@ from pathlib import Path
 
 from llm_collapse.backends.weights import is_tiny_random
 from llm_collapse.cache import cache_for
-from llm_collapse.interventions import InterventionError
+from llm_collapse.interventions import InterventionError, NotApplicable
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.directory import open_run_dir
 from llm_collapse.run.distributed import embed_share, world
 from llm_collapse.run.inputs import build_inputs
 from llm_collapse.run.models import load_for_run, reference_tokenizer
 from llm_collapse.run.preflight import preflight
-from llm_collapse.run.results import environment, remove_report, write_json, write_results
+from llm_collapse.run.record import ModelRecord, RunRecord
+from llm_collapse.run.results import environment, remove_report, write_results
 from llm_collapse.tasks.base import BASE_METHOD, TaskContext, contrast_rows
 from llm_collapse.tasks.registry import TASKS
 
@@ -41,7 +42,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class RunState:
     rows: list[dict] = field(default_factory=list)
-    models: dict = field(default_factory=dict)
+    models: dict[str, ModelRecord] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     wall_time_s: dict[str, float] = field(default_factory=dict)
 
@@ -56,32 +57,30 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
     Under torchrun/accelerate with several processes, every rank first embeds its share of the texts into the
     cache (`llm_collapse.run.distributed`); rank 0 then runs the comparison from the cache and writes everything.
     """
-    rank, world_size, dist = world()
+    processes = world()  # None for a single process
+    main_process = processes is None or processes.is_main_process
     started, state = datetime.now(timezone.utc), RunState()
     clock = time.perf_counter()
     documents = preflight(config, overwrite=overwrite, report=report)
     inputs = build_inputs(config, reference_tokenizer(config), documents)
     state.wall_time_s["inputs"] = time.perf_counter() - clock
-    marked = open_run_dir(config.out, config.run_id(), config.to_dict()) if rank == 0 else None
+    marked = open_run_dir(config.out, config.run_id(), config.to_dict()) if main_process else None
     with marked or contextlib.nullcontext(Path(config.out)) as out:
-        if world_size > 1:
-            embed_share(config, inputs, rank, world_size, overwrite=overwrite)
-            dist.wait_for_everyone()
-            if rank != 0:
+        if processes is not None:
+            embed_share(config, inputs, processes, overwrite=overwrite)
+            processes.wait_for_everyone()
+            if not main_process:
                 return out
-            overwrite = False  # every embedding was just (re)computed by the ranks
+            overwrite = False  # every embedding was just (re)computed by the processes
         for model_name in config.models:
             clock = time.perf_counter()
             embedder = load_for_run(model_name, config)
             state.wall_time_s[f"load:{model_name}"] = time.perf_counter() - clock
-            state.models[model_name] = {
-                "describe": embedder.describe(),
-                "tiny_random": is_tiny_random(embedder.backend.weights.directory),
-                "truncated": {},
-                "not_applicable": {},
-                "oom_retries": {},
-                "n_texts": inputs.n_texts(),
-            }
+            state.models[model_name] = ModelRecord(
+                describe=embedder.describe(),
+                tiny_random=is_tiny_random(embedder.backend.weights.directory),
+                n_texts=inputs.n_texts(),
+            )
             paired: dict[str, dict] = {}
             for method in config.methods:
                 _run_cell(embedder, model_name, method, config, inputs, state, overwrite, paired)
@@ -91,20 +90,17 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
         clock = time.perf_counter()
         remove_report(out)  # whatever is written below, no report of an earlier run stays beside it
         write_results(state.rows, out)
-        write_json(
-            {
-                "run_id": config.run_id(),
-                "config": config.to_dict(),
-                **environment(),
-                "started": started.isoformat(),
-                "finished": datetime.now(timezone.utc).isoformat(),
-                "wall_time_s": state.wall_time_s,
-                "inputs": inputs.describe(),
-                "models": state.models,
-                "notes": state.notes,
-            },
-            out / "run.json",
-        )
+        RunRecord(
+            run_id=config.run_id(),
+            config=config.to_dict(),
+            **environment(),
+            started=started.isoformat(),
+            finished=datetime.now(timezone.utc).isoformat(),
+            wall_time_s=state.wall_time_s,
+            inputs=inputs.describe(),
+            models=state.models,
+            notes=state.notes,
+        ).write(out)
         if report:
             from llm_collapse.reporting import build_report
 
@@ -134,7 +130,7 @@ def _run_cell(
         context = embedder.intervene(method)
         stack = context.__enter__()
     except InterventionError as err:
-        record["not_applicable"][method] = str(err)
+        record.not_applicable[method] = str(err)
         state.notes.append(f"{model_name} x {method}: not applicable ({err})")
         logger.warning("%s x %s: not applicable: %s", model_name, method, err)
         return
@@ -146,18 +142,16 @@ def _run_cell(
             logger.info("%s x %s: %s", model_name, stack.slug, task)
             try:
                 state.rows += TASKS[task].run(cell)
-            except ValueError as err:
-                if "SelfExtend" not in str(err):
-                    raise
+            except NotApplicable as err:  # the task cannot measure this method (layerwise under SelfExtend)
                 for key in [k for k in cell.paired if k[0] == task]:  # no rows, so no contrasts either
                     del cell.paired[key]
-                record["not_applicable"][f"{stack.slug}:{task}"] = str(err)
+                record.not_applicable[f"{stack.slug}:{task}"] = str(err)
                 state.notes.append(f"{model_name} x {stack.slug} x {task}: not applicable ({err})")
             state.wall_time_s[f"{model_name}:{stack.slug}:{task}"] = time.perf_counter() - clock
         if paired is not None:
             paired[stack.slug] = cell.paired
-        record["truncated"][stack.slug] = cell.record.get("truncated", 0)
+        record.truncated[stack.slug] = cell.record.get("truncated", 0)
         if cell.record.get("oom_retries"):
-            record["oom_retries"][stack.slug] = cell.record["oom_retries"]
+            record.oom_retries[stack.slug] = cell.record["oom_retries"]
     finally:
         context.__exit__(None, None, None)

@@ -51,7 +51,8 @@ from llm_collapse.data.bins import LengthBin
 from llm_collapse.metrics.drift import cosine_drift
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.inputs import RunInputs
-from llm_collapse.run.results import environment, result_row, write_json, write_results
+from llm_collapse.run.record import RunRecord
+from llm_collapse.run.results import environment, result_row, write_results
 from llm_collapse.tasks.base import TaskContext
 from llm_collapse.tasks.collapse import run_collapse
 
@@ -103,13 +104,8 @@ def fit_bins(embedder, lengths: Sequence[int]) -> tuple[dict[int, LengthBin], li
 
 def _text_capacity(embedder) -> int | None:
     """Text tokens an absolute-position model holds (positions less special tokens); None with RoPE."""
-    from llm_collapse.interventions.rope import rotary_modules
-
     positions = embedder.backend.max_positions
-    has_rope = getattr(embedder.backend, "has_rope", None)
-    if has_rope is None:
-        has_rope = bool(rotary_modules(embedder.model))
-    if has_rope or not positions:
+    if embedder.backend.has_rope or not positions:
         return None
     return positions - embedder.tokenizer.num_special_tokens_to_add()
 
@@ -278,18 +274,16 @@ def write_drift_run(runs: Sequence[DriftRun], out: str | Path, config: dict, *, 
     out.mkdir(parents=True, exist_ok=True)
     write_results([row for run in runs for row in run.rows], out)
     run_id = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    write_json(
-        {
-            "run_id": run_id,
-            "config": config,
-            **environment(),
-            "started": started.isoformat(),
-            "finished": datetime.now(timezone.utc).isoformat(),
-            "wall_time_s": {k: v for run in runs for k, v in run.wall_time_s.items()},
-            "inputs": {run.model: run.meta.get("inputs", {}) for run in runs},
-            "models": {run.model: {k: v for k, v in run.meta.items() if k != "inputs"} for run in runs},
-            "notes": [note for run in runs for note in run.notes],
-        },
-        out / "run.json",
-    )
+    record = {
+        "run_id": run_id,
+        "config": config,
+        **environment(),
+        "started": started.isoformat(),
+        "finished": datetime.now(timezone.utc).isoformat(),
+        "wall_time_s": {k: v for run in runs for k, v in run.wall_time_s.items()},
+        "inputs": {run.model: run.meta.get("inputs", {}) for run in runs},
+        "models": {run.model: {k: v for k, v in run.meta.items() if k != "inputs"} for run in runs},
+        "notes": [note for run in runs for note in run.notes],
+    }
+    RunRecord.from_json(record).write(out)
     return out

