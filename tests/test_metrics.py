@@ -311,3 +311,36 @@ def test_jackknife_interval_contains_the_centroid_distance_point():
     assert low < point < high
     # the percentile bootstrap of this statistic is biased low by resampled duplicates
     assert bootstrap_ci(X, centroid_distance, seed=0)[2] < high
+
+
+def test_mcnemar_exact_p_is_the_binomial_test_on_discordant_pairs():
+    from math import comb
+
+    from llm_collapse.metrics.stats import mcnemar_exact_p
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        a, b = rng.integers(0, 2, 30), rng.integers(0, 2, 30)
+        n10, n01 = int(((a == 1) & (b == 0)).sum()), int(((a == 0) & (b == 1)).sum())
+        n, k = n10 + n01, min(n10, n01)
+        expected = min(
+            1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2**n
+        )  # symmetric: two-sided = 2 x tail
+        assert mcnemar_exact_p(a, b) == pytest.approx(expected, rel=1e-12)
+    assert mcnemar_exact_p([1, 0, 1], [1, 0, 1]) == 1.0
+    assert mcnemar_exact_p([1] * 8, [0] * 8) == pytest.approx(2 / 2**8)
+    with pytest.raises(ValueError, match="0/1"):
+        mcnemar_exact_p([0.5], [1])
+
+
+def test_holm_adjust_equals_the_step_down_procedure():
+    from llm_collapse.metrics.stats import holm_adjust
+
+    p = [0.01, 0.04, np.nan, 0.03, 0.005]
+    finite = sorted((v, i) for i, v in enumerate(p) if not np.isnan(v))
+    m, running, expected = len(finite), 0.0, [np.nan] * len(p)
+    for rank, (value, index) in enumerate(finite):
+        running = max(running, min(1.0, (m - rank) * value))
+        expected[index] = running
+    assert np.allclose(holm_adjust(p), expected, equal_nan=True)
+    assert np.allclose(holm_adjust([0.5, 0.9]), [1.0, 1.0])

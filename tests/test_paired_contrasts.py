@@ -124,6 +124,8 @@ def test_contrast_rows_skip_missing_and_mismatched_bins():
     assert rows["acc@1_vs_base"]["value"] == pytest.approx(1 / 3)
     assert rows["acc@1_vs_base"]["depth"] == 0.3 and rows["acc@1_vs_base"]["n"] == 3
     assert math.isnan(rows["pairwise_cosine_vs_base"]["depth"])
+    assert rows["acc@1_vs_base"]["p_value"] == 1.0  # one discordant pair: the exact McNemar p is 1
+    assert math.isnan(rows["pairwise_cosine_vs_base"]["p_value"])  # no test for geometry contrasts
     assert contrast_rows("m", "x", "sotu", mine, {}, seed=0) == []
 
 

@@ -286,6 +286,46 @@ def paired_mean_diff_ci(
     return (point, low, high)
 
 
+def mcnemar_exact_p(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
+    """Two-sided exact McNemar test (the sign test on discordant pairs) for paired 0/1 outcomes.
+
+    Under H0 (same accuracy) an item that one side gets right and the other wrong is equally likely either
+    way, so the count ``n10`` of (a right, b wrong) among the ``n10 + n01`` discordant items is
+    Binomial(n10 + n01, 1/2); the p-value is scipy's two-sided exact binomial test. Exact, so fit for the
+    small paired counts of passkey/needle queries (the chi-squared version is not). 1.0 without discordant
+    items; NaN for empty inputs.
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if _paired_n(a, b) == 0:
+        return float("nan")
+    if not (np.isin(a, (0.0, 1.0)).all() and np.isin(b, (0.0, 1.0)).all()):
+        raise ValueError("mcnemar_exact_p needs 0/1 outcomes")
+    n10 = int(((a == 1) & (b == 0)).sum())
+    n01 = int(((a == 0) & (b == 1)).sum())
+    if n10 + n01 == 0:
+        return 1.0
+    return float(sps.binomtest(n10, n10 + n01, 0.5, alternative="two-sided").pvalue)
+
+
+def holm_adjust(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error control across a table's rows).
+
+    Sorted ascending, the i-th smallest of m is multiplied by (m - i), made monotone with a running maximum
+    and capped at 1; a row survives at level alpha when its adjusted p <= alpha. NaN entries (rows without
+    a test) are left NaN and do not count in m.
+    """
+    p = np.asarray(pvalues, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    finite = np.flatnonzero(~np.isnan(p))
+    m = len(finite)
+    if m == 0:
+        return out
+    order = finite[np.argsort(p[finite], kind="stable")]
+    adjusted = np.minimum(1.0, np.maximum.accumulate(p[order] * (m - np.arange(m))))
+    out[order] = adjusted
+    return out
+
+
 def _paired_n(a: np.ndarray, b: np.ndarray) -> int:
     if a.shape[0] != b.shape[0]:
         raise ValueError(f"paired data need the same items: {a.shape[0]} rows vs {b.shape[0]}")

@@ -5,14 +5,15 @@ people and is not read here) and ``run.json`` (resolved config, versions, hardwa
 
 Decisions:
 
-- Schema: every column in `RESULT_COLUMNS` must be present (the error names the missing ones); extra
+- Schema: every column in `RESULT_COLUMNS` must be present (the error names the missing ones), except the
+  ones added since runs were committed (`OPTIONAL_COLUMNS`, read as NaN: ``p_value``); extra
   columns are dropped with a warning, so a newer writer does not break an older report. Types are
   coerced (``length`` and ``n`` must be integral); a value that cannot be coerced is a `SchemaError`.
 - Rows are unique on `KEY_COLUMNS` within one run; a duplicate is a `SchemaError` because every plot and
   table would otherwise silently average it away.
 - A missing ``run.json`` is tolerated (the report says so in its caveats); an unreadable one is an error.
-  Its contents are read defensively (`as_dict`, `as_int`): an entry of the wrong type is treated as
-  absent rather than crashing the report.
+  It is read by `llm_collapse.run.record.RunRecord` (an entry of the wrong type reads as its default), and
+  values inside its free-form mappings with `as_dict` / `as_int`: bad metadata never crashes a report.
 - Merging runs adds two columns: ``run`` (the run label, the directory name, made unique) and
   ``source_model`` (the model name as written). When the same key (model, method, task, ...) is measured
   in several runs, the colliding models are shown as ``"model [run]"`` so both series stay visible and
@@ -39,7 +40,7 @@ import pandas as pd
 
 from llm_collapse.errors import UserError
 from llm_collapse.run.record import RUN_FILE, ModelRecord, RunRecord, RunRecordError
-from llm_collapse.run.results import COLUMNS
+from llm_collapse.run.results import COLUMNS, OPTIONAL_COLUMNS
 
 # Metric labels, directions and paired contrasts live in the task registry; the reporting code reads them here.
 from llm_collapse.tasks.registry import (  # noqa: F401
@@ -60,7 +61,7 @@ RESULTS_FILE = "results.parquet"
 RESULTS_CSV = "results.csv"
 
 STRING_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "metric")
-FLOAT_COLUMNS: tuple[str, ...] = ("depth", "layer", "value", "ci_low", "ci_high")
+FLOAT_COLUMNS: tuple[str, ...] = ("depth", "layer", "value", "ci_low", "ci_high", "p_value")
 INT_COLUMNS: tuple[str, ...] = ("length", "n")
 RESULT_COLUMNS: tuple[str, ...] = (
     COLUMNS  # the writer's schema (llm_collapse.run.results): one source of truth
@@ -202,6 +203,7 @@ def validate_results(frame: pd.DataFrame, source: str) -> pd.DataFrame:
     Raises:
         SchemaError: Missing columns (named), uncoercible values, or duplicate keys.
     """
+    frame = frame.assign(**{c: v for c, v in OPTIONAL_COLUMNS.items() if c not in frame.columns})
     missing = [c for c in RESULT_COLUMNS if c not in frame.columns]
     if missing:
         raise SchemaError(f"{source}: missing columns {', '.join(missing)}")
@@ -368,7 +370,9 @@ def overall_rows(frame: pd.DataFrame) -> pd.DataFrame:
         values = group["value"].to_numpy(dtype=float)
         value = float(np.average(values, weights=weights)) if weights.sum() > 0 else float(values.mean())
         row = dict(zip(keys, key, strict=True))
-        row.update(depth=math.nan, layer=math.nan, value=value, ci_low=math.nan, ci_high=math.nan)
+        row.update(
+            depth=math.nan, layer=math.nan, value=value, ci_low=math.nan, ci_high=math.nan, p_value=math.nan
+        )
         row["n"] = int(group["n"].sum())
         parts.append(row)
     if not parts:

@@ -22,7 +22,10 @@ from llm_collapse.utils.optional import package_version
 
 COLUMNS: tuple[str, ...] = (
     "model", "method", "task", "corpus", "length", "depth", "layer", "metric", "value", "ci_low", "ci_high", "n",
+    "p_value",
 )  # fmt: skip
+OPTIONAL_COLUMNS: dict[str, float] = {"p_value": math.nan}
+"""Columns added after runs were committed, with the value an older run's rows read as."""
 
 
 def result_row(
@@ -38,12 +41,14 @@ def result_row(
     n: int = 0,
     depth: float = math.nan,
     layer: float = math.nan,
+    p_value: float = math.nan,
 ) -> dict:
-    """One tidy row; NaN (never 0) for a missing value or interval."""
+    """One tidy row; NaN (never 0) for a missing value, interval or test (``p_value``: paired contrasts of
+    0/1 outcomes carry the exact McNemar p-value, `llm_collapse.metrics.stats.mcnemar_exact_p`)."""
     return {
         "model": model, "method": method, "task": task, "corpus": corpus, "length": int(length),
         "depth": float(depth), "layer": float(layer), "metric": metric, "value": float(value),
-        "ci_low": float(ci[0]), "ci_high": float(ci[1]), "n": int(n),
+        "ci_low": float(ci[0]), "ci_high": float(ci[1]), "n": int(n), "p_value": float(p_value),
     }  # fmt: skip
 
 

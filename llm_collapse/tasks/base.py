@@ -127,10 +127,15 @@ def contrast_rows(
 
     Embeddings give ``pairwise_cosine_vs_base`` (paired duplicate-aware bootstrap, the seed of the
     per-method rows) and ``centroid_distance_vs_base`` (paired jackknife); correctness gives
-    ``<metric>_vs_base`` (paired bootstrap of the mean difference). Bins absent from either side are skipped.
+    ``<metric>_vs_base`` (paired bootstrap of the mean difference, and the exact McNemar p-value). Bins absent from either side are skipped.
     """
     from llm_collapse.metrics.collapse import centroid_distance
-    from llm_collapse.metrics.stats import paired_jackknife_ci, paired_mean_diff_ci, paired_pairwise_cosine_ci
+    from llm_collapse.metrics.stats import (
+        mcnemar_exact_p,
+        paired_jackknife_ci,
+        paired_mean_diff_ci,
+        paired_pairwise_cosine_ci,
+    )
     from llm_collapse.run.results import result_row
 
     rows = []
@@ -155,7 +160,12 @@ def contrast_rows(
             rows.append(result_row(**row, metric="centroid_distance" + VS_BASE, value=point, ci=(low, high)))
         else:
             point, low, high = paired_mean_diff_ci(mine, theirs, seed=seed)
-            rows.append(result_row(**row, metric=items[key].metric + VS_BASE, value=point, ci=(low, high)))
+            p_value = mcnemar_exact_p(mine, theirs)
+            rows.append(
+                result_row(
+                    **row, metric=items[key].metric + VS_BASE, value=point, ci=(low, high), p_value=p_value
+                )
+            )
     return rows
 
 
