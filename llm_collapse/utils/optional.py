@@ -5,13 +5,15 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from llm_collapse.errors import MissingDependencyError
+
 
 def require(module: str, *, extra: str, purpose: str) -> ModuleType:
-    """Imports ``module`` or raises ImportError naming the pip extra that provides it."""
+    """Imports ``module`` or raises `MissingDependencyError` (an ImportError) naming the pip extra for it."""
     try:
         return importlib.import_module(module)
     except ImportError as err:
-        raise ImportError(
+        raise MissingDependencyError(
             f"{purpose} needs the '{module}' package: pip install 'llm-collapse[{extra}]' ({err})"
         ) from None
 
