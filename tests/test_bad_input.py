@@ -406,7 +406,9 @@ def test_missing_weights_of_any_model_are_refused_before_loading(
     tiny_e5_dir, tmp_path, capsys, no_model_load
 ):
     out = tmp_path / "run"
-    args = _args(tiny_e5_dir, out, "--models", "mistral,echo:/nonexistent/decoder")  # the second model is missing
+    args = _args(
+        tiny_e5_dir, out, "--models", "mistral,echo:/nonexistent/decoder"
+    )  # the second model is missing
     _refused(args, capsys, tmp_path=tmp_path, out=out, message="Weights for 'echo:/nonexistent/decoder'")
 
 
