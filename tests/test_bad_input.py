@@ -79,8 +79,11 @@ def _refused(args, capsys, *, tmp_path, out, message) -> None:
     [
         (["--dtype", "int4"], "Unknown --dtype 'int4'"),
         (["--tasks", "knn", "--label", "nosuch"], "--label 'nosuch'"),
+        (["--prefix-docs", "4"], "--prefix-docs applies to --design prefix only"),
         (["--corpus", "folder:/nonexistent/texts"], "is not a directory"),
         (["--lengths", "32,9000000"], "--lengths 9000000: corpus 'sotu' has no text that long"),
+        (["--design", "nosuch"], "Unknown --design 'nosuch'"),
+        (["--design", "prefix", "--prefix-docs", "5000"], "gives only 237 of the 5000 requested"),
     ],
 )
 def test_bad_input_is_refused_before_loading(tiny_e5_dir, tmp_path, capsys, no_model_load, extra, message):

@@ -138,7 +138,7 @@ def token_prefix(text: str, n_tokens: int, tokenizer: PreTrainedTokenizerBase) -
     return tokenizer.decode(ids)
 
 
-class _Doc:
+class ParagraphCounts:
     """A document prepared for span sampling: paragraphs and estimated cumulative token counts."""
 
     def __init__(self, doc: Document, paras: list[str], counts: list[int], sep: int) -> None:
@@ -155,14 +155,17 @@ class _Doc:
         return end if end < len(self.cum) else None
 
 
-def _prepare(documents: Sequence[Document], tokenizer: PreTrainedTokenizerBase) -> list[_Doc]:
+def paragraph_counts(
+    documents: Sequence[Document], tokenizer: PreTrainedTokenizerBase
+) -> list[ParagraphCounts]:
+    """Each document's paragraphs with estimated cumulative token counts (one tokenizer call for all)."""
     split = [paragraphs(d.text) for d in documents]
     split = [p if len(p) > 1 else [d.text] for p, d in zip(split, documents, strict=True)]
     flat = count_tokens([p for paras in split for p in paras], tokenizer)
     sep = count_tokens(["a\n\na"], tokenizer)[0] - 2 * count_tokens(["a"], tokenizer)[0]
     out, pos = [], 0
     for doc, paras in zip(documents, split, strict=True):
-        out.append(_Doc(doc, paras, flat[pos : pos + len(paras)], max(sep, 0)))
+        out.append(ParagraphCounts(doc, paras, flat[pos : pos + len(paras)], max(sep, 0)))
         pos += len(paras)
     return out
 
@@ -181,7 +184,7 @@ def paragraph_spans(text: str, tokenizer: PreTrainedTokenizerBase, target_tokens
     Returns:
         The spans, paragraphs joined by a blank line.
     """
-    doc = _prepare([Document(text, "")], tokenizer)[0]
+    doc = paragraph_counts([Document(text, "")], tokenizer)[0]
     spans, start = [], 0
     while (found := _grow(doc, start, target_tokens, None, tokenizer)) is not None:
         spans.append(found[0])
@@ -190,7 +193,7 @@ def paragraph_spans(text: str, tokenizer: PreTrainedTokenizerBase, target_tokens
 
 
 def _grow(
-    d: _Doc, start: int, target: int, hi: int | None, tokenizer: PreTrainedTokenizerBase
+    d: ParagraphCounts, start: int, target: int, hi: int | None, tokenizer: PreTrainedTokenizerBase
 ) -> tuple[str, int, int] | None:
     """(text, n_tokens, end) of the paragraph span from ``start`` reaching ``target`` tokens."""
     end = d.span_end(start, target)
@@ -243,7 +246,7 @@ def sample_length_binned(
         counts = count_tokens([d.text for d in documents], tokenizer)
         longest = max(counts)
     else:
-        prepared = _prepare(documents, tokenizer)
+        prepared = paragraph_counts(documents, tokenizer)
         longest = max(d.total for d in prepared)
     out: list[BinnedText] = []
     for b in resolved:
@@ -278,7 +281,7 @@ def _record(
 
 
 def _sample_spans(
-    prepared: list[_Doc],
+    prepared: list[ParagraphCounts],
     b: LengthBin,
     per_bin: int,
     rng: random.Random,
@@ -311,7 +314,7 @@ def _sample_spans(
 
 
 def _next_span(
-    d: _Doc,
+    d: ParagraphCounts,
     starts: list[int],
     taken: list[tuple[int, int]],
     b: LengthBin,

@@ -23,8 +23,10 @@ from llm_collapse.pooling import POOLINGS
 from llm_collapse.tasks.registry import RUNNABLE
 
 TASKS: tuple[str, ...] = RUNNABLE
+DESIGNS: tuple[str | None, ...] = (None, "bins", "prefix")  # None: bins
 DEFAULT_LABELS = {"sotu": "party", "movie_reviews": "sentiment", "kjv": "testament"}
-_HASHED_IF_SET: tuple[str, ...] = ("pooling",)  # options that enter run_id only when set (see run_id)
+# Options that enter run_id only when set (see run_id); design "bins" is the default and counts as unset.
+_HASHED_IF_SET: tuple[str, ...] = ("pooling", "design", "prefix_docs")
 
 
 class ConfigError(UserError, ValueError):
@@ -63,6 +65,16 @@ class CompareConfig:
         default_factory=dict, metadata={"help": "name=/local/dir or file.gguf"}
     )
     max_per_bin: int = field(default=24, metadata={"help": "texts per length bin (collapse, knn, layerwise)"})
+    design: str | None = field(
+        default=None,
+        metadata={
+            "help": "bins (default: different texts per length bin) or prefix (the first L tokens of the same "
+            "documents at every length: paired across lengths)"
+        },
+    )
+    prefix_docs: int | None = field(
+        default=None, metadata={"help": "documents of the prefix design (default: --max-per-bin)"}
+    )
     retrieval_docs: int = field(
         default=20, metadata={"help": "passkey/needle candidates per length (LongEmbed: 100)"}
     )
@@ -136,6 +148,12 @@ class CompareConfig:
         for name in ("max_per_bin", "retrieval_docs", "retrieval_queries", "layerwise_per_bin", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.design not in DESIGNS:
+            raise ConfigError(f"Unknown --design {self.design!r}; allowed: bins, prefix")
+        if self.prefix_docs is not None and self.prefix_docs < 1:
+            raise ConfigError(f"--prefix-docs must be >= 1, got {self.prefix_docs}")
+        if self.prefix_docs is not None and self.design != "prefix":
+            raise ConfigError("--prefix-docs applies to --design prefix only; add --design prefix or drop it")
         if self.retrieval_queries > self.retrieval_docs:
             raise ConfigError("--retrieval-queries must be <= --retrieval-docs")
         if "knn" in self.tasks and self.knn_label is None:
@@ -156,8 +174,9 @@ class CompareConfig:
 
         Options added later (`_HASHED_IF_SET`) count only when set: older runs keep their id.
         """
+        unset = (None, "bins")
         data = {
-            k: v for k, v in asdict(self).items() if k != "out" and not (k in _HASHED_IF_SET and v is None)
+            k: v for k, v in asdict(self).items() if k != "out" and not (k in _HASHED_IF_SET and v in unset)
         }
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -244,6 +263,7 @@ _FIELD_TYPES = {
         lambda v: isinstance(v, list) and all(map(_is_int, v)),
     ),
     "int": ("an integer", _is_int),
+    "int | None": ("an integer (or null for the default)", lambda v: v is None or _is_int(v)),
     "str": ("a string", _is_str),
     "str | None": ("a string (or null for the default)", lambda v: v is None or _is_str(v)),
     "dict[str, str]": (
@@ -265,7 +285,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             )
         elif f.name == "quant":
             parser.add_argument(flag, dest=f.name, help=help_text)
-        elif f.type in ("int",):
+        elif f.type in ("int", "int | None"):
             parser.add_argument(flag, type=int, help=help_text)
         else:
             parser.add_argument(flag, help=help_text)

@@ -434,7 +434,10 @@ class Estimate:
 def _texts_per_length(config) -> tuple[int, int, int]:
     """(documents, queries, layerwise texts) per length and method, from the task sizes of ``config``."""
     tasks = set(config.tasks)
-    texts = config.max_per_bin if tasks & {"collapse", "knn"} else 0
+    per_length = config.max_per_bin
+    if getattr(config, "design", None) == "prefix":
+        per_length = config.prefix_docs or config.max_per_bin
+    texts = per_length if tasks & {"collapse", "knn"} else 0
     retrieval = [t for t in ("passkey", "needle") if t in tasks]
     texts += config.retrieval_docs * len(retrieval)
     queries = config.retrieval_queries * len(retrieval)

@@ -3,6 +3,11 @@
 Lengths are measured under one reference tokenizer (the first model's); each model's own token counts are
 recorded next to its results (the ``tokens`` metric), because the same text is a different number of tokens
 for a different tokenizer and, for echo, twice as many positions.
+
+Two designs for the corpus texts (``--design``): ``bins`` samples different texts into each bin [L, 1.1 L)
+(`llm_collapse.data.bins.sample_length_binned`); ``prefix`` cuts the first L tokens of the same documents at
+every length (`llm_collapse.data.prefixes.nested_prefixes`), so row i of every length is document i and
+length contrasts are paired.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass, field
 from llm_collapse.data import Document, load_corpus, sample_length_binned
 from llm_collapse.data.bins import BinnedText, count_tokens, target_bins
 from llm_collapse.data.position import POSITIONS, position_task
+from llm_collapse.data.prefixes import documents_joined, nested_prefixes
 from llm_collapse.data.synthetic import RetrievalTask, needle_task, passkey_task
 from llm_collapse.errors import UserError
 from llm_collapse.run.config import CompareConfig
@@ -28,6 +34,7 @@ class RunInputs:
 
     tokenizer: str
     binned: list[BinnedText] = field(default_factory=list)
+    design: str = "bins"
     retrieval: dict[str, list[RetrievalTask]] = field(default_factory=dict)
 
     def by_length(self) -> dict[int, list[BinnedText]]:
@@ -46,8 +53,14 @@ class RunInputs:
         return len(texts)
 
     def describe(self) -> dict:
+        """What was sampled; for the prefix design also its N and how many texts joined corpus documents."""
+        design: dict = {"design": self.design}
+        if self.design == "prefix":
+            design["prefix_docs"] = len(next(iter(self.by_length().values()), []))
+            design["prefix_docs_concatenated"] = documents_joined(self.binned)
         return {
             "reference_tokenizer": self.tokenizer,
+            **design,
             "texts_per_length": {str(k): len(v) for k, v in sorted(self.by_length().items())},
             "retrieval": {
                 name: {str(t.length): len(t.documents) for t in tasks}
@@ -71,14 +84,30 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
     Raises:
         InputsError: A length for which the corpus holds no text at all (a bin that is only partly filled
             is logged and reported with its n, never refused).
+        PrefixDesignError: ``design="prefix"`` and the corpus cannot give ``prefix_docs`` long texts.
     """
     name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
     inputs = RunInputs(tokenizer=name)
     if tasks_with(reads_corpus=True) & set(config.tasks):
         documents = load_corpus(config.corpus) if documents is None else documents
-        inputs.binned = sample_length_binned(
-            documents, tokenizer, target_bins(config.lengths), per_bin=config.max_per_bin, seed=config.seed
-        )
+        if config.design == "prefix":
+            inputs.design = "prefix"
+            inputs.binned = nested_prefixes(
+                documents,
+                tokenizer,
+                config.lengths,
+                n_docs=config.prefix_docs or config.max_per_bin,
+                seed=config.seed,
+                corpus=config.corpus,
+            )
+        else:
+            inputs.binned = sample_length_binned(
+                documents,
+                tokenizer,
+                target_bins(config.lengths),
+                per_bin=config.max_per_bin,
+                seed=config.seed,
+            )
         _check_every_length(config, inputs, documents, tokenizer)
     sizes = dict(
         seed=config.seed,

