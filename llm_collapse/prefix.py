@@ -61,6 +61,7 @@ __all__ = [
     "encode_with_prefix_sharing",
     "pool_prefixes",
     "prefix_groups",
+    "prefix_sharing",
     "sharing_groups",
     "supports_prefix_sharing",
 ]
@@ -85,7 +86,20 @@ def supports_prefix_sharing(embedder, *, kind: Kind = "document") -> tuple[bool,
     Returns:
         ``(True, "")`` or ``(False, reason)`` with a one-line reason.
     """
-    spec = embedder.spec
+    return prefix_sharing(embedder.spec, embedder.model, embedder.tokenizer, embedder.interventions, kind=kind)
+
+
+def prefix_sharing(spec, model, tokenizer, interventions: str, *, kind: Kind = "document") -> tuple[bool, str]:
+    """`supports_prefix_sharing` from its parts, so a plan can ask it of a model built on the meta device.
+
+    Args:
+        spec: The `EmbedderSpec` (format, pooling, loader).
+        model: The torch model (its config and attention modules are read; meta tensors do); not touched
+            for echo and NV-Embed, which are decided by the spec alone.
+        tokenizer: The model's tokenizer (special tokens appended after the text).
+        interventions: The active interventions' slug (``"base"`` for none).
+        kind: ``"document"`` or ``"query"``.
+    """
     fmt = spec.input_format
     if not isinstance(fmt, TemplateFormat):
         return False, (
@@ -94,7 +108,7 @@ def supports_prefix_sharing(embedder, *, kind: Kind = "document") -> tuple[bool,
         )
     if spec.loader == "nv-embed":
         return False, "NV-Embed's backbone attends bidirectionally (every state reads later tokens)"
-    causal, why = _is_causal(embedder.model)
+    causal, why = _is_causal(model)
     if not causal:
         return False, why
     if spec.pooling not in _POOLINGS:
@@ -107,13 +121,13 @@ def supports_prefix_sharing(embedder, *, kind: Kind = "document") -> tuple[bool,
     tail = template.partition("{text}")[2]
     if tail:
         return False, f"the {kind} template puts {tail!r} after the text"
-    suffix = _special_suffix(embedder.tokenizer)
+    suffix = _special_suffix(tokenizer)
     if suffix:
         return False, f"the tokenizer appends special tokens {suffix} after the text"
-    rope_types = _rope_types(embedder.model)
+    rope_types = _rope_types(model)
     if bad := sorted(rope_types & set(LENGTH_DEPENDENT_ROPE_TYPES)):
         return False, f"RoPE type {bad[0]!r} rescales positions with the input length"
-    for slug in embedder.interventions.split("+"):
+    for slug in interventions.split("+"):
         if slug.startswith(LENGTH_DEPENDENT_INTERVENTIONS):
             return False, f"intervention {slug!r} depends on the input length"
     return True, ""

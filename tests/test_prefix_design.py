@@ -137,3 +137,17 @@ def test_prefix_design_shares_one_forward_per_document(sotu, tiny_gemma3_dir, mo
         np.linalg.norm(shared, axis=1) * np.linalg.norm(separate, axis=1)
     )
     assert cosines.min() >= 0.99999, cosines
+
+
+def test_dry_run_states_forward_passes_of_the_prefix_sweep(tiny_gemma3_dir, tmp_path, capsys, monkeypatch):
+    from llm_collapse.cli.compare import main
+
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+    args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods",
+            "base,tempscale-log:64", "--tasks", "collapse", "--lengths", "32,64,128", "--design", "prefix",
+            "--prefix-docs", "4", "--out", str(tmp_path / "run"), "--dry-run"]  # fmt: skip
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "gemma3-270m x base: 4 prefix-sweep forwards (one per document: sharing is exact)" in printed
+    assert "gemma3-270m x tempscale-log:64: 12 prefix-sweep forwards (4 documents x 3 lengths:" in printed
+    assert not (tmp_path / "run").exists()

@@ -5,6 +5,10 @@ one FLOP formula, `llm_collapse.bench`: 2 x linear parameters per token, plus 4 
 attended (query, key) pair, causal and sliding-window aware) and divides by a nominal throughput:
 ``LLM_COLLAPSE_PLAN_GFLOPS`` (default 150 GFLOP/s, about what bf16 transformers reaches on the 2-core AMX
 CPU this project is developed on; a GPU is 100x more). It is a planning aid, not a measurement.
+
+Under ``--design prefix`` it states the forward passes per model and method: one per document where prefix
+sharing is exact (`llm_collapse.prefix.prefix_sharing`, asked of the model built on the meta device: no
+weights are read), else one per document and length, with the reason.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from llm_collapse.backends.weights import load_config, resolve_weights
 from llm_collapse.bench.flops import FlopModel
 from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
+from llm_collapse.interventions import parse_interventions
+from llm_collapse.prefix import prefix_sharing
 from llm_collapse.run.config import CompareConfig
 
 
@@ -49,18 +55,64 @@ def describe_plan(config: CompareConfig, documents: list[Document] | None = None
         f"{len(texts)} distinct texts, {tokens} tokens under {first}'s tokenizer, per model and method",
     ]
     total = 0.0
+    prefix_texts = {t.text for t in inputs.binned} if config.design == "prefix" else set()
+    longest = (
+        [t.text for t in inputs.binned if t.target_tokens == max(config.lengths)] if prefix_texts else []
+    )
     for name, (spec, _) in specs.items():
         config_json = load_config(weights[name])
-        per_pass = _flops(config_json, texts, tokenizer, echo=isinstance(spec.input_format, EchoFormat))
-        seconds = per_pass * len(config.methods) / (gflops * 1e9)
-        total += seconds
-        lines.append(
-            f"  {name}: ~{per_pass / 1e12:.2f} TFLOP per method, ~{seconds / 60:.1f} min for {len(config.methods)} methods"
+        echo = isinstance(spec.input_format, EchoFormat)
+        every = _flops(config_json, texts, tokenizer, echo=echo)
+        if not prefix_texts:
+            seconds = every * len(config.methods) / (gflops * 1e9)
+            total += seconds
+            lines.append(
+                f"  {name}: ~{every / 1e12:.2f} TFLOP per method, ~{seconds / 60:.1f} min for {len(config.methods)} methods"
+            )
+            continue
+        shared = every - _flops(config_json, sorted(prefix_texts), tokenizer, echo=echo)
+        shared += _flops(config_json, longest, tokenizer, echo=echo)  # one forward per document
+        n_docs, n_lengths = len(longest), len(config.lengths)
+        model, model_tokenizer = (
+            _meta_model(spec, weights[name]),
+            _tokenizer(weights[name], weights[first], tokenizer),
         )
+        for method in config.methods:
+            exact, why = prefix_sharing(spec, model, model_tokenizer, parse_interventions(method).slug)
+            flops = shared if exact else every
+            seconds = flops / (gflops * 1e9)
+            total += seconds
+            how = (
+                f"{n_docs} prefix-sweep forwards (one per document: sharing is exact)"
+                if exact
+                else f"{n_docs * n_lengths} prefix-sweep forwards ({n_docs} documents x {n_lengths} lengths: {why})"
+            )
+            lines.append(f"  {name} x {method}: {how}; ~{flops / 1e12:.2f} TFLOP, ~{seconds / 60:.1f} min")
     lines.append(
         f"estimated total ~{total / 60:.1f} min at {gflops:g} GFLOP/s (cached embeddings are not recomputed)"
     )
     return "\n".join(lines)
+
+
+def _meta_model(spec, weights):
+    """The model built on the meta device (no memory, no weights): enough to read its attention modules."""
+    if spec.loader == "nv-embed":
+        return None  # decided by the spec alone (bidirectional backbone)
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    extra = {"gguf_file": weights.gguf_file.name} if weights.gguf_file is not None else {}
+    model_config = AutoConfig.from_pretrained(weights.directory, trust_remote_code=False, **extra)
+    with torch.device("meta"):
+        return AutoModel.from_config(model_config)
+
+
+def _tokenizer(weights, first, first_tokenizer):
+    from llm_collapse.backends.hf import load_tokenizer
+
+    if weights == first:
+        return first_tokenizer
+    return load_tokenizer(weights.directory, gguf_file=weights.gguf_file)
 
 
 def _flops(config: dict, texts: list[str], tokenizer, *, echo: bool) -> float:
