@@ -25,6 +25,7 @@ from pathlib import Path
 from llm_collapse.backends.weights import is_tiny_random
 from llm_collapse.cache import cache_for
 from llm_collapse.interventions import InterventionError, NotApplicable
+from llm_collapse.prefix import supports_prefix_sharing
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.directory import open_run_dir
 from llm_collapse.run.distributed import embed_share, world
@@ -137,6 +138,8 @@ def _run_cell(
     try:
         cache = cache_for(embedder)
         cell = TaskContext(embedder, model_name, stack.slug, config, inputs, cache, overwrite=overwrite)
+        if config.design == "prefix":
+            record.extra.setdefault("prefix_sharing", {})[stack.slug] = _prefix_path(embedder)
         for task in config.tasks:
             clock = time.perf_counter()
             logger.info("%s x %s: %s", model_name, stack.slug, task)
@@ -155,3 +158,11 @@ def _run_cell(
             record.oom_retries[stack.slug] = cell.record["oom_retries"]
     finally:
         context.__exit__(None, None, None)
+
+
+def _prefix_path(embedder) -> str:
+    """How the prefix design's lengths are embedded for this cell: one forward per document, or separately."""
+    if embedder.backend.returns_pooled:
+        return f"separate forwards: backend {embedder.backend.name!r} pools itself"
+    exact, why = supports_prefix_sharing(embedder)
+    return "one forward per document (prefix sharing is exact)" if exact else f"separate forwards: {why}"
