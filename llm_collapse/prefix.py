@@ -86,10 +86,14 @@ def supports_prefix_sharing(embedder, *, kind: Kind = "document") -> tuple[bool,
     Returns:
         ``(True, "")`` or ``(False, reason)`` with a one-line reason.
     """
-    return prefix_sharing(embedder.spec, embedder.model, embedder.tokenizer, embedder.interventions, kind=kind)
+    return prefix_sharing(
+        embedder.spec, embedder.model, embedder.tokenizer, embedder.interventions, kind=kind
+    )
 
 
-def prefix_sharing(spec, model, tokenizer, interventions: str, *, kind: Kind = "document") -> tuple[bool, str]:
+def prefix_sharing(
+    spec, model, tokenizer, interventions: str, *, kind: Kind = "document"
+) -> tuple[bool, str]:
     """`supports_prefix_sharing` from its parts, so a plan can ask it of a model built on the meta device.
 
     Args:

@@ -100,7 +100,9 @@ def test_compare_prefix_design_end_to_end(tiny_e5_dir, tmp_path, monkeypatch):
         {"32": 5, "64": 5},
     )
     paths = json.loads((out / "run.json").read_text())["models"]["mistral"]["prefix_sharing"]
-    assert paths == {"base": "separate forwards: the format appends exactly one EOS after the (truncated) text"}
+    assert paths == {
+        "base": "separate forwards: the format appends exactly one EOS after the (truncated) text"
+    }
 
 
 def test_config_design_fields():
