@@ -130,12 +130,17 @@ def count_tokens(
 
 def token_prefix(text: str, n_tokens: int, tokenizer: PreTrainedTokenizerBase) -> str:
     """The prefix of ``text`` covering its first ``n_tokens`` tokens (cut at a character offset)."""
+    return token_prefixes(text, [n_tokens], tokenizer)[0]
+
+
+def token_prefixes(text: str, lengths: Sequence[int], tokenizer: PreTrainedTokenizerBase) -> list[str]:
+    """`token_prefix` for several lengths from one tokenisation of ``text`` (a 32k text is tokenised once)."""
     if getattr(tokenizer, "is_fast", False):
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
         offsets = enc["offset_mapping"]
-        return text if n_tokens >= len(offsets) else text[: offsets[n_tokens - 1][1]]
-    ids = tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"][:n_tokens]
-    return tokenizer.decode(ids)
+        return [text if n >= len(offsets) else text[: offsets[n - 1][1]] for n in lengths]
+    ids = tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+    return [tokenizer.decode(ids[:n]) for n in lengths]
 
 
 class ParagraphCounts:

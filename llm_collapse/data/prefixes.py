@@ -16,7 +16,7 @@ Decisions:
   by a blank line, until the text counts at least ``max(lengths)`` tokens (reference tokenizer, no special
   tokens). Lengths are estimated from per-paragraph counts (`llm_collapse.data.bins.paragraph_counts`) and then
   verified by counting the joined text. Texts of different start documents may overlap.
-* **Prefixes** are cut by `token_prefix` from the one long text, so (for fast tokenizers) the text at each
+* **Prefixes** are cut by `token_prefixes` (one tokenisation per text) from the one long text, so (for fast tokenizers) the text at each
   length is a string prefix of the text at the next; its count under the same tokenizer can differ from L
   by a token or two where the cut falls inside a word.
 * **doc_id** is ``"<start doc>@<paragraph>"``, with ``"+k"`` when the long text runs into the k following
@@ -36,7 +36,7 @@ from llm_collapse.data.bins import (
     ParagraphCounts,
     count_tokens,
     paragraph_counts,
-    token_prefix,
+    token_prefixes,
     tokenizer_name,
 )
 from llm_collapse.data.corpora import Document
@@ -111,9 +111,10 @@ def nested_prefixes(
         "prefix design: %d documents of %d tokens from corpus %r (%d concatenate several corpus documents)",
         n_docs, need, corpus, joined,
     )  # fmt: skip
+    cuts = [token_prefixes(text, lengths, tokenizer) for _, _, text, _ in picked]  # one tokenisation each
     out: list[BinnedText] = []
-    for length in lengths:
-        texts = [token_prefix(text, length, tokenizer) for _, _, text, _ in picked]
+    for column, length in enumerate(lengths):
+        texts = [row[column] for row in cuts]
         for (i, start, _, k), text, n in zip(picked, texts, count_tokens(texts, tokenizer), strict=True):
             doc = prepared[i].doc
             doc_id = f"{doc.doc_id}@{start}" + (f"+{k}" if k else "")
