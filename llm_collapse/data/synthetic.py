@@ -1,15 +1,28 @@
 """LongEmbed-style synthetic retrieval tasks (passkey, needle), generated offline and by seed.
 
-Construction follows LongEmbed section 3.2; decisions where it is silent or where we differ:
+Construction follows LongEmbed section 3.2 (anchors.md 3.2-3.3); decisions where it is silent or where we
+differ:
 
 * Lengths default to 256 ... 32768. LongEmbed controls length in **words** (at most ``L x 0.75``
   words for a length-L document); that is the default here too. With ``fit_to_tokens=True`` and a
-  tokenizer, the number of haystack words is searched so that every document lands within 2% of
-  ``L`` tokens under THAT tokenizer (internally aiming at 1%); a document that cannot get there (a
-  haystack too short) logs a warning. Token counts never include special tokens.
-* Per length: 100 candidate documents shared by 50 queries; each query is about a different
-  document (the relevant index is recorded). Each length draws from its own ``random.Random`` seeded
-  by ``(task, seed, length)``, so any subset of lengths gives the same tasks for the lengths it shares.
+  tokenizer (what ``compare`` uses), the number of haystack words is searched so that every document
+  lands within 2% of ``L`` tokens under THAT tokenizer (internally aiming at 1%); a document that
+  cannot get there (a haystack too short) logs a warning. Token counts never include special tokens.
+* Per length: candidate documents shared by all queries of that length (LongEmbed footnote 3); each
+  query is about a different document (the relevant index is recorded), so chance Acc@1 is
+  ``1 / n_docs``. Each length draws from its own ``random.Random`` seeded by ``(task, seed, length)``,
+  so any subset of lengths gives the same tasks for the lengths it shares.
+* Sizes: LongEmbed has 100 documents and 50 queries per length (`LONGEMBED_DOCS`, `LONGEMBED_QUERIES`;
+  ``compare --retrieval-docs 100 --retrieval-queries 50``). The default here is `SWEEP_DOCS` documents
+  and as many queries, sized for a 256..32768 sweep of gemma3-270m on a CPU: the FLOP model
+  (`llm_collapse.bench.FlopModel`, 14.2 TFLOP for one 32k text) puts the eight lengths of one document
+  slot at 1.68 x a 32k text, i.e. ~151 s at the measured 90 s per 32k text (bf16, AMX), ~278 s in fp32
+  without bf16 (165 s per 32k text). 24 slots: ~60 min per task and method (fp32: ~1.9 h); LongEmbed's
+  100 would take ~4.2 h (~7.7 h). Queries cost ~nothing (one sentence), so every document is queried:
+  n = 24 queries per length. Consequence: the exact McNemar test against ``base`` (two-sided, 0.05)
+  needs at least 6 discordant queries all one way, so the smallest Acc@1 difference it can detect at
+  one length is 6/24 = 0.25 (LongEmbed's 50 queries: 0.12); pooled over the eight lengths (LongEmbed's
+  average) 6/192 = 0.031. A 95% Wilson interval at Acc@1 = 0.5 spans about +-0.19 at n = 24.
 * The insert goes at a sentence boundary of the haystack: the one nearest ``depth x (haystack
   words)``, where ``depth`` ~ U(0, 1) is recorded per document. The haystack is cut at a word
   boundary at its end (LongEmbed cuts mid-word).
@@ -17,10 +30,18 @@ Construction follows LongEmbed section 3.2; decisions where it is silent or wher
   "First Last" name (from the lists below) and one unique 4-5 digit key per document.
 * Needle: one of the project's own 100 facts (:mod:`llm_collapse.data.needles`) per document,
   inserted inline as a sentence into a haystack of State of the Union text (public domain) or, when
-  asked and installed, the Paul Graham essays. By default all documents of a length share the same
-  haystack (the start of the chronological stream), so they differ only by needle and depth;
-  ``vary_haystack=True`` starts each document at a random sentence instead. Which of the two
-  LongEmbed did is not documented.
+  asked and installed, the Paul Graham essays (LongEmbed's haystack; copyrighted, so not the default).
+  By default all documents of a length share the same haystack (the start of the chronological
+  stream), so they differ only by needle and depth; ``vary_haystack=True`` starts each document at a
+  random sentence instead. Which of the two LongEmbed did is not documented.
+* "Key at the start, haystack grows" (`passkey_start_tasks`, `needle_start_tasks`; not in LongEmbed):
+  each of N documents opens with its key line (or needle) followed by the shared haystack, and the
+  document at length L is the first L tokens of the same longest document (`token_prefixes`, as the
+  prefix design cuts them). The same N documents and the same queries appear at every length, so
+  lengths are paired, and where prefix sharing is exact (`llm_collapse.prefix`: causal decoder,
+  mean/last pooling, nothing after the text) one forward per document gives every length: a 256..32k
+  sweep costs one 32k text per document (~36 min for 24 on gemma3-270m, bf16 AMX). Names, keys and
+  queries are seeded by ``(task, seed)`` only; the shortest length must hold every key line whole.
 """
 
 from __future__ import annotations
@@ -35,8 +56,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from llm_collapse.data.bins import count_tokens, token_prefix, tokenizer_name
+from llm_collapse.data.bins import count_tokens, token_prefix, token_prefixes, tokenizer_name
 from llm_collapse.data.needles import NEEDLES
+from llm_collapse.errors import UserError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -45,6 +67,12 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_LENGTHS: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 WORDS_PER_TOKEN = 0.75
+SWEEP_DOCS = 24
+"""Default candidate documents per length: a 256..32k gemma3-270m sweep in ~1 h per task and method on a CPU."""
+SWEEP_QUERIES = 24
+"""Default queries per length: every document (queries are one sentence, nearly free)."""
+LONGEMBED_DOCS = 100
+LONGEMBED_QUERIES = 50
 FIT_TOLERANCE = 0.02
 PASSKEY_FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 FIRST_NAMES = (
@@ -63,12 +91,13 @@ class RetrievalTask:
     """One length of a synthetic retrieval task.
 
     Attributes:
-        name: ``"passkey"`` or ``"needle"``.
+        name: ``"passkey"``, ``"needle"``, ``"passkey-start"`` or ``"needle-start"``.
         length: Target length in tokens.
         queries: Query texts.
         documents: Candidate documents shared by all queries.
         relevant: Index into ``documents`` of the relevant document of each query.
-        depths: Insertion depth of each document's key/needle (fraction of its haystack words).
+        depths: Insertion depth of each document's key/needle (fraction of its haystack words; 0.0 for the
+            ``-start`` tasks).
         seed: Generation seed.
         inserts: The key line or needle fact of each document.
         n_tokens: Token count of each document under ``tokenizer`` (empty without a tokenizer).
@@ -235,8 +264,8 @@ def passkey_task(
     length: int,
     *,
     seed: int = 0,
-    n_docs: int = 100,
-    n_queries: int = 50,
+    n_docs: int = SWEEP_DOCS,
+    n_queries: int = SWEEP_QUERIES,
     tokenizer: PreTrainedTokenizerBase | None = None,
     fit_to_tokens: bool = False,
 ) -> RetrievalTask:
@@ -253,32 +282,50 @@ def passkey_task(
     Returns:
         The task.
     """
-    if not 0 < n_queries <= n_docs <= len(FIRST_NAMES) * len(LAST_NAMES):
-        raise ValueError(f"need 0 < n_queries <= n_docs <= {len(FIRST_NAMES) * len(LAST_NAMES)}")
+    _check_passkey_sizes(n_docs, n_queries)
     rng = random.Random(f"passkey|{seed}|{length}")
-    names = rng.sample([f"{f} {last}" for f in FIRST_NAMES for last in LAST_NAMES], n_docs)
-    keys = rng.sample(range(1000, 100000), n_docs)
+    names, inserts = _passkey_keys(rng, n_docs)
     depths = [rng.random() for _ in range(n_docs)]
     relevant = rng.sample(range(n_docs), n_queries)
-    inserts = [
-        f"{p}'s pass key is {k}. Remember it. {k} is the pass key for {p}."
-        for p, k in zip(names, keys, strict=True)
-    ]
-    filler = split_sentences(PASSKEY_FILLER)
-    hay = _Haystack(filler * (length // len(PASSKEY_FILLER.split()) + 8))
-    queries = [f"what is the passkey for {names[i]}?" for i in relevant]
+    hay = _passkey_haystack(length)
+    queries = [_passkey_query(names[i]) for i in relevant]
     return _assemble(
         "passkey", length, seed, [hay] * n_docs, inserts, depths, queries, relevant, "\n", tokenizer,
         fit_to_tokens, "passkey-filler",
     )  # fmt: skip
 
 
+def _check_passkey_sizes(n_docs: int, n_queries: int) -> None:
+    if not 0 < n_queries <= n_docs <= len(FIRST_NAMES) * len(LAST_NAMES):
+        raise ValueError(f"need 0 < n_queries <= n_docs <= {len(FIRST_NAMES) * len(LAST_NAMES)}")
+
+
+def _passkey_keys(rng: random.Random, n_docs: int) -> tuple[list[str], list[str]]:
+    """Unique names and their key lines (two draws from ``rng``: names, then keys)."""
+    names = rng.sample([f"{f} {last}" for f in FIRST_NAMES for last in LAST_NAMES], n_docs)
+    keys = rng.sample(range(1000, 100000), n_docs)
+    inserts = [
+        f"{p}'s pass key is {k}. Remember it. {k} is the pass key for {p}."
+        for p, k in zip(names, keys, strict=True)
+    ]
+    return names, inserts
+
+
+def _passkey_query(name: str) -> str:
+    return f"what is the passkey for {name}?"
+
+
+def _passkey_haystack(length: int) -> _Haystack:
+    """The filler repeated to more words than ``length`` (every filler word is at least one token)."""
+    return _Haystack(split_sentences(PASSKEY_FILLER) * (length // len(PASSKEY_FILLER.split()) + 8))
+
+
 def needle_task(
     length: int,
     *,
     seed: int = 0,
-    n_docs: int = 100,
-    n_queries: int = 50,
+    n_docs: int = SWEEP_DOCS,
+    n_queries: int = SWEEP_QUERIES,
     haystack: str | Sequence[str] = "sotu",
     vary_haystack: bool = False,
     tokenizer: PreTrainedTokenizerBase | None = None,
@@ -299,14 +346,7 @@ def needle_task(
     Returns:
         The task.
     """
-    if isinstance(haystack, str):
-        sentences, hay_name = corpus_sentences(haystack), haystack
-    else:
-        sentences, hay_name = tuple(s for text in haystack for s in split_sentences(text)), "custom"
-    if not sentences:
-        raise ValueError(f"haystack {hay_name!r} has no text")
-    if not 0 < n_queries <= n_docs <= len(NEEDLES):
-        raise ValueError(f"need 0 < n_queries <= n_docs <= {len(NEEDLES)}, got {n_queries} and {n_docs}")
+    sentences, hay_name = _needle_sentences(haystack, n_docs, n_queries)
     rng = random.Random(f"needle|{seed}|{length}")
     needles = rng.sample(NEEDLES, n_docs)
     depths = [rng.random() for _ in range(n_docs)]
@@ -327,6 +367,21 @@ def needle_task(
     )  # fmt: skip
 
 
+def _needle_sentences(
+    haystack: str | Sequence[str], n_docs: int, n_queries: int
+) -> tuple[tuple[str, ...], str]:
+    """The haystack's sentences and name; checks the needle task sizes."""
+    if isinstance(haystack, str):
+        sentences, hay_name = corpus_sentences(haystack), haystack
+    else:
+        sentences, hay_name = tuple(s for text in haystack for s in split_sentences(text)), "custom"
+    if not sentences:
+        raise ValueError(f"haystack {hay_name!r} has no text")
+    if not 0 < n_queries <= n_docs <= len(NEEDLES):
+        raise ValueError(f"need 0 < n_queries <= n_docs <= {len(NEEDLES)}, got {n_queries} and {n_docs}")
+    return sentences, hay_name
+
+
 def passkey_tasks(lengths: Sequence[int] = DEFAULT_LENGTHS, **kwargs: object) -> list[RetrievalTask]:
     """:func:`passkey_task` for each length (keyword arguments are passed on)."""
     return [passkey_task(length, **kwargs) for length in lengths]  # type: ignore[arg-type]
@@ -335,3 +390,147 @@ def passkey_tasks(lengths: Sequence[int] = DEFAULT_LENGTHS, **kwargs: object) ->
 def needle_tasks(lengths: Sequence[int] = DEFAULT_LENGTHS, **kwargs: object) -> list[RetrievalTask]:
     """:func:`needle_task` for each length (keyword arguments are passed on)."""
     return [needle_task(length, **kwargs) for length in lengths]  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ key at the start, haystack grows
+
+
+class StartTaskError(UserError, ValueError):
+    """A length too short to hold every document's opening key line (or needle) whole."""
+
+
+def passkey_start_tasks(
+    lengths: Sequence[int] = DEFAULT_LENGTHS,
+    *,
+    tokenizer: PreTrainedTokenizerBase,
+    seed: int = 0,
+    n_docs: int = SWEEP_DOCS,
+    n_queries: int = SWEEP_QUERIES,
+) -> list[RetrievalTask]:
+    """Passkey with the key line first and the filler after it; one task per length, paired across lengths.
+
+    Args:
+        lengths: Document lengths in tokens under ``tokenizer`` (no special tokens).
+        tokenizer: Cuts every length as a token prefix of the longest document (required).
+        seed: Generation seed (names, keys, queries; not the lengths).
+        n_docs: Documents, the same at every length.
+        n_queries: Queries, each about a different document, the same at every length.
+
+    Returns:
+        One `RetrievalTask` per length, in ``lengths`` order; task k's document i is the first
+        ``lengths[k]`` tokens of document i at ``max(lengths)`` tokens.
+
+    Raises:
+        StartTaskError: The shortest length cannot hold a key line whole.
+    """
+    _check_passkey_sizes(n_docs, n_queries)
+    rng = random.Random(f"passkey-start|{seed}")
+    names, inserts = _passkey_keys(rng, n_docs)
+    relevant = rng.sample(range(n_docs), n_queries)
+    queries = [_passkey_query(names[i]) for i in relevant]
+    hay = _passkey_haystack(max(lengths, default=0))
+    return _start_tasks(
+        "passkey-start", lengths, seed, inserts, queries, relevant, hay, "\n", tokenizer, "passkey-filler"
+    )
+
+
+def needle_start_tasks(
+    lengths: Sequence[int] = DEFAULT_LENGTHS,
+    *,
+    tokenizer: PreTrainedTokenizerBase,
+    seed: int = 0,
+    n_docs: int = SWEEP_DOCS,
+    n_queries: int = SWEEP_QUERIES,
+    haystack: str | Sequence[str] = "sotu",
+) -> list[RetrievalTask]:
+    """The needle opens each document and the (shared) haystack follows; see `passkey_start_tasks`.
+
+    Args:
+        lengths: Document lengths in tokens under ``tokenizer``.
+        tokenizer: Cuts every length as a token prefix of the longest document (required).
+        seed: Generation seed (needles, queries).
+        n_docs: Documents (at most 100, one needle each).
+        n_queries: Queries, each the question of a different document's needle.
+        haystack: A corpus name or the haystack texts; every document continues with its start.
+
+    Returns:
+        One `RetrievalTask` per length, in ``lengths`` order.
+
+    Raises:
+        StartTaskError: The shortest length cannot hold a needle whole.
+    """
+    sentences, hay_name = _needle_sentences(haystack, n_docs, n_queries)
+    rng = random.Random(f"needle-start|{seed}")
+    needles = rng.sample(NEEDLES, n_docs)
+    relevant = rng.sample(range(n_docs), n_queries)
+    hay = _window(sentences, 0, max(lengths, default=0) + 64)
+    queries = [needles[i].question for i in relevant]
+    return _start_tasks(
+        "needle-start", lengths, seed, [n.fact for n in needles], queries, relevant, hay, " ", tokenizer,
+        hay_name,
+    )  # fmt: skip
+
+
+def _start_tasks(
+    name: str,
+    lengths: Sequence[int],
+    seed: int,
+    inserts: Sequence[str],
+    queries: Sequence[str],
+    relevant: Sequence[int],
+    hay: _Haystack,
+    sep: str,
+    tokenizer: PreTrainedTokenizerBase,
+    haystack_name: str,
+) -> list[RetrievalTask]:
+    """Each insert + ``sep`` + the haystack, grown to ``max(lengths)`` tokens, cut at every length."""
+    if tokenizer is None:
+        raise ValueError(f"{name} cuts its documents as token prefixes: pass a tokenizer")
+    if not lengths or min(lengths) < 1:
+        raise ValueError(f"need positive lengths, got {list(lengths)}")
+    longest, shortest = max(lengths), min(lengths)
+    key_tokens = max(count_tokens(list(inserts), tokenizer))
+    tok_name = tokenizer_name(tokenizer)
+    if shortest < key_tokens:  # refused before any long text is built; a cut inside the key line, below
+        raise _too_short(name, shortest, key_tokens, tok_name)
+    texts, n_words = [], min(longest, len(hay.words))  # every word is at least one token: usually enough
+    for insert in inserts:
+        while True:
+            text = sep.join(part for part in (insert, " ".join(hay.words[:n_words])) if part)
+            total = count_tokens([text], tokenizer)[0]
+            if total >= longest or n_words >= len(hay.words):
+                break
+            n_words = min(len(hay.words), 2 * n_words)
+        if total < longest:
+            logger.warning("%s: haystack %r gives only %d of %d tokens", name, haystack_name, total, longest)
+        texts.append(text)
+    cuts = [token_prefixes(text, lengths, tokenizer) for text in texts]  # one tokenisation per document
+    first = list(lengths).index(shortest)
+    if any(insert not in row[first] for insert, row in zip(inserts, cuts, strict=True)):
+        raise _too_short(name, shortest, key_tokens, tok_name)
+    out = []
+    for column, length in enumerate(lengths):
+        documents = tuple(row[column] for row in cuts)
+        out.append(
+            RetrievalTask(
+                name=name,
+                length=length,
+                queries=tuple(queries),
+                documents=documents,
+                relevant=tuple(relevant),
+                depths=(0.0,) * len(inserts),
+                seed=seed,
+                inserts=tuple(inserts),
+                n_tokens=tuple(count_tokens(list(documents), tokenizer)),
+                tokenizer=tok_name,
+                haystack=haystack_name,
+            )
+        )
+    return out
+
+
+def _too_short(name: str, shortest: int, key_tokens: int, tokenizer: str) -> StartTaskError:
+    return StartTaskError(
+        f"length {shortest} is too short for {name}: its documents open with key lines of up to {key_tokens} "
+        f"tokens under {tokenizer!r}, which must fit whole; use lengths >= {key_tokens + 2} (--lengths)"
+    )

@@ -17,7 +17,7 @@ from llm_collapse.interventions.base import (
 )
 from llm_collapse.interventions.parse import METHODS, parse_interventions
 from llm_collapse.interventions.rope import NTK, DynamicNTK, PositionInterpolation, YaRN
-from llm_collapse.interventions.tempscale import TempScale, TempScaleLog
+from llm_collapse.interventions.tempscale import TempScale, TempScaleLog, TempScaleLogPosition
 from llm_collapse.interventions.window import SlidingWindowOff
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "Stack",
     "TempScale",
     "TempScaleLog",
+    "TempScaleLogPosition",
     "VLLMSettings",
     "YaRN",
     "parse_interventions",
@@ -44,4 +45,8 @@ def __getattr__(name: str):
         from llm_collapse.interventions.selfextend import SelfExtend
 
         return SelfExtend
+    if name in ("LongEmbedNTK", "LongEmbedPI", "LongEmbedSelfExtend"):  # they import SelfExtend
+        from llm_collapse.interventions import longembed
+
+        return getattr(longembed, name)
     raise AttributeError(name)

@@ -19,6 +19,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 
+import torch
 from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
@@ -141,3 +142,51 @@ def patched_attributes(targets: list[tuple[object, str, object]]) -> Iterator[No
     finally:
         for obj, attr, value in reversed(originals):
             setattr(obj, attr, value)
+
+
+@contextlib.contextmanager
+def captured_inputs(model: nn.Module) -> Iterator[dict]:
+    """A forward pre-hook on ``model`` that keeps, per forward, each text's own token count.
+
+    Yields a dict refreshed at every forward: ``lengths`` (B,) from the 2D attention mask (the padded length
+    for every row when there is none) and ``position_ids`` (what the model was given, or None). Length-
+    dependent interventions read each text's own length from it, never the padded batch length, so a text's
+    embedding does not depend on its batch.
+    """
+    state: dict = {"lengths": None, "position_ids": None}
+
+    def remember(_module, args, kwargs):
+        mask = kwargs.get("attention_mask")
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None:
+            ids = kwargs.get("inputs_embeds")
+        if mask is not None and mask.ndim == 2:
+            state["lengths"] = mask.sum(-1)
+        elif ids is not None:
+            state["lengths"] = torch.full((ids.shape[0],), ids.shape[1], device=ids.device)
+        else:
+            state["lengths"] = None
+        state["position_ids"] = kwargs.get("position_ids")
+
+    handle = model.register_forward_pre_hook(remember, with_kwargs=True)
+    try:
+        yield state
+    finally:
+        handle.remove()
+
+
+def call_positions(
+    kwargs: dict, captured: dict, batch: int, length: int, device: torch.device
+) -> torch.Tensor:
+    """(B, L) integer positions of one full-sequence attention call: the ``position_ids`` the module passes,
+    else those the model was given (`captured_inputs`), else ``0..L-1``."""
+    position_ids = kwargs.get("position_ids")
+    if position_ids is None:
+        position_ids = captured.get("position_ids")
+    if position_ids is None or position_ids.shape[-1] != length:
+        position_ids = torch.arange(length, device=device)[None]
+    if position_ids.dim() != 2:
+        raise InterventionError(
+            f"only (batch, length) position ids are supported, got shape {tuple(position_ids.shape)}"
+        )
+    return position_ids.to(device=device, dtype=torch.long).expand(batch, length)

@@ -83,6 +83,12 @@ class Intervention:
         """Short stable label for cache keys and report columns, e.g. ``tempscale-0.8``."""
         raise NotImplementedError
 
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Every kind this intervention changes (a preset can change positions and the window together);
+        `Stack` allows one intervention per "rope" and "window" kind."""
+        return (self.kind,)
+
     def params(self) -> dict:
         """Plain-data parameters for run metadata."""
         raise NotImplementedError
@@ -123,6 +129,22 @@ def check_positive_finite(name: str, value: float, *, minimum: float = 0.0, incl
     return number
 
 
+def trained_length(model: nn.Module, context: ModelContext) -> int:
+    """The context length the model was trained at: ``context.trained_length``, else the text config's
+    ``max_position_embeddings`` (what presets and ``tempscale-log`` default to)."""
+    if context.trained_length:
+        return int(context.trained_length)
+    config = model.config
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    length = getattr(config, "max_position_embeddings", None)
+    if not length:
+        raise InterventionError(
+            f"{context.name} states no trained length (no max_position_embeddings in its config); "
+            "give the base length explicitly, e.g. tempscale-log:4096"
+        )
+    return int(length)
+
+
 def format_number(value: float) -> str:
     """Compact, stable number formatting for slugs: 0.8 -> '0.8', 100000 -> '1e5', 4096 -> '4096'."""
     if float(value).is_integer():
@@ -138,7 +160,7 @@ class Stack(Intervention):
 
     def __init__(self, parts: list[Intervention]) -> None:
         for kind in ("rope", "window"):
-            same = [p.slug for p in parts if p.kind == kind]
+            same = [p.slug for p in parts if kind in p.kinds]
             if len(same) > 1:
                 raise InterventionError(
                     f"{' and '.join(same)} are both {kind} interventions; combine at most one {kind} intervention"

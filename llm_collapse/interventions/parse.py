@@ -2,17 +2,22 @@
 
 Grammar: parts joined with ``+``; each part is ``method[:arg[:arg...]]``. Methods and their arguments:
 
-============================  ==============================================================
-``base``                      no intervention
-``tempscale:TAU[:after]``     constant temperature (``after``: after Gemma 2's softcap)
-``tempscale-log:L0``          tau(L) = 1 / max(1, log_L0 L)
-``ntk:THETA``                 RoPE base override (``ntk:1e5``)
-``dynamic:FACTOR[:TRAINED]``  dynamic NTK with the trained length set explicitly
-``yarn:FACTOR[:ORIG][:af1]``  YaRN; ``afX`` sets its attention factor (``af1``: no hidden temperature)
-``pi:FACTOR``                 linear position interpolation
-``selfextend:G:W``            SelfExtend, group size G, neighbour window W
-``window:off``                switch the sliding window off (``window:keep`` is the default, a no-op)
-============================  ==============================================================
+==================================  ===========================================================
+``base``                            no intervention
+``tempscale:TAU[:after]``           constant temperature (``after``: after Gemma 2's softcap)
+``tempscale-log[:L0]``              tau(L) = 1 / max(1, log_L0 L); L0 defaults to the trained length
+``ntk:THETA``                       RoPE base override (``ntk:1e5``)
+``dynamic:FACTOR[:TRAINED]``        dynamic NTK with the trained length set explicitly
+``yarn:FACTOR[:ORIG][:af1]``        YaRN; ``afX`` sets its attention factor (``af1``: no hidden temperature)
+``pi:FACTOR``                       linear position interpolation (every text)
+``selfextend:G:W``                  SelfExtend, group size G, neighbour window W
+``window:off``                      switch the sliding window off (``window:keep`` is the default, a no-op)
+``longembed-ntk:THETA[:L0|nolog]``  LongEmbed's NTK run: ``ntk`` + its log factor + window off
+``longembed-se:G:W[:L0]``           LongEmbed's SelfExtend run: grouping past L0 + its log factor + window off
+``longembed-pi:S[:L0]``             LongEmbed's PI run: original positions up to L0, PI beyond + window off
+==================================  ===========================================================
+
+The ``longembed-*`` presets are described in `llm_collapse.interventions.longembed`.
 """
 
 from __future__ import annotations
@@ -54,8 +59,8 @@ def _tempscale(args: list[str]) -> Intervention:
 
 
 def _tempscale_log(args: list[str]) -> Intervention:
-    _arity("tempscale-log", args, 1, 1, "tempscale-log:L0")
-    return TempScaleLog(_number("tempscale-log", "L0", args[0]))
+    _arity("tempscale-log", args, 0, 1, "tempscale-log[:L0]")
+    return TempScaleLog(_number("tempscale-log", "L0", args[0]) if args else None)
 
 
 def _ntk(args: list[str]) -> Intervention:
@@ -95,6 +100,42 @@ def _selfextend(args: list[str]) -> Intervention:
     )
 
 
+def _longembed_ntk(args: list[str]) -> Intervention:
+    from llm_collapse.interventions.longembed import LongEmbedNTK
+
+    _arity("longembed-ntk", args, 1, 2, "longembed-ntk:THETA[:L0 or :nolog]")
+    theta = _number("longembed-ntk", "theta", args[0])
+    if len(args) == 2 and args[1] == "nolog":
+        return LongEmbedNTK(theta, log_scale=False)
+    if len(args) == 2 and not args[1].replace(".", "", 1).isdigit():
+        raise InterventionError(
+            f"longembed-ntk: {args[1]!r} is neither L0 (a token count) nor 'nolog'; "
+            "use longembed-ntk:THETA[:L0] or longembed-ntk:THETA:nolog"
+        )
+    return LongEmbedNTK(theta, _integer("longembed-ntk", "L0", args[1]) if len(args) == 2 else None)
+
+
+def _longembed_se(args: list[str]) -> Intervention:
+    from llm_collapse.interventions.longembed import LongEmbedSelfExtend
+
+    _arity("longembed-se", args, 2, 3, "longembed-se:GROUP_SIZE:WINDOW[:L0]")
+    return LongEmbedSelfExtend(
+        _integer("longembed-se", "group_size", args[0]),
+        _integer("longembed-se", "window", args[1]),
+        _integer("longembed-se", "L0", args[2]) if len(args) == 3 else None,
+    )
+
+
+def _longembed_pi(args: list[str]) -> Intervention:
+    from llm_collapse.interventions.longembed import LongEmbedPI
+
+    _arity("longembed-pi", args, 1, 2, "longembed-pi:FACTOR[:L0]")
+    return LongEmbedPI(
+        _number("longembed-pi", "factor", args[0]),
+        _integer("longembed-pi", "L0", args[1]) if len(args) == 2 else None,
+    )
+
+
 def _window(args: list[str]) -> Intervention | None:
     _arity("window", args, 1, 1, "window:off or window:keep")
     if args[0] == "keep":
@@ -119,6 +160,9 @@ for _name, _parser in [
     ("pi", _pi),
     ("selfextend", _selfextend),
     ("window", _window),
+    ("longembed-ntk", _longembed_ntk),
+    ("longembed-se", _longembed_se),
+    ("longembed-pi", _longembed_pi),
 ]:
     METHODS.register(_name, _parser)
 

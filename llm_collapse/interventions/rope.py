@@ -14,6 +14,17 @@ Gotchas recorded here:
   explicitly (LongEmbed: 4096).
 - YaRN multiplies cos and sin by ``attention_factor`` (default 0.1 ln(factor) + 1), so logits are multiplied
   by its square: a hidden temperature. ``attention_factor=1`` separates the frequency change from it.
+- PI: ``pi:S`` interpolates every text (Chen et al.; transformers' ``linear``), a static change that keeps
+  prefix sharing exact. LongEmbed kept original positions up to the trained length L0 and interpolated only
+  beyond: ``get_position_ids(mode="interpolate")`` (``src/encoder_model.py``) multiplies position ids by
+  ``encode_max_length // L0`` when the (padded) input has at most L0 tokens and leaves them alone otherwise,
+  which on a position table stretched s times (APE: E5-Base-4k, the paper's E_t[i s] = E_o[i]) gives original
+  positions below L0 and p / s above. Its released code has no RoPE PI path (``get_rope_scaling_config``,
+  a linear ``rope_scaling`` dict, is defined in ``src/model_utils.py`` but never called, and its results hold
+  only ``e5-base-4k_interpolate``). The rule applied with a linear factor s is the reading that fits the
+  paper's e5-mistral PI row (position ids times 8 on plain RoPE would wreck the short inputs it scores well
+  on), so ``longembed-pi:S`` (``keep_trained=True``) is that inferred rule, decided per text by its own
+  length. APE tables are not stretched here: both refuse absolute-position models.
 - Gemma 3 keeps one RoPE dict per layer type (sliding: theta 1e4, full: 1e6). By default only the
   ``full_attention`` layers are changed, as in Gemma 3's own long-context recipe (sliding layers never see
   distances beyond their window while the window is kept); ``layer_types="all"`` changes both.
@@ -31,8 +42,10 @@ import copy
 import dataclasses
 from collections.abc import Iterator
 
+import torch
 from torch import nn
 
+from llm_collapse.interventions.attention import captured_inputs, patched_attributes
 from llm_collapse.interventions.base import (
     Intervention,
     InterventionError,
@@ -265,21 +278,91 @@ class YaRN(RopeIntervention):
 
 
 class PositionInterpolation(RopeIntervention):
-    """Linear position interpolation (``rope_type="linear"``): positions divided by ``factor``."""
+    """Linear position interpolation (``rope_type="linear"``): positions divided by ``factor``.
 
-    def __init__(self, factor: float, **kwargs) -> None:
+    Args:
+        factor: s >= 1.
+        keep_trained: Texts of at most L0 tokens (their own count) keep their original positions; longer
+            ones are interpolated (LongEmbed's rule, see the module docstring; ``longembed-pi``).
+        trained_length: L0 for ``keep_trained``; None: the model's trained length.
+    """
+
+    def __init__(
+        self, factor: float, *, keep_trained: bool = False, trained_length: int | None = None, **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         self.factor = _check_factor("PI factor", factor)
+        self.keep_trained = bool(keep_trained)
+        self.explicit_length = (
+            None if trained_length is None else int(check_positive_finite("trained_length", trained_length))
+        )
 
     @property
     def slug(self) -> str:
-        return f"pi-{format_number(self.factor)}"
+        keep = "-keep" if self.keep_trained else ""
+        length = f"-o{self.explicit_length}" if self.keep_trained and self.explicit_length else ""
+        return f"pi-{format_number(self.factor)}{keep}{length}"
 
     def params(self) -> dict:
-        return {"method": "linear", "factor": self.factor}
+        params = {"method": "linear", "factor": self.factor}
+        if self.keep_trained:
+            params["original_positions_up_to"] = self.explicit_length or "model trained length"
+        return params
+
+    def trained_length(self, config, context: ModelContext) -> int:
+        return self.explicit_length or super().trained_length(config, context)
 
     def updated(self, rope: dict, config, context: ModelContext) -> dict:
         return {**rope, "rope_type": "linear", "factor": self.factor}
 
+    @contextlib.contextmanager
+    def _apply(self, model: nn.Module, context: ModelContext) -> Iterator[None]:
+        if not self.keep_trained:
+            with super()._apply(model, context):
+                yield
+            return
+        found = rotary_modules(model)
+        if not found:
+            raise self._no_rope(context)
+        limit = self.trained_length(found[0][2].config, context)
+        originals = [(parent, attr, module) for parent, attr, module in found]
+        with captured_inputs(model) as state, super()._apply(model, context):
+            swaps = [
+                (parent, attr, LengthSwitchedRotary(original, getattr(parent, attr), state, limit))
+                for parent, attr, original in originals
+            ]
+            with patched_attributes(swaps):
+                yield
+
     def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
+        if self.keep_trained:
+            raise not_on_vllm(
+                self.slug, "which positions a text gets depends on its length; vLLM's RoPE table is fixed"
+            )
         return self._rope_overrides(config, context)[0]
+
+
+class LengthSwitchedRotary(nn.Module):
+    """The original rotary tables for texts of at most ``limit`` tokens, the interpolated module's beyond.
+
+    Texts are told apart by their own token count (`captured_inputs`), not the padded batch length.
+    """
+
+    def __init__(self, original: nn.Module, interpolated: nn.Module, state: dict, limit: int) -> None:
+        super().__init__()
+        self.original = original
+        self.interpolated = interpolated
+        self.state = state
+        self.limit = limit
+
+    def forward(self, x, *args, **kwargs):
+        cos, sin = self.original(x, *args, **kwargs)
+        lengths = self.state.get("lengths")
+        if lengths is None:
+            lengths = torch.full((x.shape[0],), x.shape[1], device=x.device)
+        longer = lengths.to(cos.device) > self.limit
+        if not bool(longer.any()):
+            return cos, sin
+        cos_i, sin_i = self.interpolated(x, *args, **kwargs)
+        pick = longer.view(-1, 1, 1)
+        return torch.where(pick, cos_i, cos), torch.where(pick, sin_i, sin)

@@ -28,12 +28,14 @@ Mechanism: re-rotating already-rotated q and k
     no mask, causal when the module is causal), softmax in float32, grouped-query heads sharing their key/value head.
     Logits are computed in float32.
 
-Bidirectional models (our generalisation; the reference is causal-only)
-    For a non-causal backbone (NV-Embed) keys after the query (j > i) use the mirrored rule: neighbour logit when
-    ``j - i < w``, otherwise grouped with the shift on the *key* side (key at ``j // g + (w - w // g)``, query at
-    ``i // g``). The grouped relative distance is then symmetric: ``|i//g - j//g| + (w - w//g)`` on both sides.
-    The rule is applied wherever the mask lets a query see a later key; a causal model's mask never does, so causal
-    models get exactly the reference.
+Bidirectional models (LongEmbed's E5-RoPE rule)
+    For a non-causal backbone (NV-Embed, E5-RoPE) keys after the query (j > i) use the mirrored rule of
+    LongEmbed's ``e5rope_self_extend_forward`` (``src/self_extend_patch.py``; the LongLM reference is
+    causal-only): neighbour logit when ``j - i < w``, otherwise grouped with the shift on the *key* side (key at
+    ``j // g + (w - w // g)``, query at ``i // g``, its ``apply_grouped_rotary_pos_emb_upper``; merged as
+    ``tril(lower) + triu(upper, 1)``). The grouped relative distance is then symmetric:
+    ``|i//g - j//g| + (w - w//g)`` on both sides. The rule is applied wherever the mask lets a query see a later
+    key; a causal model's mask never does, so causal models get exactly the reference.
 
 Memory
     Queries are processed in chunks of at most 1024 rows (fewer when ``batch * heads * keys`` is large), so logits
@@ -50,11 +52,10 @@ Composition
 
 Reference settings (LongEmbed, Zhu et al. 2024, Appendix B Table 6; trained length 4096)
     e5-mistral: (g, w) = (3, 2048) for 8k, (5, 1024) for 16k, (9, 512) for 32k. E5-RoPE-Base (512 -> 1k/2k/4k):
-    (3, 256), (5, 128), (9, 64). LongEmbed's Mistral patch additionally multiplies q by a per-position log scale
-    (``scale_base=4096``) and removes the 4096 sliding window; neither is part of this intervention (use a
-    temperature intervention and the window intervention for those). That patch also switches grouping off
-    (g = 1, w = 4096) for sequences of at most 4096 tokens; here grouping applies whenever a distance reaches ``w``,
-    so choose ``w`` accordingly (any input of at most ``w`` tokens is unchanged).
+    (3, 256), (5, 128), (9, 64). ``selfextend:G:W`` is the bare rule. LongEmbed's patches also switch grouping
+    off below the trained length L0 (Mistral: sequences of at most 4096 tokens; E5-RoPE: fewer than 512), scale
+    the queries by a log factor and run without Mistral's sliding window: the ``longembed-se:G:W`` preset
+    (`llm_collapse.interventions.longembed`) adds those, using ``min_length`` here for the switch.
 """
 
 from __future__ import annotations
@@ -68,7 +69,12 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from llm_collapse.interventions.attention import attention_modules, routed_attention
+from llm_collapse.interventions.attention import (
+    attention_modules,
+    call_positions,
+    captured_inputs,
+    routed_attention,
+)
 from llm_collapse.interventions.base import (
     Intervention,
     InterventionError,
@@ -93,21 +99,28 @@ class SelfExtend(Intervention):
     Args:
         group_size: g >= 1 (g = 1 leaves every position unchanged).
         window: w >= 1 tokens of normal relative positions.
+        min_length: Texts with fewer tokens (their own count, not the padded batch length) keep plain
+            attention; None: grouping applies to every text (LongEmbed's switch-off rule, for its presets).
     """
 
     kind = "rope"
     replaces_attention = True
 
-    def __init__(self, group_size: int, window: int) -> None:
+    def __init__(self, group_size: int, window: int, *, min_length: int | None = None) -> None:
         self.group_size = _check_int("group_size", group_size)
         self.window = _check_int("window", window)
+        self.min_length = None if min_length is None else _check_int("min_length", min_length)
 
     @property
     def slug(self) -> str:
-        return f"selfextend-g{self.group_size}-w{self.window}"
+        since = "" if self.min_length is None else f"-from{self.min_length}"
+        return f"selfextend-g{self.group_size}-w{self.window}{since}"
 
     def params(self) -> dict:
-        return {"group_size": self.group_size, "window": self.window}
+        params = {"group_size": self.group_size, "window": self.window}
+        if self.min_length is not None:
+            params["min_length"] = self.min_length
+        return params
 
     def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
         raise not_on_vllm(self.slug, "it computes attention itself (grouped and neighbour logits)")
@@ -122,10 +135,6 @@ class SelfExtend(Intervention):
         sources = _inv_freq_sources(model, name)
         _check_not_routed(model)
         _check_rotation_convention(model, sources)
-        captured: dict[str, torch.Tensor | None] = {"position_ids": None}
-
-        def capture(_module, _args, kwargs):
-            captured["position_ids"] = kwargs.get("position_ids")
 
         def wrap(original, module):
             source = sources.get(id(module))
@@ -137,14 +146,11 @@ class SelfExtend(Intervention):
                 group_size=self.group_size,
                 window=self.window,
                 captured=captured,
+                min_length=self.min_length,
             )
 
-        hook = model.register_forward_pre_hook(capture, with_kwargs=True)
-        try:
-            with routed_attention(model, wrap, tag="selfextend"):
-                yield
-        finally:
-            hook.remove()
+        with captured_inputs(model) as captured, routed_attention(model, wrap, tag="selfextend"):
+            yield
 
 
 def _check_int(name: str, value: object) -> int:
@@ -280,20 +286,6 @@ def _rotate(x: torch.Tensor, shift: torch.Tensor, inv_freq: torch.Tensor) -> tor
     return torch.cat((out, x[..., rot:]), dim=-1)
 
 
-def _positions(kwargs: dict, captured: dict, batch: int, length: int, device: torch.device) -> torch.Tensor:
-    """(B, L) integer positions of the keys (= the queries: full-sequence passes only)."""
-    position_ids = kwargs.get("position_ids")
-    if position_ids is None:
-        position_ids = captured.get("position_ids")
-    if position_ids is None or position_ids.shape[-1] != length:
-        position_ids = torch.arange(length, device=device)[None]
-    if position_ids.dim() != 2:
-        raise InterventionError(
-            f"selfextend supports (batch, length) position ids only, got shape {tuple(position_ids.shape)}"
-        )
-    return position_ids.to(device=device, dtype=torch.long).expand(batch, length)
-
-
 def _selfextend_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -305,6 +297,7 @@ def _selfextend_attention(
     group_size: int,
     window: int,
     captured: dict,
+    min_length: int | None = None,
     scaling: float | None = None,
     dropout: float = 0.0,
     softcap: float | None = None,
@@ -323,8 +316,9 @@ def _selfextend_attention(
         inv_freq_source: (rotary module, name of its inverse-frequency buffer), read at call time.
         group_size: g.
         window: w.
-        captured: Holds ``position_ids`` seen by the top-level model's pre-hook (fallback when the module
-            passes none).
+        captured: `captured_inputs`' state: the ``position_ids`` the model was given (fallback when the module
+            passes none) and each text's token count.
+        min_length: Rows (texts) with fewer tokens keep plain attention; None: none do.
         scaling: Logit scale the module passes (``module.scaling``; TempScale changes it).
         dropout: Attention dropout (applied only in training mode).
         softcap: Gemma 2's logit softcap ``c``: ``tanh(x / c) * c`` on the merged logits, before the mask.
@@ -354,7 +348,13 @@ def _selfextend_attention(
     device = query.device
     n_rep = heads // kv_heads
 
-    pos = _positions(kwargs, captured, batch, k_len, device)  # (B, L)
+    pos = call_positions(kwargs, captured, batch, k_len, device)  # (B, L)
+    grouping = None  # (B, 1, 1, 1): rows long enough for grouping (min_length)
+    if min_length is not None:
+        lengths = captured.get("lengths")
+        if lengths is None or lengths.shape[0] != batch:
+            lengths = torch.full((batch,), k_len, device=device)
+        grouping = (lengths.to(device) >= min_length).view(batch, 1, 1, 1)
     shift = window - window // group_size
     group = torch.div(pos, group_size, rounding_mode="floor")
     q = query.float()
@@ -390,6 +390,8 @@ def _selfextend_attention(
         distance = (pos[:, rows, None] - pos[:, None, :])[:, None]  # (B, 1, c, L): query pos - key pos
         far_lower = (distance >= window) & allowed
         far_upper = (distance <= -window) & allowed
+        if grouping is not None:
+            far_lower, far_upper = far_lower & grouping, far_upper & grouping
 
         logits = torch.matmul(grouped(q[:, :, rows]), k_t).view(batch, heads, c, k_len) * scaling
         # Grouped logits: for j <= i the query sits at i // g + (w - w // g); for j > i (mirrored rule) the shift

@@ -13,9 +13,10 @@ Gemma 2 softcaps logits: ``c * tanh(s * qk / c)``. Two placements, recorded in t
   together with ``softcap / tau``: two module attributes, no new attention code.
 
 `TempScaleLog` is the length-dependent tau(L) = 1 / max(1, log_{L0} L) that LongEmbed applied silently
-(queries multiplied by max(1, log_{L0} L)). L is each text's own token count (not the padded batch length),
-so it is applied per row through a registered attention function that scales the queries, which equals
-scaling that row's logits before any softcap.
+(queries multiplied by max(1, log_{L0} L); L0 defaults to the model's trained length). L is each text's own
+token count (not the padded batch length), so it is applied per row through a registered attention function
+that scales the queries, which equals scaling that row's logits before any softcap. `TempScaleLogPosition` is
+LongEmbed's per-query-position variant (its Mistral SelfExtend patch).
 
 On vLLM (`Intervention.vllm_settings`) the constant schedule is a per-layer factor on each attention layer's
 scale (and softcap, ``after``); the length-dependent one is refused: vLLM's scale is one number per layer for
@@ -33,6 +34,8 @@ from torch import nn
 
 from llm_collapse.interventions.attention import (
     attention_modules,
+    call_positions,
+    captured_inputs,
     patched_attributes,
     routed_attention,
     select_layers,
@@ -46,6 +49,7 @@ from llm_collapse.interventions.base import (
     check_positive_finite,
     format_number,
     not_on_vllm,
+    trained_length,
 )
 
 PLACEMENTS: tuple[str, ...] = ("inside", "after")
@@ -151,28 +155,45 @@ class TempScale(Intervention):
         )
 
 
+def log_factors(values: torch.Tensor, base_length: float) -> torch.Tensor:
+    """max(1, ln(values) / ln(L0)) in float64: the factor on queries (1 / tau)."""
+    return torch.clamp(torch.log(values.double()) / math.log(base_length), min=1.0)
+
+
+def _resolved_base(base_length: float | None, model: nn.Module, context: ModelContext, slug: str) -> float:
+    base = base_length if base_length is not None else float(trained_length(model, context))
+    if base <= 1:
+        raise InterventionError(f"{slug}: L0={base:g} is not allowed; the base length must be > 1")
+    return base
+
+
 class TempScaleLog(Intervention):
     """Length-dependent temperature tau(L) = 1 / max(1, log_{L0} L), L = each text's token count.
 
     Args:
-        base_length: L0 > 1; texts up to L0 tokens are unchanged.
+        base_length: L0 > 1; texts up to L0 tokens are unchanged. None (``tempscale-log``): the model's
+            trained length (`ModelContext.trained_length`, else ``max_position_embeddings``), resolved when
+            applied; LongEmbed hard-coded 4096 for Mistral and 512 for BERT and E5-RoPE, their trained lengths.
         layers: Layer indices to change; None for all.
     """
 
     kind = "attention"
 
-    def __init__(self, base_length: float, *, layers: tuple[int, ...] | None = None) -> None:
-        self.base_length = check_positive_finite("L0", base_length, minimum=1.0)
+    def __init__(self, base_length: float | None = None, *, layers: tuple[int, ...] | None = None) -> None:
+        self.base_length = (
+            None if base_length is None else check_positive_finite("L0", base_length, minimum=1.0)
+        )
         self.layers = _check_layers(layers)
 
     @property
     def slug(self) -> str:
-        return f"tempscale-log{format_number(self.base_length)}{_layers_slug(self.layers)}"
+        base = "" if self.base_length is None else format_number(self.base_length)
+        return f"tempscale-log{base}{_layers_slug(self.layers)}"
 
     def params(self) -> dict:
         return {
-            "schedule": "1/max(1, log_L0(L))",
-            "L0": self.base_length,
+            "schedule": "1/max(1, log_L0(L)), L = the text's own token count",
+            "L0": self.base_length if self.base_length is not None else "model trained length",
             "layers": list(self.layers) if self.layers is not None else "all",
         }
 
@@ -183,36 +204,74 @@ class TempScaleLog(Intervention):
             "per layer shared by every request in a batch",
         )
 
-    def factors(self, lengths: torch.Tensor) -> torch.Tensor:
-        """1 / tau(L) per text: max(1, ln L / ln L0)."""
-        return torch.clamp(torch.log(lengths.double()) / math.log(self.base_length), min=1.0)
-
     @contextlib.contextmanager
     def _apply(self, model: nn.Module, context: ModelContext) -> Iterator[None]:
+        base = _resolved_base(self.base_length, model, context, self.slug)
         selected = {id(m) for _, m in select_layers(attention_modules(model), self.layers, what=self.slug)}
-        state: dict[str, torch.Tensor] = {}
-
-        def remember_lengths(_module, args, kwargs):
-            mask = kwargs.get("attention_mask")
-            ids = kwargs.get("input_ids", args[0] if args else None)
-            if mask is not None and mask.ndim == 2:
-                state["factors"] = self.factors(mask.sum(-1))
-            else:
-                state["factors"] = self.factors(torch.full((ids.shape[0],), ids.shape[-1]))
 
         def wrap(original, module):
             if id(module) not in selected:
                 return original
 
             def scaled(module, query, key, value, attention_mask, **kwargs):
-                factor = state["factors"].to(device=query.device, dtype=query.dtype).view(-1, 1, 1, 1)
+                factor = log_factors(state["lengths"], base)
+                factor = factor.to(device=query.device, dtype=query.dtype).view(-1, 1, 1, 1)
                 return original(module, query * factor, key, value, attention_mask, **kwargs)
 
             return scaled
 
-        handle = model.register_forward_pre_hook(remember_lengths, with_kwargs=True)
-        try:
-            with routed_attention(model, wrap, tag="tempscale_log"):
-                yield
-        finally:
-            handle.remove()
+        with captured_inputs(model) as state, routed_attention(model, wrap, tag="tempscale_log"):
+            yield
+
+
+class TempScaleLogPosition(Intervention):
+    """Per-query-position log scale: queries at position p multiplied by max(1, ln(p + 1) / ln L0).
+
+    LongEmbed's Mistral SelfExtend patch (``mistral_flash_self_extend_forward``, ``scale_base=4096``). It is
+    position-causal: a query's factor depends on its own position only, so prefix sharing stays exact. Used
+    inside the ``longembed-se`` preset; not a grammar method of its own.
+
+    Args:
+        base_length: L0 > 1; None: the model's trained length, resolved when applied.
+    """
+
+    kind = "attention"
+
+    def __init__(self, base_length: float | None = None) -> None:
+        self.base_length = (
+            None if base_length is None else check_positive_finite("L0", base_length, minimum=1.0)
+        )
+
+    @property
+    def slug(self) -> str:
+        base = "" if self.base_length is None else format_number(self.base_length)
+        return f"tempscale-poslog{base}"
+
+    def params(self) -> dict:
+        return {
+            "schedule": "queries at position p times max(1, ln(p+1)/ln(L0))",
+            "L0": self.base_length if self.base_length is not None else "model trained length",
+        }
+
+    def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
+        raise not_on_vllm(self.slug, "its scale differs per query position; vLLM's is one number per layer")
+
+    @contextlib.contextmanager
+    def _apply(self, model: nn.Module, context: ModelContext) -> Iterator[None]:
+        base = _resolved_base(self.base_length, model, context, self.slug)
+        selected = {id(m) for _, m in select_layers(attention_modules(model), None, what=self.slug)}
+
+        def wrap(original, module):
+            if id(module) not in selected:
+                return original
+
+            def scaled(module, query, key, value, attention_mask, **kwargs):
+                batch, _, length, _ = query.shape
+                positions = call_positions(kwargs, state, batch, length, query.device)
+                factor = log_factors(positions + 1, base).to(dtype=query.dtype)[:, None, :, None]
+                return original(module, query * factor, key, value, attention_mask, **kwargs)
+
+            return scaled
+
+        with captured_inputs(model) as state, routed_attention(model, wrap, tag="tempscale_poslog"):
+            yield

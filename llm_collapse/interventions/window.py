@@ -52,5 +52,10 @@ class SlidingWindowOff(Intervention):
         return VLLMSettings(hf_overrides={"sliding_window": None})
 
 
+def has_sliding_window(model: nn.Module) -> bool:
+    """Whether any attention module's config has a sliding window (what `SlidingWindowOff` acts on)."""
+    return any(getattr(m.config, "sliding_window", None) for _, m in attention_modules(model))
+
+
 def _no_window(context: ModelContext) -> NotApplicable:
     return NotApplicable(f"window-off: {context.name} has no sliding window to switch off")

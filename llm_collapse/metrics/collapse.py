@@ -170,10 +170,66 @@ def effective_rank(X: np.ndarray, center: bool = False, label: str | None = None
     U = normalize_rows(X)  # (n, d)
     if not _enough(U.shape[0], "effective_rank", label):
         return float("nan")
+    return _effective_rank(U, center, max(U.shape), label)
+
+
+def effective_rank_leave_one_out(X: np.ndarray, center: bool = False, label: str | None = None) -> np.ndarray:
+    """``effective_rank`` of X without row i, for every i: (n, d) -> (n,) (the jackknife's replicates).
+
+    From one Gram matrix instead of n SVDs (8x faster at n = 200, d = 4096): the squared singular values of
+    the rows without i are the eigenvalues of ``U U^T`` without row and column i (n <= d), or of
+    ``U^T U - u_i u_i^T`` (n > d); centring is the matching correction of either. Squaring costs precision,
+    so eigenvalues below ``(n - 1) max(n - 1, d) eps`` (the unit rows' Gram trace times the SVD rounding
+    threshold; an absolute scale, so centred identical rows give NaN as in ``effective_rank``) count as 0.
+    Singular values that small carry a negligible share of the entropy: values equal a plain loop over
+    ``effective_rank(np.delete(X, i, 0))`` to rounding on ordinary data (tested), not by construction.
+    NaN everywhere if n < 3 (a replicate needs 2 rows).
+    """
+    U = normalize_rows(X)  # (n, d)
+    n, d = U.shape
+    if n < 3:
+        logger.warning("effective_rank_leave_one_out needs n >= 3 but group %r has n = %d; NaN", label, n)
+        return np.full(n, np.nan)
+    m = n - 1  # rows per replicate
+    floor = m * max(m, d) * np.finfo(np.float64).eps
+    out = np.empty(n)
+    if n <= d:
+        G = U @ U.T  # (n, n)
+        keep = ~np.eye(n, dtype=bool)
+        for i in range(n):
+            Gi = G[keep[i]][:, keep[i]]  # (m, m)
+            if center:
+                r = Gi.mean(axis=0)
+                Gi = Gi - r[:, None] - r[None, :] + r.mean()
+            out[i] = _rank_from_eigenvalues(np.linalg.eigvalsh(Gi), floor, label)
+    else:
+        S, total = U.T @ U, U.sum(axis=0)  # (d, d), (d,)
+        for i in range(n):
+            Si = S - np.outer(U[i], U[i])  # (d, d)
+            if center:
+                mu = (total - U[i]) / m
+                Si = Si - m * np.outer(mu, mu)
+            out[i] = _rank_from_eigenvalues(np.linalg.eigvalsh(Si), floor, label)
+    return out
+
+
+def _rank_from_eigenvalues(lam: np.ndarray, floor: float, label: str | None) -> float:
+    """exp(entropy) of p = s / sum(s), s = square roots of the Gram eigenvalues above ``floor``."""
+    lam = lam[lam > floor]
+    if lam.size == 0:
+        logger.warning("effective_rank of group %r: all singular values are 0; returning NaN", label)
+        return float("nan")
+    s = np.sqrt(lam)
+    p = s / s.sum()
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
+def _effective_rank(U: np.ndarray, center: bool, size: int, label: str | None) -> float:
+    """exp(entropy) of the normalised singular values of unit rows ``U``; ``size`` sets the zero threshold."""
     if center:
         U = U - U.mean(axis=0)
     s = np.linalg.svd(U, compute_uv=False)  # (min(n, d),)
-    tol = s.max(initial=0.0) * max(U.shape) * np.finfo(np.float64).eps
+    tol = s.max(initial=0.0) * size * np.finfo(np.float64).eps
     s = s[s > tol]
     if s.size == 0:
         logger.warning("effective_rank of group %r: all singular values are 0; returning NaN", label)

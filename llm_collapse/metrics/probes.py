@@ -8,6 +8,10 @@ kNN label probe (leave-one-out)::
     yhat_i  = argmax_c |{j in N_k(i) : y_j = c}|
     acc     = (1/n) sum_i [yhat_i = y_i]
 
+Leave-one-group-out variant (``knn_correct(..., groups=g)``, the cross-length probe's pool): the candidates
+of i are the rows of other groups, ``N_k(i)`` = the k rows j with g_j != g_i and the largest cosine. A group
+is a source document, so a text never votes through another cut of its own document.
+
 Retrieval (query q, documents ranked by cosine, rank r = 1, 2, ...; R_q = relevant documents)::
 
     acc@k   = (1/|Q|) sum_q [some d in R_q has rank <= k]        (acc@1 = top-1 accuracy = nDCG@1 if |R_q| = 1)
@@ -21,7 +25,7 @@ Decisions and gotchas:
   sort of the negated similarities). A tied kNN vote goes to the tied class whose first member
   appears earliest in that neighbour order, i.e. the class of the nearest neighbour among the tied ones.
 - The kNN probe needs >= 2 classes and n > k (so every item has k other neighbours); otherwise NaN and
-  a warning. Chance level is about the majority-class share, not 1/n_classes, for unbalanced labels.
+  a warning. With groups, every item needs k rows outside its own group, else NaN and a warning. Chance level is about the majority-class share, not 1/n_classes, for unbalanced labels.
 - Queries with an empty relevant set are dropped (with a warning); relevant indices outside
   [0, m) raise ``ValueError``.
 - Similarity matrices are formed in row chunks of ``chunk_size``, so memory stays O(chunk_size n).
@@ -57,6 +61,7 @@ def knn_correct(
     k: int = 10,
     chunk_size: int = 2048,
     label: str | None = None,
+    groups: Sequence | np.ndarray | None = None,
 ) -> np.ndarray | None:
     """Leave-one-out k-nearest-neighbour correctness per item, cosine similarity and majority vote.
 
@@ -66,9 +71,12 @@ def knn_correct(
         k: Neighbours per item (the item itself excluded).
         chunk_size: Query rows per similarity block.
         label: Group name for warnings.
+        groups: (n,) group ids (e.g. source document ids); an item's neighbours then exclude its whole
+            group, not only itself. None = every item its own group (plain leave-one-out).
 
     Returns:
-        (n,) 0/1 ints: whether each item's vote equals its label; None if < 2 classes or n <= k.
+        (n,) 0/1 ints: whether each item's vote equals its label; None if < 2 classes, n <= k, or (with
+        groups) some item has fewer than k rows outside its group.
     """
     U = normalize_rows(X)  # (n, d)
     y = np.asarray(labels)
@@ -77,6 +85,7 @@ def knn_correct(
         raise ValueError(f"labels must have shape ({n},), got {y.shape}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    g_ids = np.arange(n) if groups is None else _group_ids(groups, n)  # (n,)
     classes, y_ids = np.unique(y, return_inverse=True)
     if classes.size < 2 or n <= k:
         logger.warning(
@@ -88,14 +97,32 @@ def knn_correct(
             n,
         )
         return None
+    candidates = n - np.bincount(g_ids)[g_ids]  # (n,) rows outside each item's group
+    if candidates.min() < k:
+        logger.warning(
+            "knn_label_accuracy of %r: an item has only %d neighbours outside its own group (k = %d); "
+            "returning NaN",
+            label,
+            int(candidates.min()),
+            k,
+        )
+        return None
     correct = np.empty(n, dtype=int)
     for start in range(0, n, chunk_size):
         stop = min(start + chunk_size, n)
         sims = U[start:stop] @ U.T  # (c, n)
-        sims[np.arange(stop - start), np.arange(start, stop)] = -np.inf  # exclude self
+        sims[g_ids[start:stop, None] == g_ids[None, :]] = -np.inf  # exclude self (and its group)
         order = np.argsort(-sims, axis=1, kind="stable")[:, :k]  # (c, k), ties -> lower index
         correct[start:stop] = _vote(y_ids[order], classes.size) == y_ids[start:stop]
     return correct
+
+
+def _group_ids(groups: Sequence | np.ndarray, n: int) -> np.ndarray:
+    """(n,) group values -> (n,) int ids."""
+    g = np.asarray(groups)
+    if g.shape != (n,):
+        raise ValueError(f"groups must have shape ({n},), got {g.shape}")
+    return np.unique(g, return_inverse=True)[1].reshape(n)
 
 
 def knn_label_accuracy(

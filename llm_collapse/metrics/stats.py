@@ -30,7 +30,8 @@ Decisions and gotchas:
       theta*_b = (||sum_i w_i x_i||^2 - sum_i w_i^2) / (n^2 - sum_i w_i^2),   w_b = resample counts
 
   (over multinomial counts, E[numerator] = (n-1)^2 theta and E[denominator] = (n-1)^2). Do not
-  bootstrap ``effective_rank`` by rows; compare bins at equal n instead. ``centroid_distance`` is
+  bootstrap ``effective_rank`` by rows (its interval is the jackknife's, ``effective_rank_ci``); compare
+  bins at equal n. ``centroid_distance`` is
   pulled down the same way (duplicates move the resample centroid towards them), by O(1/n): harmless
   when the interval is O(1/sqrt(n)) wide (real, heterogeneous bins), but in near-random groups the
   naive interval can exclude the point. Means of per-row values (``statistic=np.mean``) are unbiased.
@@ -52,7 +53,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy import stats as sps
 
-from llm_collapse.metrics.collapse import mean_pairwise_cosine, normalize_rows
+from llm_collapse.metrics.collapse import (
+    effective_rank,
+    effective_rank_leave_one_out,
+    mean_pairwise_cosine,
+    normalize_rows,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +134,38 @@ def jackknife_ci(
     se = float(np.sqrt((n - 1) / n * np.sum((values - values.mean()) ** 2)))
     z = float(sps.norm.ppf(1 - alpha / 2))
     return (point, point - z * se, point + z * se)
+
+
+def effective_rank_ci(
+    X: np.ndarray, center: bool = False, alpha: float = 0.05, label: str | None = None
+) -> tuple[float, float, float]:
+    """Delete-one jackknife interval of ``effective_rank``: ``point +- t_{n-1} * se_jack`` over the rows.
+
+    What it covers: ``theta_n = E[effective_rank of n texts drawn from the bin's population]``. The effective
+    rank grows with n (it is at most min(n, d)), so the population value (n -> infinity) is out of reach of
+    any interval at n << d; theta_n is what comparisons at equal n compare, and the point is unbiased for it.
+    Why the jackknife: a bootstrap resample repeats ~n/e rows, which add no rank, so its values sit far below
+    the point (the percentile interval can exclude it); leaving one row out keeps distinct rows, and the
+    statistic is a smooth function of the singular values, where the jackknife variance is consistent and,
+    by the Efron-Stein inequality, conservative in expectation. ``t_{n-1}`` rather than z: at n = 10 z
+    covered 0.89 in the synthetic check; t gives ~0.92-0.98 at n = 10-100 (tests/test_metrics.py).
+
+    Returns:
+        ``(point, low, high)``; NaN interval when n < 3 or the point is NaN.
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    U = normalize_rows(X)  # (n, d)
+    n = U.shape[0]
+    point = effective_rank(U, center=center, label=label)
+    if not np.isfinite(point) or n < 3:
+        return (point, float("nan"), float("nan"))
+    values = effective_rank_leave_one_out(U, center=center, label=label)  # (n,)
+    if not np.isfinite(values).all():
+        return (point, float("nan"), float("nan"))
+    se = float(np.sqrt((n - 1) / n * np.sum((values - values.mean()) ** 2)))
+    t = float(sps.t.ppf(1 - alpha / 2, n - 1))
+    return (point, point - t * se, point + t * se)
 
 
 def _interval(point: float, boot: np.ndarray, alpha: float) -> tuple[float, float, float]:

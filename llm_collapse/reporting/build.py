@@ -44,6 +44,7 @@ from llm_collapse.reporting.figures import (
     task_order,
 )
 from llm_collapse.reporting.frames import ReportData, as_int, load_runs, metric_info, sorted_methods
+from llm_collapse.reporting.significance import kinds_used, legend
 from llm_collapse.reporting.tables import (
     Table,
     inline_html,
@@ -211,6 +212,7 @@ def run_summary(data: ReportData) -> list[Block]:
     ]
     for run in data.runs:
         items.append(_run_line(run))
+    items += _design_lines(data)
     notes = [f"{run.label}: {note}" for run in data.runs for note in _notes(run.record.notes)]
     blocks: list[Block] = [
         Heading(2, "Run summary"),
@@ -221,6 +223,37 @@ def run_summary(data: ReportData) -> list[Block]:
     if notes:
         blocks += [Heading(3, "Notes"), Bullets(tuple(notes))]
     return blocks
+
+
+def _design_lines(data: ReportData) -> list[str]:
+    """How each run chose its corpus texts (bins or nested prefixes) and, where lengths are nested (the prefix
+    design, the ``-start`` tasks), how each model x method embedded them."""
+    lines = []
+    multi = len(data.runs) > 1
+    for run in data.runs:
+        inputs = run.record.inputs or {}
+        where = f"[{run.label}] " if multi else ""
+        if inputs.get("design") == "prefix":
+            joined = as_int(inputs.get("prefix_docs_concatenated")) or 0
+            lines.append(
+                f"{where}Design: nested prefixes, the first L tokens of the same {inputs.get('prefix_docs', '?')} "
+                f"documents at every length ({joined} of them consecutive corpus documents joined in date order "
+                "to reach the longest length), so contrasts between lengths are paired (`*_vs_shortest`)."
+            )
+        elif inputs.get("texts_per_length"):
+            lines.append(
+                f"{where}Design: length bins [L, 1.1 L) with different texts in each bin, so contrasts between "
+                "lengths are unpaired."
+            )
+        for model in data.models:
+            for model_run, record in data.model_records(model):
+                paths = (record.extra or {}).get("prefix_sharing") if record is not None else None
+                if model_run is run and isinstance(paths, dict):
+                    for method in sorted_methods(paths):
+                        lines.append(
+                            f"{where}Nested lengths embedded: {model} / `{method}`: {paths[method]}."
+                        )
+    return lines
 
 
 def _notes(value: Any) -> list[str]:
@@ -276,15 +309,16 @@ def summary_section(data: ReportData) -> list[Block]:
     _, all_tiny = summary_models(data)
     tiny = data.tiny_models
     intro = (
-        "Value at the shortest and the longest length per row, with CIs where reported; Δ = longest − shortest. "
-        "Δ has no CI of its own (the endpoint intervals come from separate bootstraps); "
-        "'CIs overlap' marks a change that lies within the endpoint intervals."
+        "Value at the shortest and the longest length per row, with CIs where reported; Δ = longest − shortest, "
+        "tested (paired where the run stored `*_vs_shortest` rows, i.e. the prefix design; unpaired otherwise)."
     )
     if all_tiny:
         intro += " **Every model here is tiny_random: these rows are code-path checks, not findings.**"
     elif tiny:
         intro += f" tiny_random models left out: {_codes(tiny)}."
-    return [*blocks, Paragraph(intro), table, Bullets(tuple(summary_legend(data)))]
+    tests = kinds_used([cell for row in table.rows for cell in row])
+    legend_lines = [*summary_legend(data), *([legend(tests)] if tests else [])]
+    return [*blocks, Paragraph(intro), table, Bullets(tuple(legend_lines))]
 
 
 def task_sections(data: ReportData, figures: Sequence[FigureFile], out_root: Path) -> list[Block]:

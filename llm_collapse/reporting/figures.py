@@ -4,7 +4,9 @@ Figures (file names are slugified, deterministic, and unique within a report):
 
 - ``{task}-{metric}-{corpus}.png``: value vs length (log2 axis), one panel per model, one line per method,
   CI bands where ``ci_low``/``ci_high`` exist. For every metric of every task except ``layerwise``
-  (passkey/needle use their overall rows: depth NaN, or the n-weighted mean over depths).
+  (passkey/needle use their overall rows: depth NaN, or the n-weighted mean over depths). Acc@1 of a
+  retrieval task gets a grey dashed line labelled "chance": 1 / the candidate documents at each length, as
+  the run recorded them (run.json ``inputs.retrieval``; runs without that record get no line).
 - ``{task}-{metric}-depth-{model}-{corpus}.png``: passkey/needle Acc@1 heatmap, depth (rows) x length
   (columns), one panel per method of that model.
 - ``{task}-{metric}-position-{corpus}.png``: position task Acc@1 vs length, one panel per model, colour =
@@ -20,12 +22,17 @@ Decisions:
 
 - The Agg backend is selected before pyplot is imported; styles are applied with context managers only,
   so importing this module changes no global seaborn/matplotlib style.
-- Each method keeps one colour/dash/marker across all figures of a report (`MethodStyles`); the legend
-  is drawn by hand from those styles, so it never depends on which panel happened to have which lines.
+- Panel grids are seaborn facets, ``MAX_COLUMNS`` a row with their own x and y axes (lengths, taus and
+  layers may differ between panels): line figures via `_facets` (``relplot(kind="line", col=...)``),
+  heatmaps via ``FacetGrid`` (a pivot per panel, the colour bar on the last one).
+- Each method keeps one colour/dash/marker across all figures of a report (`MethodStyles`, passed to
+  seaborn as palette/dashes/markers dicts); the one legend per figure is built from those styles, so it
+  never depends on which panel happened to have which lines.
 - Lines are drawn with ``errorbar=None`` (one row per point; seaborn must not bootstrap anything) and the
-  bands come from the results' own CIs via ``fill_between``.
-- Accuracy-type metrics in [0, 1] get a fixed 0..1 y axis (heatmaps: colour scale); geometry metrics get a free y axis per panel because
-  baseline anisotropy differs a lot between models and the question is the trend with length.
+  bands come from the results' own CIs (``fill_between`` per facet, `_ci_bands`).
+- Accuracy-type metrics whose values in a figure all lie in [0, 1] get a fixed 0..1 y axis (heatmaps:
+  colour scale); geometry metrics get a free y axis per panel because baseline anisotropy differs a lot
+  between models and the question is the trend with length.
 - Bytes are reproducible: fixed size and dpi, ``metadata={"Software": None}`` (PNG then carries no version
   or time), sorted iteration everywhere.
 - Paired contrasts (``*_vs_base``: method − base) plot like any metric, one line per non-base method, with
@@ -36,7 +43,6 @@ Decisions:
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -88,6 +94,9 @@ POSITION_TASKS: frozenset[str] = tasks_with(figure="position")
 POSITION_LABELS: dict[float, str] = {0.0: "early", 1.0: "late"}  # depth of a position row -> its name
 _POSITION_DASHES: tuple[tuple[float, ...], ...] = ((), (5.0, 2.0))
 HEATMAP_METRIC = "acc@1"
+CHANCE_METRIC = "acc@1"
+CHANCE_LABEL = "chance"
+_CHANCE_STYLE = {"color": "0.35", "linestyle": "--", "linewidth": 1.0, "zorder": 1}
 LAYERWISE_TASK = "layerwise"
 SWEEP_SECTION = "temperature"
 _COLORS = sns.color_palette("tab10").as_hex()
@@ -180,18 +189,6 @@ def tau_of(method: str) -> float | None:
         return None
 
 
-def _grid(n_panels: int, panel_size: tuple[float, float] = PANEL_SIZE, sharey: bool = False):
-    ncols = min(n_panels, MAX_COLUMNS)
-    nrows = math.ceil(n_panels / ncols)
-    fig, axes = plt.subplots(
-        nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), sharey=sharey, squeeze=False
-    )
-    flat = list(axes.flat)
-    for ax in flat[n_panels:]:
-        ax.set_visible(False)
-    return fig, flat[:n_panels]
-
-
 def _log2_lengths(ax, lengths: Sequence[float]) -> None:
     ticks = sorted({float(x) for x in lengths})
     ax.set_xscale("log", base=2)
@@ -202,10 +199,58 @@ def _log2_lengths(ax, lengths: Sequence[float]) -> None:
         ax.set_xlim(ticks[0] / 1.5, ticks[0] * 1.5)
 
 
-def _fill_ci(ax, rows: pd.DataFrame, x: str, color: str) -> None:
-    band = rows.dropna(subset=["ci_low", "ci_high"]).sort_values(x)
-    if len(band):
-        ax.fill_between(band[x], band["ci_low"], band["ci_high"], color=color, alpha=0.12, linewidth=0)
+def _ci_bands(ax, data: pd.DataFrame, x: str, by: str, colors: dict) -> None:
+    """One band per line (``by`` value) from the rows' own CIs."""
+    band = data.dropna(subset=["ci_low", "ci_high"]).sort_values(x)
+    for key, color in colors.items():
+        line = band[band[by] == key]
+        if len(line):
+            ax.fill_between(line[x], line["ci_low"], line["ci_high"], color=color, alpha=0.12, linewidth=0)
+
+
+def _facets(
+    rows: pd.DataFrame,
+    col: str,
+    x: str,
+    hue: str,
+    palette: dict,
+    col_order: list | None = None,
+    band_colors: dict | None = None,
+    **line_kws: object,
+) -> sns.FacetGrid:
+    """One panel per ``col`` value (`MAX_COLUMNS` a row, own axes), one line per ``hue`` (or ``style``) value.
+
+    seaborn draws the lines from one row per point (``errorbar=None``: nothing is bootstrapped); the bands
+    are the rows' CIs in the colour of their line (``band_colors``, keyed like ``style``, else ``palette``).
+    FacetGrid needs a unique index; merged rows may repeat one, so they get a fresh one. Panels are filled
+    in a loop rather than with ``map_dataframe``, which runs one more ``tight_layout`` (slow) per call.
+    """
+    col_order = col_order or sorted(rows[col].unique())
+    g = sns.relplot(
+        data=rows.reset_index(drop=True), kind="line", x=x, y="value", col=col, col_order=col_order,
+        col_wrap=min(len(col_order), MAX_COLUMNS), hue=hue, hue_order=list(palette), palette=palette,
+        errorbar=None, legend=False, height=PANEL_SIZE[1], aspect=PANEL_SIZE[0] / PANEL_SIZE[1],
+        facet_kws={"sharex": False, "sharey": False, "despine": False}, **line_kws,
+    )  # fmt: skip
+    for name, ax in g.axes_dict.items():
+        _ci_bands(ax, rows[rows[col] == name], x, line_kws.get("style", hue), band_colors or palette)
+    return g.set_titles("{col_name}")
+
+
+def _panels(g: sns.FacetGrid, rows: pd.DataFrame, col: str) -> list[tuple[str, pd.DataFrame, object]]:
+    """(``col`` value, its rows, its axes) per panel."""
+    return [(name, rows[rows[col] == name], ax) for name, ax in g.axes_dict.items()]
+
+
+def _finish(
+    g: sns.FacetGrid, title: str, legend_title: str, handles: list[Line2D], **labels: str
+) -> plt.Figure:
+    """The same axis ``labels`` on every panel, one legend (``handles``, in order) and the figure title."""
+    g.set(**labels)
+    g.figure.legend(handles=handles, title=legend_title, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    g.figure.suptitle(title)
+    g.tight_layout()
+    return g.figure
 
 
 def _is_fraction(metric: str, values: pd.Series) -> bool:
@@ -214,12 +259,12 @@ def _is_fraction(metric: str, values: pd.Series) -> bool:
     return metric_info(metric).direction == HIGHER_IS_BETTER and bool(((finite >= 0) & (finite <= 1)).all())
 
 
-def _metric_ylim(ax, metric: str, rows: pd.DataFrame) -> None:
-    """Fixed 0..1 axis for fractions; a paired difference against base gets a free axis and a zero line."""
+def _metric_axes(g: sns.FacetGrid, metric: str, rows: pd.DataFrame) -> None:
+    """Fixed 0..1 axes for fractions; a paired difference against base gets free axes and a zero line."""
     if is_contrast(metric):
-        ax.axhline(0.0, color="0.4", linewidth=0.8, zorder=0)
+        g.refline(y=0.0, color="0.4", linestyle="-", linewidth=0.8, zorder=0)
     elif _is_fraction(metric, pd.concat([rows["value"], rows["ci_low"], rows["ci_high"]])):
-        ax.set_ylim(-0.02, 1.02)
+        g.set(ylim=(-0.02, 1.02))
 
 
 def _panel_title(model: str, tiny: set[str]) -> str:
@@ -242,11 +287,59 @@ def task_order(tasks: Iterable[str]) -> list[str]:
     return sorted(set(tasks), key=lambda t: (TASK_ORDER.index(t) if t in TASK_ORDER else len(TASK_ORDER), t))
 
 
+def chance_levels(data: ReportData, task: str) -> dict[str, list[dict[int, float]]]:
+    """Chance Acc@1 of ``task`` per display model: the distinct ``{length: 1 / candidates}`` maps of its runs.
+
+    Read from each run's ``run.json`` (``inputs.retrieval[task]``: candidate documents per length); a run
+    without that record (or with a malformed one) contributes nothing.
+    """
+    out: dict[str, list[dict[int, float]]] = {}
+    for model in sorted(data.results["model"].unique()):
+        maps: list[dict[int, float]] = []
+        for run, _ in data.model_sources(model):
+            retrieval = run.record.inputs.get("retrieval") if isinstance(run.record.inputs, dict) else None
+            counts = retrieval.get(task) if isinstance(retrieval, dict) else None
+            if not isinstance(counts, dict):
+                continue
+            try:
+                levels = {int(length): 1.0 / int(n) for length, n in counts.items() if int(n) > 0}
+            except (TypeError, ValueError):
+                logger.info("run %s: unreadable candidate counts for %s; no chance line", run.label, task)
+                continue
+            if levels and levels not in maps:
+                maps.append(levels)
+        if maps:
+            out[model] = maps
+    return out
+
+
+def _draw_chance(ax, levels: Sequence[dict[int, float]], lengths: Iterable[float]) -> bool:
+    """Dashed chance line(s) over the panel's lengths; True when one was drawn."""
+    shown = sorted({int(x) for x in lengths})
+    drawn = False
+    for level in levels:
+        xs = [n for n in shown if n in level]
+        if not xs:
+            continue
+        ys = [level[n] for n in xs]
+        if len(set(ys)) == 1:  # one value (the usual case; also visible with a single length)
+            ax.axhline(ys[0], label=CHANCE_LABEL, **_CHANCE_STYLE)
+        else:
+            ax.plot(xs, ys, label=CHANCE_LABEL, **_CHANCE_STYLE)
+        drawn = True
+    return drawn
+
+
 # ------------------------------------------------------------------------------------ figure functions
 
 
 def plot_metric_vs_length(
-    rows: pd.DataFrame, metric: str, styles: MethodStyles, tiny: set[str], title: str
+    rows: pd.DataFrame,
+    metric: str,
+    styles: MethodStyles,
+    tiny: set[str],
+    title: str,
+    chance: dict[str, list[dict[int, float]]] | None = None,
 ) -> plt.Figure:
     """Value vs length (log2), one panel per model, one line per method, CI bands.
 
@@ -256,48 +349,31 @@ def plot_metric_vs_length(
         styles: Method styles of the report.
         tiny: Models marked tiny_random (flagged in panel titles).
         title: Figure title.
+        chance: Per model, ``{length: chance value}`` maps (`chance_levels`), drawn dashed as "chance".
 
     Returns:
         The figure (caller saves and closes it).
     """
-    models = sorted(rows["model"].unique())
+    methods = sorted_methods(rows["method"].unique())
+    with_chance = False
     with sns.axes_style("whitegrid"), plt.rc_context(RC):
-        fig, axes = _grid(len(models))
-        for ax, model in zip(axes, models, strict=True):
-            sub = rows[rows["model"] == model]
-            methods = sorted_methods(sub["method"].unique())
-            sns.lineplot(
-                data=sub,
-                x="length",
-                y="value",
-                hue="method",
-                hue_order=methods,
-                palette={m: styles.color(m) for m in methods},
-                style="method",
-                style_order=methods,
-                dashes={m: styles.dashes(m) for m in methods},
-                markers={m: styles.marker(m) for m in methods},
-                errorbar=None,
-                legend=False,
-                ax=ax,
-            )
-            for method in methods:
-                _fill_ci(ax, sub[sub["method"] == method], "length", styles.color(method))
+        g = _facets(
+            rows, col="model", x="length", hue="method", palette={m: styles.color(m) for m in methods},
+            style="method", style_order=methods, dashes={m: styles.dashes(m) for m in methods},
+            markers={m: styles.marker(m) for m in methods},
+        )  # fmt: skip
+        for model, sub, ax in _panels(g, rows, "model"):
+            ax.set_title(_panel_title(model, tiny))
             _log2_lengths(ax, sub["length"].unique())
-            _metric_ylim(ax, metric, sub)
-            ax.set(
-                title=_panel_title(model, tiny), xlabel="length (tokens)", ylabel=metric_info(metric).label
-            )
-        methods = sorted_methods(rows["method"].unique())
-        fig.legend(
-            handles=[styles.handle(m) for m in methods],
-            title="method",
-            loc="center left",
-            bbox_to_anchor=(1.0, 0.5),
+            if chance and chance.get(model):
+                with_chance |= _draw_chance(ax, chance[model], sub["length"].unique())
+        _metric_axes(g, metric, rows)
+        handles = [styles.handle(m) for m in methods]
+        if with_chance:
+            handles.append(Line2D([], [], label=CHANCE_LABEL, **_CHANCE_STYLE))
+        return _finish(
+            g, title, "method", handles, xlabel="length (tokens)", ylabel=metric_info(metric).label
         )
-        fig.suptitle(title)
-        fig.tight_layout()
-    return fig
 
 
 def plot_depth_heatmap(rows: pd.DataFrame, metric: str, title: str) -> plt.Figure:
@@ -312,32 +388,31 @@ def plot_depth_heatmap(rows: pd.DataFrame, metric: str, title: str) -> plt.Figur
         The figure.
     """
     methods = sorted_methods(rows["method"].unique())
-    bounded = _is_fraction(metric, rows["value"])
     with sns.axes_style("white"), plt.rc_context(RC):
-        fig, axes = _grid(len(methods), panel_size=(4.6, 3.4))
-        for i, (ax, method) in enumerate(zip(axes, methods, strict=True)):
-            grid = rows[rows["method"] == method].pivot_table(
-                index="depth", columns="length", values="value", aggfunc="mean"
-            )
-            grid = grid.sort_index().sort_index(axis=1)
-            sns.heatmap(
-                grid,
-                ax=ax,
-                annot=True,
-                fmt=".2f",
-                annot_kws={"fontsize": 8},
-                cmap="viridis",
-                vmin=0.0 if bounded else None,
-                vmax=1.0 if bounded else None,
-                cbar=i == len(methods) - 1,
-                cbar_kws={"label": metric_info(metric).label},
-            )
-            ax.set_xticklabels([length_label(c) for c in grid.columns], rotation=0)
-            ax.set_yticklabels([f"{d:.2f}" for d in grid.index], rotation=0)
-            ax.set(title=method, xlabel="length (tokens)", ylabel="depth")
-        fig.suptitle(title)
-        fig.tight_layout()
-    return fig
+        g = sns.FacetGrid(
+            rows.reset_index(drop=True), col="method", col_order=methods, col_wrap=min(len(methods), MAX_COLUMNS),
+            height=3.4, aspect=4.6 / 3.4, sharex=False, sharey=False, despine=False,
+        )  # fmt: skip
+        bounded, label = _is_fraction(metric, rows["value"]), metric_info(metric).label
+        for method, ax in g.axes_dict.items():
+            _heatmap(ax, rows[rows["method"] == method], bounded, label if method == methods[-1] else None)
+        g.set_titles("{col_name}").set(xlabel="length (tokens)", ylabel="depth")
+        g.figure.suptitle(title)
+        g.tight_layout()
+    return g.figure
+
+
+def _heatmap(ax, data: pd.DataFrame, bounded: bool, bar_label: str | None) -> None:
+    """One method's depth x length grid (0..1 colours when ``bounded``), with a colour bar if ``bar_label``."""
+    grid = data.pivot_table(index="depth", columns="length", values="value", aggfunc="mean")
+    grid = grid.sort_index().sort_index(axis=1)
+    sns.heatmap(
+        grid, ax=ax, annot=True, fmt=".2f", annot_kws={"fontsize": 8}, cmap="viridis",
+        vmin=0.0 if bounded else None, vmax=1.0 if bounded else None, cbar=bar_label is not None,
+        cbar_kws={"label": bar_label},
+    )  # fmt: skip
+    ax.set_xticklabels([length_label(c) for c in grid.columns], rotation=0)
+    ax.set_yticklabels([f"{d:.2f}" for d in grid.index], rotation=0)
 
 
 def position_label(depth: float) -> str:
@@ -360,34 +435,29 @@ def plot_position_vs_length(
     Returns:
         The figure.
     """
-    models = sorted(rows["model"].unique())
-    depths = sorted(rows["depth"].unique())
+    methods = sorted_methods(rows["method"].unique())
+    depths = sorted(float(d) for d in rows["depth"].unique())
     dashes = {d: _POSITION_DASHES[min(i, len(_POSITION_DASHES) - 1)] for i, d in enumerate(depths)}
+    lines = {f"{m} @ {d!r}": (m, d) for m in methods for d in depths}  # style level: marker of m, dash of d
+    rows = rows.assign(
+        line=[f"{m} @ {float(d)!r}" for m, d in zip(rows["method"], rows["depth"], strict=True)]
+    )
     with sns.axes_style("whitegrid"), plt.rc_context(RC):
-        fig, axes = _grid(len(models))
-        for ax, model in zip(axes, models, strict=True):
-            sub = rows[rows["model"] == model]
-            for method in sorted_methods(sub["method"].unique()):
-                for depth in depths:
-                    line = sub[(sub["method"] == method) & (sub["depth"] == depth)].sort_values("length")
-                    if line.empty:
-                        continue
-                    ax.plot(
-                        line["length"], line["value"], color=styles.color(method), marker=styles.marker(method),
-                        dashes=dashes[depth], markersize=5,
-                    )  # fmt: skip
-                    _fill_ci(ax, line, "length", styles.color(method))
+        g = _facets(
+            rows, col="model", x="length", hue="method", palette={m: styles.color(m) for m in methods},
+            band_colors={k: styles.color(m) for k, (m, _) in lines.items()}, style="line", style_order=list(lines),
+            dashes={k: dashes[d] for k, (_, d) in lines.items()},
+            markers={k: styles.marker(m) for k, (m, _) in lines.items()}, markersize=5,
+        )  # fmt: skip
+        for model, sub, ax in _panels(g, rows, "model"):
+            ax.set_title(_panel_title(model, tiny))
             _log2_lengths(ax, sub["length"].unique())
-            _metric_ylim(ax, metric, sub)
-            ax.set(
-                title=_panel_title(model, tiny), xlabel="length (tokens)", ylabel=metric_info(metric).label
-            )
-        handles = [styles.handle(m) for m in sorted_methods(rows["method"].unique())]
+        _metric_axes(g, metric, rows)
+        handles = [styles.handle(m) for m in methods]
         handles += [Line2D([], [], color="0.3", dashes=dashes[d], label=position_label(d)) for d in depths]
-        fig.legend(handles=handles, title="method / position", loc="center left", bbox_to_anchor=(1.0, 0.5))
-        fig.suptitle(title)
-        fig.tight_layout()
-    return fig
+        return _finish(
+            g, title, "method / position", handles, xlabel="length (tokens)", ylabel=metric_info(metric).label
+        )
 
 
 def plot_layerwise(rows: pd.DataFrame, title: str) -> plt.Figure:
@@ -400,30 +470,18 @@ def plot_layerwise(rows: pd.DataFrame, title: str) -> plt.Figure:
     Returns:
         The figure.
     """
-    metrics = _metric_order(rows["metric"].unique())
     lengths = sorted(int(x) for x in rows["length"].unique())
     palette = dict(zip(lengths, sns.color_palette("viridis", len(lengths)).as_hex(), strict=True))
     with sns.axes_style("whitegrid"), plt.rc_context(RC):
-        fig, axes = _grid(len(metrics))
-        for ax, metric in zip(axes, metrics, strict=True):
-            sub = rows[rows["metric"] == metric]
-            sns.lineplot(
-                data=sub, x="layer", y="value", hue="length", hue_order=lengths, palette=palette,
-                marker="o", markersize=4, errorbar=None, legend=False, ax=ax,
-            )  # fmt: skip
-            for length in lengths:
-                _fill_ci(ax, sub[sub["length"] == length], "layer", palette[length])
+        g = _facets(
+            rows, col="metric", col_order=_metric_order(rows["metric"].unique()), x="layer", hue="length",
+            palette=palette, marker="o", markersize=4,
+        )  # fmt: skip
+        for metric, ax in g.axes_dict.items():
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set(
-                title=metric,
-                xlabel="layer",
-                ylabel=metric_info(metric).label,
-            )
-        handles = [Line2D([], [], color=palette[n], marker="o", label=length_label(n)) for n in lengths]
-        fig.legend(handles=handles, title="length", loc="center left", bbox_to_anchor=(1.0, 0.5))
-        fig.suptitle(title)
-        fig.tight_layout()
-    return fig
+            ax.set_ylabel(metric_info(metric).label)
+        handles = [Line2D([], [], color=c, marker="o", label=length_label(n)) for n, c in palette.items()]
+        return _finish(g, title, "length", handles, xlabel="layer")
 
 
 def plot_temperature_sweep(rows: pd.DataFrame, metric: str, tiny: set[str], title: str) -> plt.Figure:
@@ -438,28 +496,17 @@ def plot_temperature_sweep(rows: pd.DataFrame, metric: str, tiny: set[str], titl
     Returns:
         The figure.
     """
-    models = sorted(rows["model"].unique())
     lengths = sorted(int(x) for x in rows["length"].unique())
     palette = dict(zip(lengths, sns.color_palette("viridis", len(lengths)).as_hex(), strict=True))
     with sns.axes_style("whitegrid"), plt.rc_context(RC):
-        fig, axes = _grid(len(models))
-        for ax, model in zip(axes, models, strict=True):
-            sub = rows[rows["model"] == model]
-            sns.lineplot(
-                data=sub, x="tau", y="value", hue="length", hue_order=lengths, palette=palette,
-                marker="o", errorbar=None, legend=False, ax=ax,
-            )  # fmt: skip
-            for length in lengths:
-                _fill_ci(ax, sub[sub["length"] == length], "tau", palette[length])
-            ax.axvline(1.0, color="0.5", linestyle=":", linewidth=1)
+        g = _facets(rows, col="model", x="tau", hue="length", palette=palette, marker="o")
+        g.refline(x=1.0, color="0.5", linestyle=":", linewidth=1)
+        for model, sub, ax in _panels(g, rows, "model"):
+            ax.set_title(_panel_title(model, tiny))
             ax.set_xticks(sorted(sub["tau"].unique()))
-            _metric_ylim(ax, metric, sub)
-            ax.set(title=_panel_title(model, tiny), xlabel="tau (1 = base)", ylabel=metric_info(metric).label)
-        handles = [Line2D([], [], color=palette[n], marker="o", label=length_label(n)) for n in lengths]
-        fig.legend(handles=handles, title="length", loc="center left", bbox_to_anchor=(1.0, 0.5))
-        fig.suptitle(title)
-        fig.tight_layout()
-    return fig
+        _metric_axes(g, metric, rows)
+        handles = [Line2D([], [], color=c, marker="o", label=length_label(n)) for n, c in palette.items()]
+        return _finish(g, title, "length", handles, xlabel="tau (1 = base)", ylabel=metric_info(metric).label)
 
 
 # ------------------------------------------------------------------------------------------- catalogue
@@ -505,7 +552,7 @@ def make_figures(data: ReportData, fig_dir: Path) -> list[FigureFile]:
         if task == LAYERWISE_TASK:
             _layerwise_figures(writer, rows, tiny)
             continue
-        _length_figures(writer, task, rows, styles, tiny)
+        _length_figures(writer, task, rows, styles, tiny, chance_levels(data, task))
         if task in DEPTH_TASKS:
             _depth_figures(writer, task, rows, tiny)
         if task in POSITION_TASKS:
@@ -515,7 +562,12 @@ def make_figures(data: ReportData, fig_dir: Path) -> list[FigureFile]:
 
 
 def _length_figures(
-    writer: _Writer, task: str, rows: pd.DataFrame, styles: MethodStyles, tiny: set[str]
+    writer: _Writer,
+    task: str,
+    rows: pd.DataFrame,
+    styles: MethodStyles,
+    tiny: set[str],
+    chance: dict[str, list[dict[int, float]]] | None = None,
 ) -> None:
     flat = overall_rows(rows)
     if flat.empty:
@@ -528,10 +580,12 @@ def _length_figures(
                 continue
             label = metric_info(metric)
             title = f"{task}: {label.label} vs length ({corpus})"
-            fig = plot_metric_vs_length(sub, metric, styles, tiny, title)
+            levels = chance if metric == CHANCE_METRIC else None
+            fig = plot_metric_vs_length(sub, metric, styles, tiny, title, levels)
             caption = (
                 f"{label.label[0].upper()}{label.label[1:]} vs length (log2 axis) on corpus {corpus}; one panel per model, one line per "
-                f"method, bands are the reported CIs{'; ' + label.direction if label.direction else ''}."
+                f"method, bands are the reported CIs{'; ' + label.direction if label.direction else ''}"
+                + ("; dashed: chance (1 / candidate documents)." if levels else ".")
             )
             writer.save(
                 fig,

@@ -51,6 +51,7 @@ from llm_collapse.tasks.registry import (  # noqa: F401
     MORE_COLLAPSE_IF_LOWER,
     PAIRED_METRICS,
     VS_BASE,
+    VS_SHORTEST,
     MetricInfo,
     metric_info,
 )
@@ -70,14 +71,17 @@ KEY_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "length", "
 
 
 def is_contrast(metric: str) -> bool:
-    """Whether ``metric`` is a paired difference against ``base`` (not a value on the metric's own scale)."""
-    return metric.endswith(VS_BASE)
+    """Whether ``metric`` is a paired difference (against ``base`` or against the shortest length), not a
+    value on the metric's own scale."""
+    return metric.endswith((VS_BASE, VS_SHORTEST))
 
 
 # Metrics of the summary table and the temperature sweep, in this order.
 HEADLINE: tuple[tuple[str, str], ...] = (
     ("collapse", "pairwise_cosine"),
+    ("collapse", "global_centroid_distance"),  # the TempScale paper's collapse distance
     ("collapse", "centroid_distance"),
+    ("knn", "knn_cross_accuracy"),  # the TempScale paper's probe: a pool of all lengths
     ("knn", "knn_accuracy"),
     ("passkey", "acc@1"),
     ("needle", "acc@1"),

@@ -5,9 +5,10 @@ folder under the study root, the command that made it, the (task, metric) pairs 
 model/method/layer filters, tasks to split by depth (``by_depth``: the position task's early/late), a baseline method, figures from the run's ``figures/`` and an optional
 ``reading`` (the authors' wording; it may quote no number: every number in the report comes from the
 results). Each question becomes one section: the command, its figures, and per metric one table of
-``value [CI]`` by length with the change from the shortest to the longest length (judged by the metric's
-direction; "CIs overlap" when the endpoint intervals overlap) and, with a baseline, the difference to the
-baseline at the longest length (same overlap rule). The study writes ``report.md`` and a self-contained
+``value [CI]`` by length with the change from the shortest to the longest length and, with a baseline, the
+difference to the baseline at the longest length. Each change is tested (paired where the run has the paired
+row, `llm_collapse.reporting.significance`), Holm-adjusted across the table, and read ("more collapse",
+"better") only where it survives. The study writes ``report.md`` and a self-contained
 ``report.html`` into the study root, atomically.
 
 Decisions:
@@ -20,7 +21,6 @@ Decisions:
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,13 +30,36 @@ import pandas as pd
 from llm_collapse.errors import UserError
 from llm_collapse.reporting.build import Bullets, Heading, Image, Paragraph, render_html, render_markdown
 from llm_collapse.reporting.figures import position_label
-from llm_collapse.reporting.frames import load_runs, metric_info, overall_rows, sorted_methods
+from llm_collapse.reporting.frames import (
+    VS_BASE,
+    VS_SHORTEST,
+    is_contrast,
+    load_runs,
+    metric_info,
+    overall_rows,
+    sorted_methods,
+)
+from llm_collapse.reporting.significance import (
+    kinds_used,
+    legend,
+    mark_survivors,
+    paired_test,
+    read_changes,
+    unpaired_test,
+)
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
 from llm_collapse.utils.paths import display_path
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Question", "StudyError", "build_study", "load_questions"]
+
+
+SURVIVOR_LEGEND = (
+    "Bold: the paired difference is non-zero after Holm's correction at 0.05 across every cell of this table "
+    "(the run's stored test where there is one: exact McNemar for 0/1 outcomes, a paired t-test for distances "
+    "to the global centroid; else a Wald test from the paired 95% interval)."
+)
 
 
 class StudyError(UserError, ValueError):
@@ -119,40 +142,39 @@ def _pick_layers(available: Sequence[int], wanted: Sequence[str]) -> list[int]:
     return picked
 
 
-def _overlap(a: pd.Series, b: pd.Series) -> bool:
-    bounds = [a["ci_low"], a["ci_high"], b["ci_low"], b["ci_high"]]
-    return (
-        all(math.isfinite(float(x)) for x in bounds)
-        and a["ci_low"] <= b["ci_high"]
-        and b["ci_low"] <= a["ci_high"]
-    )
-
-
-def _change(metric: str, start: pd.Series, end: pd.Series, digits: int) -> str:
-    delta = float(end["value"] - start["value"])
-    words = [w for w in (judge(metric, delta), "CIs overlap" if _overlap(start, end) else "") if w]
-    return f"{delta:+.{digits}f}" + (f" ({'; '.join(words)})" if words else "")
-
-
 def metric_table(
-    rows: pd.DataFrame, metric: str, baseline: str | None, layers: Sequence[str] = (), by_depth: bool = False
+    rows: pd.DataFrame,
+    metric: str,
+    baseline: str | None,
+    layers: Sequence[str] = (),
+    by_depth: bool = False,
+    contrasts: pd.DataFrame | None = None,
 ) -> Table:
     """``value [CI]`` per length for each model x method (x layer or position), the change, the baseline gap.
 
     ``layers`` (``first``/``middle``/``last`` or numbers) is resolved per model: models differ in depth.
     ``by_depth`` splits rows by the depth column (the position task's early/late, passkey depths).
+    ``contrasts``: the run's ``<metric>_vs_shortest`` / ``_vs_base`` rows; where one covers a change, its
+    paired test reads it, else an unpaired one (`llm_collapse.reporting.significance`). Every test of the
+    table is Holm-adjusted together.
     """
     digits = metric_info(metric).digits
     lengths = sorted(int(x) for x in rows["length"].unique())
     split = "layer" if layers else ("depth" if by_depth else None)
     split_header = {"layer": ["layer"], "depth": ["position"], None: []}[split]
     headers = ["model", "method", *split_header] + [length_text(n) for n in lengths]
-    headers.append("Δ longest − shortest")
+    contrast = is_contrast(metric)  # each cell a paired test of its own: no change or gap columns
+    baseline = None if contrast else baseline
+    headers += [] if contrast else ["Δ longest − shortest"]
     if baseline:
         headers.append(f"vs `{baseline}` at the longest")
-    body = []
+    contrasts = contrasts if contrasts is not None else rows.iloc[0:0]
+    body, changes, cells = [], [], []
     for model in sorted(rows["model"].unique()):
         sub = rows[rows["model"] == model]
+        paired = contrasts[contrasts["model"] == model]
+        if split is None:
+            paired = paired[paired["depth"].isna() & paired["layer"].isna()]
         if split == "layer":
             parts = _pick_layers([int(x) for x in sub["layer"].dropna().unique()], layers)
         elif split == "depth":
@@ -175,28 +197,56 @@ def metric_table(
                 first, last = (
                     (by_length[present[0]], by_length[present[-1]]) if len(present) > 1 else (None, None)
                 )
-                change = (
-                    _change(metric, first, last, digits) if first is not None and last is not None else "—"
-                )
                 label = [] if split is None else [str(part) if split == "layer" else position_label(part)]
-                row = [model, f"`{method}`", *label, *values, change]
+                row = [model, f"`{method}`", *label, *values]
+                if contrast:
+                    start = len(row) - len(lengths)
+                    cells += [(len(body), start + lengths.index(n), r) for n, r in by_length.items()]
+                    body.append(row)
+                    continue
+                row.append(None)
+                if first is not None:
+                    mine = _part(paired[paired["method"] == method], split, part)
+                    changes.append((len(body), len(row) - 1, _change(metric, first, last, mine, VS_SHORTEST)))
+                else:
+                    row[-1] = "—"
                 if baseline:
                     base = _part(
                         sub[(sub["method"] == baseline) & (sub["length"] == (present or lengths)[-1])],
                         split,
                         part,
                     )
-                    gap = "—" if method == baseline or last is None or base.empty else None
-                    row.append(gap or _change(metric, base.iloc[0], last, digits))
-                body.append(tuple(row))
+                    row.append(None)
+                    if method == baseline or last is None or base.empty:
+                        row[-1] = "—"
+                    else:
+                        mine = _part(paired[paired["method"] == method], split, part)
+                        changes.append(
+                            (len(body), len(row) - 1, _change(metric, base.iloc[0], last, mine, VS_BASE))
+                        )
+                body.append(row)
+    for (i, j, _), text in zip(changes, read_changes([c for _, _, c in changes], judge), strict=True):
+        body[i][j] = text
+    for (i, j, _), survives in zip(cells, mark_survivors([r for _, _, r in cells]), strict=True):
+        body[i][j] = f"**{body[i][j]}**" if survives else body[i][j]
     numeric = (
         False,
         False,
         *([False] * len(split_header)),
         *([True] * len(lengths)),
-        *([False] * (1 + bool(baseline))),
+        *([False] * ((not contrast) + bool(baseline))),
     )
-    return Table(tuple(headers), tuple(body), numeric)
+    return Table(tuple(headers), tuple(tuple(r) for r in body), numeric)
+
+
+def _change(metric: str, start: pd.Series, end: pd.Series, paired: pd.DataFrame, suffix: str):
+    """``(metric, delta, test, digits)`` of ``end - start``: the paired row at ``end``'s length if the run
+    has one (``suffix``: `VS_SHORTEST` for the length change, against the cell's shortest length, which is
+    ``start``; `VS_BASE` for the gap to base), else unpaired."""
+    delta = float(end["value"] - start["value"])
+    match = paired[(paired["metric"] == metric + suffix) & (paired["length"] == int(end["length"]))]
+    test = paired_test(match.iloc[0]) if len(match) == 1 else unpaired_test(metric, start, end)
+    return metric, delta, test, metric_info(metric).digits
 
 
 def _part(rows: pd.DataFrame, split: str | None, part) -> pd.DataFrame:
@@ -205,6 +255,14 @@ def _part(rows: pd.DataFrame, split: str | None, part) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------------------------- report
+
+
+def _contrasts(results: pd.DataFrame, q: Question, task: str, metric: str) -> pd.DataFrame:
+    """The paired rows (``<metric>_vs_shortest``, ``_vs_base``) of one question's task, for its readings."""
+    rows = results[
+        (results["task"] == task) & results["metric"].isin([metric + VS_SHORTEST, metric + VS_BASE])
+    ]
+    return rows[rows["model"].isin(q.models)] if q.models else rows
 
 
 def _question_blocks(root: Path, q: Question, number: int) -> list:
@@ -244,7 +302,15 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
             rows = overall_rows(rows)
         info = metric_info(metric)
         blocks.append(Paragraph(f"*{task}: {info.label}* (`{metric}`), mean with 95% CI per length bin:"))
-        blocks.append(metric_table(rows, metric, q.baseline, q.layers, by_depth))
+        table = metric_table(
+            rows, metric, q.baseline, q.layers, by_depth, _contrasts(results, q, task, metric)
+        )
+        blocks.append(table)
+        tests = kinds_used([cell for row in table.rows for cell in row])
+        if tests:
+            blocks.append(Paragraph(legend(tests)))
+        if is_contrast(metric):
+            blocks.append(Paragraph(SURVIVOR_LEGEND))
     for name in q.figures:
         path = root / q.run / "figures" / name
         if not path.is_file():
@@ -270,8 +336,9 @@ def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]
                 "Every number below is read from the runs' `results.parquet`; each section names the command "
                 "that made its run (same seed, same numbers).",
                 "Δ: value at the row's longest minus its shortest length; 'vs base': the method minus the baseline "
-                "at that longest length (unpaired; the `*_vs_base` tables hold the paired differences). 'CIs overlap' marks a difference within the two 95% intervals (the intervals "
-                "come from separate bootstraps, so this is a conservative reading, not a test).",
+                "at that longest length. Each is tested (paired tests where the run stored the paired contrast: the "
+                "prefix design's `*_vs_shortest`, every run's `*_vs_base`; unpaired otherwise) and Holm-adjusted "
+                "across its table; a reading is printed only where the change survives at 5%.",
                 f"Questions file: `{display_path(questions_path)}`; rebuild: "
                 f"`python -m llm_collapse.study {root.as_posix()} --questions {display_path(questions_path)}`.",
             )

@@ -8,9 +8,9 @@ Decisions:
   package's one table renderer, `llm_collapse.utils.markdown.markdown_table`.
 - Summary table: rows are model x method (x corpus when there are several); for each headline metric
   present, the value at the row's shortest and longest length with its CI, and the change. The change
-  has no CI: the endpoint intervals come from separate bootstraps and cannot be combined honestly; the
-  cell says ``CIs overlap`` when they do. When every row shares the same shortest/longest length it goes
-  into the header, otherwise into each cell.
+  is tested (paired when the run stored ``*_vs_shortest`` rows, the prefix design; unpaired otherwise),
+  Holm-adjusted across the table and read only where it survives (`llm_collapse.reporting.significance`).
+  When every row shares the same shortest/longest length it goes into the header, otherwise into each cell.
 - tiny_random models are left out of the summary table when a real model exists; when none does, every
   row is kept and marked, so a tiny-only report can never be read as a finding.
 - Values tables print values only, except paired contrasts (``*_vs_base``), whose paired CI is the point.
@@ -34,12 +34,14 @@ from llm_collapse.reporting.frames import (
     HIGHER_IS_BETTER,
     MORE_COLLAPSE_IF_HIGHER,
     MORE_COLLAPSE_IF_LOWER,
+    VS_SHORTEST,
     ReportData,
     is_contrast,
     metric_info,
     overall_rows,
     sorted_methods,
 )
+from llm_collapse.reporting.significance import paired_test, read_changes, unpaired_test
 from llm_collapse.utils.markdown import markdown_table
 
 TINY_MARK = "**(tiny random)**"
@@ -141,6 +143,7 @@ class _Endpoint:
     value: float
     low: float
     high: float
+    row: pd.Series
 
 
 def _endpoints(cell: pd.DataFrame) -> tuple[_Endpoint, _Endpoint] | None:
@@ -150,14 +153,11 @@ def _endpoints(cell: pd.DataFrame) -> tuple[_Endpoint, _Endpoint] | None:
     first, last = cell.iloc[0], cell.iloc[-1]
 
     def point(row) -> _Endpoint:
-        return _Endpoint(int(row["length"]), float(row["value"]), float(row["ci_low"]), float(row["ci_high"]))
+        return _Endpoint(
+            int(row["length"]), float(row["value"]), float(row["ci_low"]), float(row["ci_high"]), row
+        )
 
     return point(first), point(last)
-
-
-def _overlap(a: _Endpoint, b: _Endpoint) -> bool:
-    finite = all(math.isfinite(x) for x in (a.low, a.high, b.low, b.high))
-    return finite and a.low <= b.high and b.low <= a.high
 
 
 def summary_models(data: ReportData) -> tuple[list[str], bool]:
@@ -219,17 +219,28 @@ def summary_table(data: ReportData) -> Table | None:
         numeric += [True, True, False]
         columns.append(per_cell)
     tiny = set(data.tiny_models) if all_tiny else set()
-    body = []
+    paired = data.results[data.results["metric"].str.endswith(VS_SHORTEST)]
+    body, changes = [], []
     for key in keys:
         model, method, corpus = key
         row = [model_cell(model, tiny), f"`{method}`"] + ([corpus] if len(corpora) > 1 else [])
         for pair, per_cell in zip(pairs, columns, strict=True):
-            row += _summary_cells(ends[(key, pair)], pair[1], per_cell)
-        body.append(tuple(row))
-    return Table(tuple(headers), tuple(body), tuple(numeric))
+            cells, change = _summary_cells(
+                ends[(key, pair)], pair, per_cell, _cell_rows(paired, key, pair, VS_SHORTEST)
+            )
+            row += cells
+            if change is not None:
+                changes.append((len(body), len(row) - 1, change))
+        body.append(row)
+    for (i, j, _), text in zip(changes, read_changes([c for _, _, c in changes], judge), strict=True):
+        body[i][j] = text
+    return Table(tuple(headers), tuple(tuple(r) for r in body), tuple(numeric))
 
 
-def _cell_endpoints(rows: pd.DataFrame, key: tuple[str, str, str], pair: tuple[str, str]):
+def _cell_rows(
+    rows: pd.DataFrame, key: tuple[str, str, str], pair: tuple[str, str], suffix: str = ""
+) -> pd.DataFrame:
+    """Overall rows of one (model, method, corpus) x (task, metric + suffix)."""
     model, method, corpus = key
     task, metric = pair
     mask = (
@@ -237,14 +248,23 @@ def _cell_endpoints(rows: pd.DataFrame, key: tuple[str, str, str], pair: tuple[s
         & (rows["method"] == method)
         & (rows["corpus"] == corpus)
         & (rows["task"] == task)
-        & (rows["metric"] == metric)
+        & (rows["metric"] == metric + suffix)
+        & rows["depth"].isna()
+        & rows["layer"].isna()
     )
-    return _endpoints(rows[mask])
+    return rows[mask]
 
 
-def _summary_cells(ends: tuple[_Endpoint, _Endpoint] | None, metric: str, per_cell: bool) -> list[str]:
+def _cell_endpoints(rows: pd.DataFrame, key: tuple[str, str, str], pair: tuple[str, str]):
+    return _endpoints(_cell_rows(rows, key, pair))
+
+
+def _summary_cells(ends, pair: tuple[str, str], per_cell: bool, paired: pd.DataFrame):
+    """The shortest and longest value cells (and a placeholder for the change), and the change to test:
+    ``(metric, delta, test, digits)``, or None where there is nothing to test."""
+    metric = pair[1]
     if ends is None:
-        return ["—", "—", "—"]
+        return ["—", "—", "—"], None
     short, long = ends
     where = (lambda e: f" ({length_text(e.length)})") if per_cell else (lambda e: "")
     digits = metric_info(metric).digits
@@ -253,10 +273,10 @@ def _summary_cells(ends: tuple[_Endpoint, _Endpoint] | None, metric: str, per_ce
         fmt_ci(long.value, long.low, long.high, digits) + where(long),
     ]
     if short.length == long.length:
-        return [*cells, "— (one length)"]
-    delta = long.value - short.value
-    words = [w for w in (judge(metric, delta), "CIs overlap" if _overlap(short, long) else "") if w]
-    return [*cells, f"{delta:+.{digits}f}" + (f" ({'; '.join(words)})" if words else "")]
+        return [*cells, "— (one length)"], None
+    match = paired[(paired["metric"] == metric + VS_SHORTEST) & (paired["length"] == long.length)]
+    test = paired_test(match.iloc[0]) if len(match) == 1 else unpaired_test(metric, short.row, long.row)
+    return [*cells, None], (metric, long.value - short.value, test, digits)
 
 
 def summary_legend(data: ReportData) -> list[str]:

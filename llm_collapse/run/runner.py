@@ -10,6 +10,8 @@ every method of the model has run; then each non-base method gets ``*_vs_base`` 
 (`llm_collapse.tasks.base.contrast_rows`), whatever the order of the methods in the config. Without a
 ``base`` method (or where base is not applicable) there are no contrasts. Only the current model's data
 is held: collapse embeddings (n x d per bin per method) and 0/1 vectors.
+Where a task's items are the same at every length (``--design prefix``, or a task with nested lengths),
+each cell also gets ``*_vs_shortest`` rows: every length against the shortest, paired over the items.
 """
 
 from __future__ import annotations
@@ -34,8 +36,14 @@ from llm_collapse.run.models import load_for_run, reference_tokenizer
 from llm_collapse.run.preflight import preflight
 from llm_collapse.run.record import ModelRecord, RunRecord
 from llm_collapse.run.results import environment, remove_report, write_results
-from llm_collapse.tasks.base import BASE_METHOD, TaskContext, contrast_rows
-from llm_collapse.tasks.registry import TASKS
+from llm_collapse.tasks.base import (
+    BASE_METHOD,
+    TaskContext,
+    contrast_rows,
+    length_contrast_rows,
+    paired_task,
+)
+from llm_collapse.tasks.registry import TASKS, length_paired_tasks
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +146,8 @@ def _run_cell(
     try:
         cache = cache_for(embedder)
         cell = TaskContext(embedder, model_name, stack.slug, config, inputs, cache, overwrite=overwrite)
-        if config.design == "prefix":
+        nested = length_paired_tasks(config.design) & set(config.tasks)
+        if nested:  # the prefix design or a -start task: say how their lengths were embedded
             record.extra.setdefault("prefix_sharing", {})[stack.slug] = _prefix_path(embedder)
         for task in config.tasks:
             clock = time.perf_counter()
@@ -146,14 +155,25 @@ def _run_cell(
             try:
                 state.rows += TASKS[task].run(cell)
             except NotApplicable as err:  # the task cannot measure this method (layerwise under SelfExtend)
-                for key in [k for k in cell.paired if k[0] == task]:  # no rows, so no contrasts either
+                for key in [
+                    k for k in cell.paired if paired_task(k[0]) == task
+                ]:  # no rows, so no contrasts either
                     del cell.paired[key]
                 record.not_applicable[f"{stack.slug}:{task}"] = str(err)
                 state.notes.append(f"{model_name} x {stack.slug} x {task}: not applicable ({err})")
             state.wall_time_s[f"{model_name}:{stack.slug}:{task}"] = time.perf_counter() - clock
+        if nested:
+            state.rows += length_contrast_rows(
+                model_name, stack.slug, config.corpus, cell.paired, nested, seed=config.seed
+            )
         if paired is not None:
             paired[stack.slug] = cell.paired
         record.truncated[stack.slug] = cell.record.get("truncated", 0)
+        # What a task adds to run.json for parts of its work (the quantization task: its variants).
+        for what, why in cell.record.get("not_applicable", {}).items():
+            record.not_applicable[what] = why
+            state.notes.append(f"{model_name} x {what}: not applicable ({why})")
+        record.extra.update(cell.record.get("extra", {}))
         if cell.record.get("oom_retries"):
             record.oom_retries[stack.slug] = cell.record["oom_retries"]
     finally:

@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 BASE_METHOD = "base"
 VS_BASE = "_vs_base"
+VS_SHORTEST = "_vs_shortest"
 EMBEDDINGS = "embeddings"  # PairedItems.metric of collapse bins: one bin's embeddings
 
 PairedKey = tuple[str, int, float | None]  # (task, length, depth or None)
@@ -38,15 +39,27 @@ class PairedItems:
     Attributes:
         metric: The per-method metric the items back (``acc@1``, ``knn_accuracy``), or `EMBEDDINGS`.
         values: (n,) 0/1 correctness per item, or (n, d) embeddings for `EMBEDDINGS`.
+        reference: For `EMBEDDINGS`: the cell's global centroid (all lengths), so the items' distances to it
+            (``global_centroid_distance``, the TempScale paper's collapse distance) get paired contrasts too.
     """
 
     metric: str
     values: np.ndarray
+    reference: np.ndarray | None = None
 
 
-def paired_key(task: str, length: int, depth: float = math.nan) -> PairedKey:
-    """Dictionary key of one bin (NaN depth -> None: NaN never equals itself)."""
-    return (task, int(length), None if math.isnan(depth) else float(depth))
+def paired_key(task: str, length: int, depth: float = math.nan, metric: str = "") -> PairedKey:
+    """Dictionary key of one bin (NaN depth -> None: NaN never equals itself).
+
+    A task's second paired metric of the same bin (knn's ``knn_cross_accuracy``) is keyed ``"task/metric"``;
+    `paired_task` reads the task back.
+    """
+    return (f"{task}/{metric}" if metric else task, int(length), None if math.isnan(depth) else float(depth))
+
+
+def paired_task(name: str) -> str:
+    """The task of a paired key's first element: ``"knn/knn_cross_accuracy"`` -> ``"knn"``."""
+    return name.partition("/")[0]
 
 
 @dataclass
@@ -122,8 +135,12 @@ def contrast_rows(
     base: dict[PairedKey, PairedItems],
     *,
     seed: int = 0,
+    suffix: str = VS_BASE,
 ) -> list[dict]:
     """``*_vs_base`` rows of one method: value = metric(method) - metric(base) on the same items.
+
+    ``suffix`` names the contrast (`length_contrast_rows` passes `VS_SHORTEST`, with ``base`` = the
+    shortest length's items relabelled to each length's key).
 
     Embeddings give ``pairwise_cosine_vs_base`` (paired duplicate-aware bootstrap, the seed of the
     per-method rows) and ``centroid_distance_vs_base`` (paired jackknife); correctness gives
@@ -142,7 +159,7 @@ def contrast_rows(
     for key in sorted(items, key=lambda k: (k[0], k[1], -1.0 if k[2] is None else k[2])):
         if key not in base or items[key].metric != base[key].metric:
             continue
-        task, length, depth = key
+        task, length, depth = paired_task(key[0]), key[1], key[2]
         mine, theirs = items[key].values, base[key].values
         if mine.shape[0] != theirs.shape[0]:
             logger.warning(
@@ -153,19 +170,67 @@ def contrast_rows(
         row = dict(model=model, method=method, task=task, corpus=corpus, length=length, n=n)
         row["depth"] = math.nan if depth is None else depth
         if items[key].metric == EMBEDDINGS:
-            label = f"{model}/{method}-vs-base/{length}"
+            label = f"{model}/{method}{suffix}/{length}"
             point, low, high = paired_pairwise_cosine_ci(mine, theirs, seed=seed, label=label)
-            rows.append(result_row(**row, metric="pairwise_cosine" + VS_BASE, value=point, ci=(low, high)))
+            rows.append(result_row(**row, metric="pairwise_cosine" + suffix, value=point, ci=(low, high)))
             point, low, high = paired_jackknife_ci(mine, theirs, centroid_distance)
-            rows.append(result_row(**row, metric="centroid_distance" + VS_BASE, value=point, ci=(low, high)))
+            rows.append(result_row(**row, metric="centroid_distance" + suffix, value=point, ci=(low, high)))
+            if items[key].reference is not None and base[key].reference is not None:
+                contrast = _global_distance_contrast(items[key], base[key], seed)
+                contrast["metric"] += suffix
+                rows.append(result_row(**row, **contrast))
         else:
             point, low, high = paired_mean_diff_ci(mine, theirs, seed=seed)
             p_value = mcnemar_exact_p(mine, theirs)
             rows.append(
                 result_row(
-                    **row, metric=items[key].metric + VS_BASE, value=point, ci=(low, high), p_value=p_value
+                    **row, metric=items[key].metric + suffix, value=point, ci=(low, high), p_value=p_value
                 )
             )
+    return rows
+
+
+def _global_distance_contrast(mine: PairedItems, theirs: PairedItems, seed: int) -> dict:
+    """Paired difference of the items' mean distance to their own side's global centroid: paired bootstrap
+    interval of the mean difference and a paired t-test (the estimand is a mean of per-item differences)."""
+    from scipy.stats import ttest_rel
+
+    from llm_collapse.metrics.collapse import normalize_rows
+    from llm_collapse.metrics.stats import paired_mean_diff_ci
+
+    a = np.linalg.norm(normalize_rows(mine.values) - mine.reference.reshape(1, -1), axis=1)
+    b = np.linalg.norm(normalize_rows(theirs.values) - theirs.reference.reshape(1, -1), axis=1)
+    point, low, high = paired_mean_diff_ci(a, b, seed=seed)
+    p_value = float(ttest_rel(a, b).pvalue) if len(a) > 1 and np.any(a != b) else math.nan
+    return dict(metric="global_centroid_distance", value=point, ci=(low, high), p_value=p_value)
+
+
+def length_contrast_rows(
+    model: str,
+    method: str,
+    corpus: str,
+    items: dict[PairedKey, PairedItems],
+    tasks: set[str] | frozenset[str],
+    *,
+    seed: int = 0,
+) -> list[dict]:
+    """``*_vs_shortest`` rows of one cell: value = metric(length L) - metric(shortest length), paired.
+
+    Only for ``tasks`` whose items are the same at every length, in the same order (the prefix design's
+    document i at every length; a task with ``TaskSpec.nested_lengths``): the contrast then has a paired
+    interval and test, like ``*_vs_base``. The shortest length of each (task, depth) is the reference.
+    """
+    groups: dict[tuple[str, float | None], list[int]] = {}
+    for task, length, depth in items:
+        if paired_task(task) in tasks:
+            groups.setdefault((task, depth), []).append(length)
+    rows = []
+    for (task, depth), lengths in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1.0)):
+        shortest = min(lengths)
+        reference = items[(task, shortest, depth)]
+        longer = {(task, n, depth): items[(task, n, depth)] for n in sorted(lengths) if n != shortest}
+        base = {key: reference for key in longer}
+        rows += contrast_rows(model, method, corpus, longer, base, seed=seed, suffix=VS_SHORTEST)
     return rows
 
 

@@ -3,7 +3,8 @@
 Per bin: mean pairwise cosine (duplicate-aware bootstrap CI), distance to the bin centroid (jackknife CI:
 bootstrap duplicates pull the centroid towards themselves and bias resamples low) and to the global
 centroid of all bins of this model and method (bootstrap CI), cosine between bin and global
-centroids, effective rank (no CI: resampling duplicates rows, which breaks rank), and the mean token count
+centroids, effective rank (delete-one jackknife CI, `llm_collapse.metrics.stats.effective_rank_ci`: a
+bootstrap repeats rows, which add no rank; runs written before it have no effective-rank CI), and the mean token count
 under this model (``tokens``). Each bin's embeddings are left in ``ctx.paired`` for the runner's paired
 contrasts against ``base`` (`llm_collapse.tasks.base`).
 """
@@ -16,10 +17,9 @@ from llm_collapse.metrics.collapse import (
     centroid,
     centroid_cosine,
     centroid_distance,
-    effective_rank,
     global_centroid_distance,
 )
-from llm_collapse.metrics.stats import bootstrap_ci, jackknife_ci, pairwise_cosine_ci
+from llm_collapse.metrics.stats import bootstrap_ci, effective_rank_ci, jackknife_ci, pairwise_cosine_ci
 from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, TaskContext, paired_key
 
 NAN_CI = (float("nan"), float("nan"))
@@ -38,7 +38,7 @@ def run_collapse(ctx: TaskContext) -> list[dict]:
         n = len(groups[length])
         X, tokens = vectors[start : start + n], lengths[start : start + n]
         start += n
-        ctx.paired[paired_key("collapse", length)] = PairedItems(EMBEDDINGS, X)
+        ctx.paired[paired_key("collapse", length)] = PairedItems(EMBEDDINGS, X, reference=global_c)
         label = f"{ctx.model}/{ctx.method}/{length}"
         seed = ctx.config.seed
         point, low, high = pairwise_cosine_ci(X, seed=seed, label=label)
@@ -73,14 +73,9 @@ def run_collapse(ctx: TaskContext) -> list[dict]:
                 n=n,
             )
         )
+        point, low, high = effective_rank_ci(X, label=label)
         rows.append(
-            ctx.row(
-                task="collapse",
-                length=length,
-                metric="effective_rank",
-                value=effective_rank(X, label=label),
-                n=n,
-            )
+            ctx.row(task="collapse", length=length, metric="effective_rank", value=point, ci=(low, high), n=n)
         )
         rows.append(ctx.row(task="collapse", length=length, metric="tokens", value=float(tokens.mean()), n=n))
     return rows

@@ -1,34 +1,84 @@
-"""The kNN-by-length probe (the TempScale paper's IMDB-by-length analysis, offline): leave-one-out kNN
-label accuracy within each length bin, with a 95% Wilson interval over its texts. The per-text correctness
-behind it is left in ``ctx.paired`` for the runner's paired contrasts against ``base``."""
+"""The kNN probes by length (the TempScale paper's IMDB-by-length analysis, offline), two metrics per length:
+
+- ``knn_accuracy``, within-bin: leave-one-out kNN among the texts of the same length only. Its name and
+  label ("kNN accuracy") predate the second probe and are kept so committed reports re-render unchanged.
+- ``knn_cross_accuracy``, the paper's design: the pool is every text of every length of this model and
+  method, each text is classified by its k nearest neighbours in that pool, and accuracy is reported per
+  length. Long texts crowded near the centre are everyone's neighbours and swing the votes of every length,
+  which the within-bin probe cannot show.
+
+Both use k = 5, cosine similarity and a majority vote (ties: `llm_collapse.metrics.probes`), report a 95%
+Wilson interval over the length's texts (treated as independent; they share one pool, so it is
+approximate), and leave the per-text correctness in ``ctx.paired`` for the runner's paired contrasts.
+
+Decisions:
+
+- The cross-length probe excludes a text's own source document (``BinnedText.doc_id``) from its
+  neighbours, in both designs: under ``--design prefix`` the other lengths are prefixes of the same document
+  (same label, trivially); under ``bins`` they are other spans of the same speech or review. The within-bin
+  probe keeps its plain leave-one-out (excluding more would change committed numbers).
+- Not excluded: prefix-design texts of different start documents that run into the same following corpus
+  document (ids with ``+k``; run.json counts them as ``prefix_docs_concatenated``).
+- Texts without the label are left out of both probes (logged): sotu's ``major_party`` is absent for the
+  minor parties (`llm_collapse.data.corpora.load_sotu`). ``n`` counts the labelled texts.
+- Pool order is by length, then input order, so an exact similarity tie goes to the shorter text.
+"""
 
 from __future__ import annotations
 
+import logging
 import math
 
+import numpy as np
+
+from llm_collapse.errors import UserError
 from llm_collapse.metrics.probes import knn_correct
 from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key, wilson_interval
 
+logger = logging.getLogger(__name__)
+
 K = 5
+WITHIN, CROSS = "knn_accuracy", "knn_cross_accuracy"
+
+
+class KnnLabelError(UserError, ValueError):
+    """None of the sampled texts carries the kNN label."""
 
 
 def run_knn(ctx: TaskContext) -> list[dict]:
     label_key = ctx.config.knn_label
     groups = ctx.inputs.by_length()
-    rows = []
-    for length in sorted(groups):
-        group = groups[length]
-        labels = [t.labels.get(label_key) for t in group]
-        if any(label is None for label in labels):
-            raise ValueError(f"corpus {ctx.config.corpus!r} texts have no label {label_key!r}; set --label")
-        vectors = ctx.encode([t.text for t in group])
-        correct = knn_correct(vectors, labels, k=K, label=f"{ctx.model}/{ctx.method}/{length}")
-        if correct is None:
-            accuracy, ci = math.nan, (math.nan, math.nan)
-        else:
-            accuracy, ci = float(correct.mean()), wilson_interval(int(correct.sum()), len(group))
-            ctx.paired[paired_key("knn", length)] = PairedItems("knn_accuracy", correct)
-        rows.append(
-            ctx.row(task="knn", length=length, metric="knn_accuracy", value=accuracy, ci=ci, n=len(group))
+    lengths = sorted(groups)
+    kept = {n: [t for t in groups[n] if t.labels.get(label_key) is not None] for n in lengths}
+    dropped = sum(len(groups[n]) - len(kept[n]) for n in lengths)
+    pool = [t for n in lengths for t in kept[n]]
+    if not pool and dropped:
+        raise KnnLabelError(f"corpus {ctx.config.corpus!r} texts have no label {label_key!r}; set --label")
+    if dropped:
+        logger.warning(
+            "knn: %d of %d texts have no label %r; left out", dropped, dropped + len(pool), label_key
         )
+    vectors = ctx.encode([t.text for t in pool])  # (N, d), all lengths in one call (prefix sharing)
+    labels = np.array([t.labels[label_key] for t in pool])
+    name = f"{ctx.model}/{ctx.method}"
+    cross = knn_correct(vectors, labels, k=K, label=f"{name}/all lengths", groups=[t.doc_id for t in pool])
+    rows, start = [], 0
+    for length in lengths:
+        n = len(kept[length])
+        part = slice(start, start + n)
+        start += n
+        within = knn_correct(vectors[part], labels[part], k=K, label=f"{name}/{length}") if n else None
+        rows.append(_row(ctx, length, WITHIN, within, n, paired_key("knn", length)))
+        cross_part = None if cross is None else cross[part]
+        rows.append(_row(ctx, length, CROSS, cross_part, n, paired_key("knn", length, metric=CROSS)))
     return rows
+
+
+def _row(ctx: TaskContext, length: int, metric: str, correct: np.ndarray | None, n: int, key) -> dict:
+    """One accuracy row with its Wilson interval; the per-text correctness also goes to ``ctx.paired``."""
+    if correct is None or n == 0:
+        accuracy, ci = math.nan, (math.nan, math.nan)
+    else:
+        accuracy, ci = float(correct.mean()), wilson_interval(int(correct.sum()), n)
+        ctx.paired[key] = PairedItems(metric, correct)
+    return ctx.row(task="knn", length=length, metric=metric, value=accuracy, ci=ci, n=n)

@@ -20,6 +20,9 @@ HIGHER_IS_BETTER = "higher is better"
 CLOSER_IF_HIGHER = "higher = closer to the reference"
 VS_BASE = "_vs_base"
 """Suffix of the paired contrasts (`llm_collapse.tasks.base.contrast_rows`): method - base on the same texts."""
+VS_SHORTEST = "_vs_shortest"
+"""Suffix of the paired length contrasts (`llm_collapse.tasks.base.length_contrast_rows`): length L - the
+shortest length on the same items (prefix design, or a task with nested lengths)."""
 
 
 @dataclass(frozen=True)
@@ -32,12 +35,15 @@ class MetricInfo:
             `CLOSER_IF_HIGHER`, or "" when unknown (no judgement is printed).
         digits: Decimals in tables (drift cosines sit within 1e-3 of 1, where 3 decimals say nothing).
         paired: Whether the runner writes ``<metric>_vs_base`` paired contrasts for it.
+        proportion: Whether it is a mean of per-item 0/1 outcomes (value x n successes of n): unpaired
+            differences then get an exact test from the counts (`llm_collapse.reporting.significance`).
     """
 
     label: str
     direction: str
     digits: int = 3
     paired: bool = False
+    proportion: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,12 +53,15 @@ class TaskSpec:
     Attributes:
         name: Its ``--tasks`` name and the ``task`` column of its rows.
         title: Its report section.
-        runner: ``"module:function"`` taking a `TaskContext` and returning result rows; None for tasks whose
-            rows come from elsewhere (``quantization``: `llm_collapse.tasks.quantization`).
+        runner: ``"module:function"`` taking a `TaskContext` and returning result rows; None for a task whose
+            rows come from another command (none today).
         metrics: The metrics its rows carry (keys of `METRICS`).
         figure: ``"length"`` (metric against length), ``"depth"`` (also by depth: passkey, needle) or
             ``"position"`` (early vs late).
         reads_corpus: Whether it samples the run's corpus (else it generates its own texts).
+        nested_lengths: Whether its items are the same at every length whatever the design (its texts at
+            length L are token prefixes of one long text each), so length contrasts are paired. Tasks that
+            read the corpus are paired across lengths under ``--design prefix`` only.
     """
 
     name: str
@@ -61,6 +70,7 @@ class TaskSpec:
     metrics: tuple[str, ...]
     figure: str = "length"
     reads_corpus: bool = False
+    nested_lengths: bool = False
 
     def run(self, ctx) -> list[dict]:
         return _load(self.runner)(ctx)
@@ -82,18 +92,22 @@ TASKS: dict[str, TaskSpec] = {
     for spec in (
         TaskSpec("collapse", "Collapse geometry", "llm_collapse.tasks.collapse:run_collapse", _COLLAPSE,
                  reads_corpus=True),
-        TaskSpec("knn", "kNN probe", "llm_collapse.tasks.knn:run_knn", ("knn_accuracy",),
+        TaskSpec("knn", "kNN probe", "llm_collapse.tasks.knn:run_knn", ("knn_accuracy", "knn_cross_accuracy"),
                  reads_corpus=True),
         TaskSpec("passkey", "Passkey retrieval", "llm_collapse.tasks.retrieval:run_passkey", _RETRIEVAL,
                  figure="depth"),
         TaskSpec("needle", "Needle retrieval", "llm_collapse.tasks.retrieval:run_needle", _RETRIEVAL,
                  figure="depth"),
+        TaskSpec("passkey-start", "Passkey at the start, haystack grows",
+                 "llm_collapse.tasks.retrieval:run_passkey_start", _RETRIEVAL, nested_lengths=True),
+        TaskSpec("needle-start", "Needle at the start, haystack grows",
+                 "llm_collapse.tasks.retrieval:run_needle_start", _RETRIEVAL, nested_lengths=True),
         TaskSpec("position", "Early vs late position (echo test)", "llm_collapse.tasks.retrieval:run_position",
                  ("acc@1",), figure="position"),
         TaskSpec("layerwise", "Layerwise statistics", "llm_collapse.tasks.layerwise:run_layerwise",
                  ("hf_ratio", "attention_entropy", "attention_entropy_normalized"), reads_corpus=True),
-        TaskSpec("quantization", "Quantization drift", None,
-                 ("cosine_to_bf16", "cosine_to_fp16", "cosine_to_fp32")),
+        TaskSpec("quantization", "Quantization drift", "llm_collapse.tasks.quantization:run_quantization",
+                 ("cosine_to_bf16", "cosine_to_fp16", "cosine_to_fp32"), reads_corpus=True),
     )
 }  # fmt: skip
 """Every task, in report order."""
@@ -104,12 +118,19 @@ RUNNABLE: tuple[str, ...] = tuple(name for name, spec in TASKS.items() if spec.r
 METRICS: dict[str, MetricInfo] = {
     "pairwise_cosine": MetricInfo("mean pairwise cosine", MORE_COLLAPSE_IF_HIGHER, paired=True),
     "centroid_cosine": MetricInfo("cosine to global centroid", MORE_COLLAPSE_IF_HIGHER),
-    "centroid_distance": MetricInfo("mean distance to bin centroid", MORE_COLLAPSE_IF_LOWER, paired=True),
-    "global_centroid_distance": MetricInfo("mean distance to global centroid", MORE_COLLAPSE_IF_LOWER),
+    "centroid_distance": MetricInfo("distance to bin centroid (ours)", MORE_COLLAPSE_IF_LOWER, paired=True),
+    "global_centroid_distance": MetricInfo(
+        "distance to global centroid (paper)", MORE_COLLAPSE_IF_LOWER, paired=True
+    ),
     "effective_rank": MetricInfo("effective rank", MORE_COLLAPSE_IF_LOWER),
     "hf_ratio": MetricInfo("high-frequency energy ratio", MORE_COLLAPSE_IF_LOWER),
-    "knn_accuracy": MetricInfo("kNN accuracy", HIGHER_IS_BETTER, paired=True),
-    "acc@1": MetricInfo("Acc@1", HIGHER_IS_BETTER, paired=True),
+    "knn_accuracy": MetricInfo(
+        "kNN accuracy, within bin (ours)", HIGHER_IS_BETTER, paired=True, proportion=True
+    ),
+    "knn_cross_accuracy": MetricInfo(  # the within-bin probe is knn_accuracy
+        "kNN accuracy, all lengths (paper)", HIGHER_IS_BETTER, paired=True, proportion=True
+    ),
+    "acc@1": MetricInfo("Acc@1", HIGHER_IS_BETTER, paired=True, proportion=True),
     "ndcg@10": MetricInfo("nDCG@10", HIGHER_IS_BETTER),
     "tokens": MetricInfo("mean tokens per text", ""),
     "attention_entropy": MetricInfo("attention entropy (nats)", ""),
@@ -125,9 +146,10 @@ PAIRED_METRICS: tuple[str, ...] = tuple(name for name, info in METRICS.items() i
 # A difference keeps its metric's direction (a positive pairwise-cosine difference = more collapse than base).
 METRICS.update(
     {
-        f"{metric}{VS_BASE}": MetricInfo(
-            f"{METRICS[metric].label} − base (paired)", METRICS[metric].direction
+        f"{metric}{suffix}": MetricInfo(
+            f"{METRICS[metric].label} − {what} (paired)", METRICS[metric].direction
         )
+        for suffix, what in ((VS_BASE, "base"), (VS_SHORTEST, "shortest length"))
         for metric in PAIRED_METRICS
     }
 )
@@ -136,6 +158,15 @@ METRICS.update(
 def metric_info(metric: str) -> MetricInfo:
     """Label and direction of ``metric``; unknown metrics get their own name and no direction."""
     return METRICS.get(metric, MetricInfo(metric, ""))
+
+
+def length_paired_tasks(design: str) -> frozenset[str]:
+    """Tasks whose items are the same at every length under ``design`` (they get ``*_vs_shortest`` rows)."""
+    return frozenset(
+        name
+        for name, spec in TASKS.items()
+        if spec.runner is not None and (spec.nested_lengths or (design == "prefix" and spec.reads_corpus))
+    )
 
 
 def tasks_with(*, figure: str | None = None, reads_corpus: bool | None = None) -> frozenset[str]:

@@ -1,7 +1,12 @@
 """LongEmbed-style passkey and needle retrieval: Acc@1 (= nDCG@1) and nDCG@10 per length, and Acc@1 by the
 depth of the key (five depth bins) for the length x depth heatmap. The position task (echo's early-vs-late
 test, `llm_collapse.data.position`): Acc@1 per length and position, depth 0.0 (early) or 1.0 (late), and
-overall. Queries use the model's query prompt. Acc@1 CIs are 95% Wilson intervals over queries."""
+overall. Queries use the model's query prompt. Acc@1 CIs are 95% Wilson intervals over queries.
+
+``passkey-start`` / ``needle-start`` (key at the start, haystack grows): the same documents cut to every length
+and the same queries. Every length's documents go to one ``ctx.encode`` call, so `Embedder.encode` embeds all
+lengths of a document from one forward where prefix sharing is exact (one per length and document where it is
+not: the results are the same). No depth rows: every key sits at depth 0."""
 
 from __future__ import annotations
 
@@ -62,6 +67,34 @@ def run_passkey(ctx: TaskContext) -> list[dict]:
 
 def run_needle(ctx: TaskContext) -> list[dict]:
     return run_retrieval(ctx, "needle")
+
+
+def run_start(ctx: TaskContext, name: str) -> list[dict]:
+    """Acc@1 and nDCG@10 per length for a ``-start`` task (queries embedded once, documents in one call)."""
+    tasks = ctx.inputs.retrieval[name]
+    if not tasks:
+        return []
+    queries = ctx.encode(list(tasks[0].queries), kind="query")  # the same queries at every length
+    documents = ctx.encode([d for task in tasks for d in task.documents])  # one call: prefix sharing
+    rows, start = [], 0
+    for task in tasks:
+        block = documents[start : start + len(task.documents)]
+        start += len(task.documents)
+        scores = retrieval_scores(queries, block, list(task.relevant), ks=(1, 10))
+        hits = (np.argmax(queries @ block.T, axis=1) == np.array(task.relevant)).astype(int)
+        rows.append(accuracy_row(ctx, name, task.length, hits))
+        rows.append(
+            ctx.row(task=name, length=task.length, metric="ndcg@10", value=scores["ndcg@10"], n=len(hits))
+        )
+    return rows
+
+
+def run_passkey_start(ctx: TaskContext) -> list[dict]:
+    return run_start(ctx, "passkey-start")
+
+
+def run_needle_start(ctx: TaskContext) -> list[dict]:
+    return run_start(ctx, "needle-start")
 
 
 def run_position(ctx: TaskContext, name: str = "position") -> list[dict]:

@@ -1,0 +1,139 @@
+"""The tests behind the reports' automatic readings, with Holm's correction across each table.
+
+A reading ("more collapse", "better") is printed only for a change that survives Holm's correction at
+5% across every test of its table; any other change reads ``n.s.``. The test per change, best first:
+
+- **paired row** (a ``*_vs_base`` or ``*_vs_shortest`` row, the same items on both sides): its stored
+  ``p_value`` (exact McNemar for 0/1 outcomes, `llm_collapse.metrics.stats.mcnemar_exact_p`; a paired
+  t-test for the per-item distances to the global centroid); else a
+  Wald test from its paired interval, ``z = value / se`` with ``se = (high - low) / (2 x 1.96)``
+  (exact for the jackknife intervals, a normal approximation for percentile bootstraps; runs written
+  before McNemar p-values were stored fall back to it too).
+- **proportions on different items** (Acc@1 at two lengths of the bins design, or unpaired tasks):
+  Fisher's exact test on the counts (value x n successes of n).
+- **other metrics on different items**: Wald from the two independent intervals,
+  ``z = delta / sqrt(se1^2 + se2^2)``.
+- no interval and no counts: untested, never read.
+
+Decisions: one family per table (all its cells, both the length change and the gap to a baseline), as a
+reader scans a table as one claim set; Holm rather than Bonferroni (uniformly more powerful, same
+guarantee); tests are recomputed from ``results.parquet``, so reports of earlier runs get them too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from llm_collapse.metrics.stats import holm_adjust
+from llm_collapse.tasks.registry import metric_info
+
+ALPHA = 0.05
+_Z = float(sps.norm.ppf(0.975))
+
+KINDS: dict[str, str] = {
+    "McNemar": "exact McNemar test on the paired items",
+    "paired t": "paired t-test on the per-item distances",
+    "paired Wald": "Wald test from the paired 95% interval",
+    "Fisher": "Fisher's exact test on the two counts (different items)",
+    "Wald": "Wald test from the two independent 95% intervals (different items)",
+}
+"""Short name of each test (as printed in cells) -> its legend line."""
+
+
+@dataclass(frozen=True)
+class Significance:
+    """A two-sided p-value and the short name of the test that gave it (a key of `KINDS`)."""
+
+    p: float
+    kind: str
+
+
+def _se(row: pd.Series) -> float:
+    low, high = float(row["ci_low"]), float(row["ci_high"])
+    return (high - low) / (2 * _Z) if math.isfinite(low) and math.isfinite(high) else math.nan
+
+
+def _wald(delta: float, se: float, kind: str) -> Significance | None:
+    if not (math.isfinite(delta) and math.isfinite(se)):
+        return None
+    if se == 0:
+        return Significance(1.0 if delta == 0 else 0.0, kind)
+    return Significance(float(2 * sps.norm.sf(abs(delta) / se)), kind)
+
+
+def paired_test(row: pd.Series) -> Significance | None:
+    """The test of one paired contrast row (module docstring)."""
+    p = float(row.get("p_value", math.nan))
+    if math.isfinite(p):
+        base = str(row.get("metric", "")).rsplit("_vs_", 1)[0]
+        return Significance(p, "paired t" if base == "global_centroid_distance" else "McNemar")
+    return _wald(float(row["value"]), _se(row), "paired Wald")
+
+
+def unpaired_test(metric: str, a: pd.Series, b: pd.Series) -> Significance | None:
+    """The test of ``b - a`` for two rows on different items (module docstring)."""
+    if metric_info(metric).proportion:
+        na, nb = int(a["n"]), int(b["n"])
+        if na > 0 and nb > 0 and math.isfinite(float(a["value"])) and math.isfinite(float(b["value"])):
+            ka, kb = round(float(a["value"]) * na), round(float(b["value"]) * nb)
+            table = [[ka, na - ka], [kb, nb - kb]]
+            return Significance(float(sps.fisher_exact(table).pvalue), "Fisher")
+        return None
+    delta = float(b["value"]) - float(a["value"])
+    return _wald(delta, math.hypot(_se(a), _se(b)), "Wald")
+
+
+def read_changes(changes: list[tuple[str, float, Significance | None, int]], judge) -> list[str]:
+    """Cells for a table's changes, Holm-adjusted together.
+
+    Args:
+        changes: ``(metric, delta, test or None, digits)`` per cell.
+        judge: ``(metric, delta) -> words`` (more/less collapse, better/worse).
+
+    Returns:
+        ``+0.123 (more collapse; Fisher, Holm p=0.003)`` for a change that survives ("higher"/"lower"
+        for a metric without a direction), ``+0.012 (n.s.;
+        Wald, Holm p=0.41)`` for one that does not, ``+0.012 (untested)`` without a test.
+    """
+    adjusted = holm_adjust([t.p if t is not None else np.nan for _, _, t, _ in changes])
+    cells = []
+    for (metric, delta, test, digits), p in zip(changes, adjusted, strict=True):
+        number = f"{delta:+.{digits}f}" if math.isfinite(delta) else "n/a"
+        if test is None or not math.isfinite(p):
+            cells.append(f"{number} (untested)")
+            continue
+        words = (judge(metric, delta) or ("higher" if delta > 0 else "lower")) if p <= ALPHA else "n.s."
+        cells.append(f"{number} ({words}; {test.kind}, Holm p{_p_text(p)})")
+    return cells
+
+
+def mark_survivors(rows: list[pd.Series]) -> list[bool]:
+    """Which paired contrast rows (each a test of its own: ``value`` = the paired difference) are non-zero
+    after Holm's correction across ``rows``."""
+    adjusted = holm_adjust([t.p if (t := paired_test(r)) is not None else np.nan for r in rows])
+    return [bool(math.isfinite(p) and p <= ALPHA) for p in adjusted]
+
+
+def _p_text(p: float) -> str:
+    return "<0.001" if p < 0.001 else f"={p:.3f}"
+
+
+def legend(kinds: set[str]) -> str:
+    """One sentence naming the tests a table used."""
+    used = [f"{name}: {KINDS[name]}" for name in KINDS if name in kinds]
+    return (
+        "Readings (more/less collapse, better/worse; higher/lower without a direction) are printed only where the change survives Holm's "
+        f"correction at {ALPHA:g} across all tests of the table; otherwise n.s. Tests: "
+        + "; ".join(used)
+        + "."
+    )
+
+
+def kinds_used(cells: list[str]) -> set[str]:
+    """The test names that occur in rendered cells (for `legend`)."""
+    return {name for name in KINDS if any(f"; {name}, Holm" in c for c in cells)}

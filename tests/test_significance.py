@@ -1,0 +1,92 @@
+"""The tests behind the reports' readings: each against scipy or a hand computation, and Holm across a table."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from llm_collapse.reporting.significance import (
+    kinds_used,
+    mark_survivors,
+    paired_test,
+    read_changes,
+    unpaired_test,
+)
+from llm_collapse.reporting.study import metric_table
+from llm_collapse.reporting.tables import judge
+
+
+def _row(value, low=math.nan, high=math.nan, n=20, p=math.nan, **extra) -> pd.Series:
+    return pd.Series(dict(value=value, ci_low=low, ci_high=high, n=n, p_value=p, **extra))
+
+
+def test_paired_row_uses_its_stored_mcnemar_p_else_wald_from_its_interval():
+    assert paired_test(_row(0.1, -0.2, 0.4, p=0.03)).p == 0.03
+    assert paired_test(_row(0.1, -0.2, 0.4, p=0.03)).kind == "McNemar"
+    se = 0.1 / (2 * 1.959964)  # interval width / (2 z)
+    wald = paired_test(_row(0.15, 0.1, 0.2))
+    assert wald.kind == "paired Wald"
+    assert wald.p == pytest.approx(2 * (1 - sps.norm.cdf(0.15 / se)), rel=1e-5)
+    assert paired_test(_row(0.1)) is None  # no interval, no p: untested
+
+
+def test_unpaired_proportions_use_fisher_on_the_counts_and_others_wald():
+    a, b = _row(0.25, n=20), _row(0.75, n=20)  # 5/20 vs 15/20
+    test = unpaired_test("acc@1", a, b)
+    assert test.kind == "Fisher"
+    assert test.p == pytest.approx(sps.fisher_exact([[5, 15], [15, 5]]).pvalue)
+    x, y = _row(0.5, 0.4, 0.6), _row(0.8, 0.7, 0.9)
+    wald = unpaired_test("pairwise_cosine", x, y)
+    se = math.hypot(0.1 / 1.959964, 0.1 / 1.959964)
+    assert wald.kind == "Wald" and wald.p == pytest.approx(2 * sps.norm.sf(0.3 / se), rel=1e-5)
+    assert unpaired_test("effective_rank", _row(3.0), _row(2.0)) is None
+
+
+def test_read_changes_applies_holm_across_the_table():
+    tests = [paired_test(_row(0.2, p=p)) for p in (0.01, 0.02, 0.04)]
+    cells = read_changes([("acc@1", 0.2, t, 3) for t in tests] + [("acc@1", 0.1, None, 3)], judge)
+    # Holm: 0.01*3 = 0.03, max(0.02*2, 0.03) = 0.04, max(0.04*1, 0.04) = 0.04: all survive.
+    assert cells[:3] == [
+        "+0.200 (better; McNemar, Holm p=0.030)",
+        "+0.200 (better; McNemar, Holm p=0.040)",
+        "+0.200 (better; McNemar, Holm p=0.040)",
+    ]
+    assert cells[3] == "+0.100 (untested)"
+    lone = read_changes([("acc@1", -0.2, paired_test(_row(-0.2, p=0.03)), 3)] * 2, judge)
+    assert lone == ["-0.200 (n.s.; McNemar, Holm p=0.060)"] * 2  # 0.03 x 2 tests
+    assert kinds_used(cells) == {"McNemar"}
+    assert read_changes([("hf_ratio_no_direction", 0.5, paired_test(_row(0.5, p=0.001)), 3)], judge) == [
+        "+0.500 (higher; McNemar, Holm p=0.001)"
+    ]
+
+
+def test_mark_survivors():
+    rows = [_row(0.1, p=0.001), _row(0.1, p=0.02), _row(0.1, 0.05, 0.15), _row(0.0, -0.1, 0.1)]
+    # p: 0.001, 0.02, Wald(z = 0.1 / (0.05 / 1.96) = 3.92) = 8.9e-5, 1.0 -> Holm x4, x3, x2, x1
+    assert mark_survivors(rows) == [True, True, True, False]
+
+
+def test_study_table_reads_the_paired_row_when_the_run_has_one():
+    lengths = (64, 512)
+    rows = pd.DataFrame(
+        [
+            dict(model="m", method=meth, length=n, value=v, ci_low=v - 0.05, ci_high=v + 0.05, n=30,
+                 depth=np.nan, layer=np.nan, p_value=np.nan, metric="pairwise_cosine")
+            for meth, values in (("base", (0.2, 0.3)), ("tempscale-0.7", (0.2, 0.25)))
+            for n, v in zip(lengths, values, strict=True)
+        ]
+    )  # fmt: skip
+    paired = pd.DataFrame(
+        [
+            dict(model="m", method="base", length=512, value=0.1, ci_low=0.09, ci_high=0.11, n=30,
+                 depth=np.nan, layer=np.nan, p_value=np.nan, metric="pairwise_cosine_vs_shortest"),
+        ]
+    )  # fmt: skip
+    table = metric_table(rows, "pairwise_cosine", None, contrasts=paired)
+    cells = {r[1]: r[-1] for r in table.rows}
+    assert "paired Wald" in cells["`base`"] and "more collapse" in cells["`base`"]
+    assert "; Wald," in cells["`tempscale-0.7`"]  # no paired row: unpaired test of the endpoints
