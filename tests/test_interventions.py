@@ -24,6 +24,7 @@ from llm_collapse.interventions import (
     YaRN,
     parse_interventions,
 )
+from llm_collapse.interventions.base import format_number
 from llm_collapse.interventions.rope import rotary_modules
 from llm_collapse.testing.checkpoints import save_tiny_e5_mistral
 
@@ -425,3 +426,26 @@ def test_attention_interventions_on_real_minilm(spec):
     with embedder.intervene(spec):
         assert np.abs(embedder.encode(texts) - before).max() > 1e-4
     assert np.array_equal(embedder.encode(texts), before)
+
+
+def test_tempscale_on_one_layer_type_is_yarns_hidden_temperature(tiny_gemma3_dir):
+    """The matched control of the study's Q5: YaRN's attention factor af scales cos and sin, so full-attention
+    logits by af^2; YaRN without it plus tempscale tau = 1/af^2 on the full-attention layers only is YaRN."""
+    embedder = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32")
+    af = 0.1 * math.log(8) + 1
+    types = Gemma3TextConfig.from_pretrained(tiny_gemma3_dir).layer_types
+    full = [i for i, t in enumerate(types) if t == "full_attention"]
+    assert 0 < len(full) < len(types)
+    with embedder.intervene("yarn:8"):
+        yarn = embedder.encode(TEXTS)
+    control = parse_interventions(f"yarn:8:af1+tempscale:{1 / af**2!r}:full_attention")
+    assert control.parts[1].slug == f"tempscale-{format_number(1 / af**2)}-full_attention"
+    with embedder.intervene(control):
+        scalings = [layer.self_attn.scaling for layer in embedder.model.layers]
+        matched = embedder.encode(TEXTS)
+    base = embedder.model.layers[0].self_attn.scaling
+    assert [i for i, s in enumerate(scalings) if s != pytest.approx(base)] == full
+    np.testing.assert_allclose(matched, yarn, atol=2e-5)
+    with pytest.raises(InterventionError, match="no layer of type .global_attention..*full_attention"):
+        with embedder.intervene("tempscale:0.7:global_attention"):
+            pass

@@ -4,7 +4,8 @@ Grammar: parts joined with ``+``; each part is ``method[:arg[:arg...]]``. Method
 
 ==================================  ===========================================================
 ``base``                            no intervention
-``tempscale:TAU[:after]``           constant temperature (``after``: after Gemma 2's softcap)
+``tempscale:TAU[:after][:TYPE]``    constant temperature (``after``: after Gemma 2's softcap; ``TYPE``:
+                                    only layers of that ``config.layer_types`` entry, e.g. ``full_attention``)
 ``tempscale-log[:L0]``              tau(L) = 1 / max(1, log_L0 L); L0 defaults to the trained length
 ``ntk:THETA``                       RoPE base override (``ntk:1e5``)
 ``dynamic:FACTOR[:TRAINED]``        dynamic NTK with the trained length set explicitly
@@ -22,11 +23,12 @@ The ``longembed-*`` presets are described in `llm_collapse.interventions.longemb
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from llm_collapse.interventions.base import Intervention, InterventionError, Stack
 from llm_collapse.interventions.rope import NTK, DynamicNTK, PositionInterpolation, YaRN
-from llm_collapse.interventions.tempscale import TempScale, TempScaleLog
+from llm_collapse.interventions.tempscale import PLACEMENTS, TempScale, TempScaleLog
 from llm_collapse.interventions.window import SlidingWindowOff
 from llm_collapse.registry import Registry, UnknownNameError
 
@@ -53,9 +55,19 @@ def _arity(method: str, args: list[str], low: int, high: int, usage: str) -> Non
 
 
 def _tempscale(args: list[str]) -> Intervention:
-    _arity("tempscale", args, 1, 2, "tempscale:TAU[:inside|after]")
-    placement = args[1] if len(args) == 2 else "inside"
-    return TempScale(_number("tempscale", "tau", args[0]), placement=placement)
+    _arity("tempscale", args, 1, 3, "tempscale:TAU[:inside|after][:LAYER_TYPE]")
+    placement, layer_type = "inside", None
+    for arg in args[1:]:
+        if arg in PLACEMENTS:
+            placement = arg
+        elif re.fullmatch(r"[a-z][a-z_]*_attention", arg) and layer_type is None:
+            layer_type = arg
+        else:
+            raise InterventionError(
+                f"tempscale: placement={arg!r} is not allowed; use inside or after, or a layer type ending in "
+                "_attention (e.g. full_attention)"
+            )
+    return TempScale(_number("tempscale", "tau", args[0]), placement=placement, layer_type=layer_type)
 
 
 def _tempscale_log(args: list[str]) -> Intervention:

@@ -83,6 +83,8 @@ class TempScale(Intervention):
         layers: Layer indices to change; None for all.
         placement: ``"inside"`` or ``"after"`` the softcap (only meaningful for softcapped attention).
         include_pooler: Also scale NV-Embed's latent-attention pooler (left alone by default).
+        layer_type: Only the layers of this ``config.layer_types`` entry (Gemma 3: ``full_attention``, the
+            layers YaRN's attention factor reaches by default), resolved when applied; exclusive with ``layers``.
     """
 
     kind = "attention"
@@ -94,6 +96,7 @@ class TempScale(Intervention):
         layers: tuple[int, ...] | None = None,
         placement: str = "inside",
         include_pooler: bool = False,
+        layer_type: str | None = None,
     ) -> None:
         self.tau = check_positive_finite("tau", tau)
         if not TAU_RANGE[0] <= self.tau <= TAU_RANGE[1]:
@@ -106,24 +109,45 @@ class TempScale(Intervention):
             raise InterventionError(f"placement={placement!r} is not allowed; use one of {PLACEMENTS}")
         self.placement = placement
         self.include_pooler = include_pooler
+        if layer_type is not None and self.layers is not None:
+            raise InterventionError("give layers or layer_type, not both")
+        self.layer_type = layer_type
 
     @property
     def slug(self) -> str:
         suffix = "-after" if self.placement == "after" else ""
         pooler = "-pooler" if self.include_pooler else ""
-        return f"tempscale-{format_number(self.tau)}{_layers_slug(self.layers)}{suffix}{pooler}"
+        kind = f"-{self.layer_type}" if self.layer_type else ""
+        return f"tempscale-{format_number(self.tau)}{_layers_slug(self.layers)}{kind}{suffix}{pooler}"
 
     def params(self) -> dict:
+        layers = list(self.layers) if self.layers is not None else "all"
         return {
             "tau": self.tau,
-            "layers": list(self.layers) if self.layers is not None else "all",
+            "layers": f"layer_types == {self.layer_type}" if self.layer_type else layers,
             "placement": self.placement,
             "include_pooler": self.include_pooler,
         }
 
+    def _layers(self, config) -> tuple[int, ...] | None:
+        """``layers``, or the indices of the layers of type ``layer_type`` in ``config``."""
+        if self.layer_type is None:
+            return self.layers
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        types = list(getattr(text, "layer_types", None) or [])
+        chosen = tuple(i for i, t in enumerate(types) if t == self.layer_type)
+        if not chosen:
+            have = f"its layer types are {sorted(set(types))}" if types else "it has no config.layer_types"
+            raise InterventionError(
+                f"{self.slug}: no layer of type {self.layer_type!r}; {have} (or give layer indices)"
+            )
+        return chosen
+
     def _apply(self, model: nn.Module, context: ModelContext) -> contextlib.AbstractContextManager:
         modules = select_layers(
-            attention_modules(model, include_pooler=self.include_pooler), self.layers, what=self.slug
+            attention_modules(model, include_pooler=self.include_pooler),
+            self._layers(model.config),
+            what=self.slug,
         )
         targets: list[tuple[object, str, object]] = [(m, "scaling", m.scaling / self.tau) for _, m in modules]
         if self.placement == "after":
@@ -140,12 +164,13 @@ class TempScale(Intervention):
         if self.placement == "after" and not getattr(config, "attn_logit_softcapping", None):
             raise self._no_softcap(context)
         n_layers = int(config.num_hidden_layers)
-        if self.layers is not None and (missing := sorted(set(self.layers) - set(range(n_layers)))):
+        chosen = self._layers(config)
+        if chosen is not None and (missing := sorted(set(chosen) - set(range(n_layers)))):
             raise InterventionError(
                 f"{self.slug}: layers {missing} do not exist; available layers are 0..{n_layers - 1}"
             )
         cap = 1.0 / self.tau if self.placement == "after" else 1.0
-        layers = self.layers if self.layers is not None else range(n_layers)
+        layers = chosen if chosen is not None else range(n_layers)
         return VLLMSettings(temperatures={layer: (self.tau, cap) for layer in layers})
 
     def _no_softcap(self, context: ModelContext) -> NotApplicable:
