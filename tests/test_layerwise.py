@@ -47,3 +47,24 @@ def test_measure_leaves_the_model_as_it_was(tiny_e5_dir):
     measure_layers(embedder, TEXTS)
     assert embedder.model.config._attn_implementation == implementation
     assert np.array_equal(embedder.encode(TEXTS), before)
+
+
+def test_length_free_hf_ratio_removes_the_pure_length_effect():
+    """Tokens drawn i.i.d. around one mean: the raw ratio rises with the number of tokens, the length-free one
+    stays at s^2 / (||mu||^2 + s^2) (independent computation on explicit arrays)."""
+    from llm_collapse.metrics.hidden import high_frequency_energy_ratio, length_free_hf_ratio
+
+    rng = np.random.default_rng(0)
+    mu, sigma, dim = 1.0, 1.0, 64
+    expected = sigma**2 * dim / (mu**2 * dim + sigma**2 * dim)
+    raw, free = {}, {}
+    for n in (4, 512):
+        ratios = [
+            float(high_frequency_energy_ratio(torch.from_numpy(mu + sigma * rng.normal(size=(n, dim)))))
+            for _ in range(400)
+        ]
+        raw[n] = np.mean(ratios)
+        free[n] = float(np.mean(length_free_hf_ratio(np.array(ratios), np.full(len(ratios), n))))
+    assert raw[512] - raw[4] > 0.1  # (n - 1) / n: 0.75 -> 0.998 of the same distribution's value
+    assert free[4] == pytest.approx(expected, rel=0.03) and free[512] == pytest.approx(expected, rel=0.03)
+    assert np.isnan(length_free_hf_ratio(np.array([0.5]), np.array([1])))[0]

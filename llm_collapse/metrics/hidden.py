@@ -87,6 +87,19 @@ def high_frequency_energy_ratio(
     )
 
 
+def length_free_hf_ratio(ratio: np.ndarray, n_tokens: np.ndarray) -> np.ndarray:
+    """``ratio x n / (n - 1)``: the high-frequency energy ratio with its pure length effect removed.
+
+    With n real tokens ``x_t = mu + e_t`` (e_t i.i.d., total variance s^2), E||X - mean||^2 = (n - 1) s^2 and
+    E||X||^2 = n (||mu||^2 + s^2), so the raw ratio's expectation is ((n - 1) / n) s^2 / (||mu||^2 + s^2):
+    it rises with n for the same token distribution (more frequency bins, one of them DC). The factor
+    n / (n - 1) leaves s^2 / (||mu||^2 + s^2), which does not depend on n. NaN where n < 2.
+    """
+    n = np.asarray(n_tokens, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n >= 2, np.asarray(ratio, dtype=np.float64) * n / (n - 1), np.nan)
+
+
 def layerwise_high_frequency(
     hidden_states: Sequence[torch.Tensor], attention_mask: torch.Tensor | None = None
 ) -> np.ndarray:

@@ -1,10 +1,12 @@
 """The low-pass view: per-layer high-frequency energy ratio and attention entropy by length bin, from the
-same forward pass as the embeddings (`llm_collapse.metrics.layerwise`), on ``layerwise_per_bin`` texts per bin."""
+same forward pass as the embeddings (`llm_collapse.metrics.layerwise`), on ``layerwise_per_bin`` texts per bin.
+``hf_ratio_length_free`` removes the ratio's pure length effect (`llm_collapse.metrics.hidden.length_free_hf_ratio`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from llm_collapse.metrics.hidden import length_free_hf_ratio
 from llm_collapse.metrics.layerwise import measure_layers
 from llm_collapse.metrics.stats import bootstrap_ci
 from llm_collapse.tasks.base import TaskContext
@@ -18,6 +20,7 @@ def run_layerwise(ctx: TaskContext) -> list[dict]:
         result = measure_layers(ctx.embedder, texts, batch_size=ctx.config.batch_size)
         for metric, values in (
             ("hf_ratio", result.high_frequency),
+            ("hf_ratio_length_free", length_free_hf_ratio(result.high_frequency, result.lengths[:, None])),
             ("attention_entropy", result.attention_entropy),
             ("attention_entropy_normalized", result.attention_entropy_normalized),
         ):

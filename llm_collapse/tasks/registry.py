@@ -105,7 +105,7 @@ TASKS: dict[str, TaskSpec] = {
         TaskSpec("position", "Early vs late position (echo test)", "llm_collapse.tasks.retrieval:run_position",
                  ("acc@1",), figure="position"),
         TaskSpec("layerwise", "Layerwise statistics", "llm_collapse.tasks.layerwise:run_layerwise",
-                 ("hf_ratio", "attention_entropy", "attention_entropy_normalized"), reads_corpus=True),
+                 ("hf_ratio", "hf_ratio_length_free", "attention_entropy", "attention_entropy_normalized"), reads_corpus=True),
         TaskSpec("quantization", "Quantization drift", "llm_collapse.tasks.quantization:run_quantization",
                  ("cosine_to_bf16", "cosine_to_fp16", "cosine_to_fp32"), reads_corpus=True),
     )
@@ -124,6 +124,9 @@ METRICS: dict[str, MetricInfo] = {
     ),
     "effective_rank": MetricInfo("effective rank", MORE_COLLAPSE_IF_LOWER),
     "hf_ratio": MetricInfo("high-frequency energy ratio", MORE_COLLAPSE_IF_LOWER),
+    "hf_ratio_length_free": MetricInfo(
+        "high-frequency ratio x L/(L-1) (length-free)", MORE_COLLAPSE_IF_LOWER
+    ),
     "knn_accuracy": MetricInfo(
         "kNN accuracy, within bin (ours)", HIGHER_IS_BETTER, paired=True, proportion=True
     ),
