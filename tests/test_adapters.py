@@ -248,6 +248,30 @@ def test_echo_on_gemma3_layout_uses_its_own_bos_eos(tiny_gemma3_dir):
     assert embedder.max_length == (32768 - 64) // 2  # derived from the positions: two copies must fit
 
 
+@pytest.mark.parametrize("name", ["prompt-gemma3-270m", "twice-gemma3-270m"])
+def test_echo_controls_pool_what_they_say(name, tiny_gemma3_dir):
+    """Independent construction of the two controls' inputs from the tokenizer: the prompt control pools
+    one copy of the text (+ EOS) inside echo's prompt words; the compute control pools both copies (+ EOS)."""
+    embedder = lc.load_embedder(name, path=tiny_gemma3_dir, dtype="fp32")
+    tok = embedder.tokenizer
+
+    def ids(text):
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    text = "the grass is green"
+    got = embedder.tokenize([text])[0]
+    bos, eos, body = [tok.bos_token_id], [tok.eos_token_id], ids(text)
+    if name == "prompt-gemma3-270m":
+        expected = bos + ids("Document:") + body + eos
+        mask = [0] * (1 + len(ids("Document:"))) + [1] * (len(body) + 1)
+    else:
+        expected = bos + body + ids("\n") + body + eos
+        mask = [0] + [1] * len(body) + [0] * len(ids("\n")) + [1] * (len(body) + 1)
+    assert list(got.input_ids) == expected and list(got.pool_mask) == mask
+    vectors = embedder.encode([text, "another text"])
+    assert vectors.shape[0] == 2 and np.isfinite(vectors).all()
+
+
 # --- invariances, shared by all adapters ----------------------------------------------------------------
 
 ADAPTERS = [

