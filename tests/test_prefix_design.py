@@ -192,3 +192,17 @@ def test_prefix_design_smoke_on_the_real_offline_models(model, path, tmp_path, m
     recorded = json.loads((out / "run.json").read_text())["models"][model]["prefix_sharing"]["base"]
     assert recorded.startswith(path)
     assert (out / "report.md").is_file()
+
+
+def test_nested_prefix_texts_never_share_a_paragraph(sotu, minilm_tokenizer):
+    """Overlapping long texts would repeat the same paragraphs verbatim (an artificial rise of their pairwise
+    cosine at long lengths): the texts are disjoint, checked on the paragraphs themselves."""
+    items = nested_prefixes(sotu, minilm_tokenizer, [64, 8192], n_docs=8, seed=1, corpus="sotu")
+    longest = [t.text for t in items if t.target_tokens == 8192]
+    assert len(longest) == 8
+    paragraphs = [{p for p in text.split("\n\n")[:-1] if len(p) >= 200} for text in longest]  # last may be cut
+    for a in range(len(paragraphs)):
+        for b in range(a + 1, len(paragraphs)):
+            assert not paragraphs[a] & paragraphs[b], (a, b)
+    with pytest.raises(PrefixDesignError, match="disjoint"):
+        nested_prefixes(sotu, minilm_tokenizer, [64, 8192], n_docs=39, seed=1, corpus="sotu")

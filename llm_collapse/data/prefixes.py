@@ -15,7 +15,10 @@ Decisions:
 * **Concatenation**: the following paragraphs, then the following documents of the corpus in order, joined
   by a blank line, until the text counts at least ``max(lengths)`` tokens (reference tokenizer, no special
   tokens). Lengths are estimated from per-paragraph counts (`llm_collapse.data.bins.paragraph_counts`) and then
-  verified by counting the joined text. Texts of different start documents may overlap.
+  verified by counting the joined text.
+* **Disjoint texts**: a candidate whose paragraphs overlap an already picked text is skipped. Overlapping long
+  texts would share their later paragraphs verbatim, which raises their pairwise cosine (and lets kNN find a
+  copy of the same words) at exactly the long lengths the design is for.
 * **Prefixes** are cut by `token_prefixes` (one tokenisation per text) from the one long text, so (for fast tokenizers) the text at each
   length is a string prefix of the text at the next; its count under the same tokenizer can differ from L
   by a token or two where the cut falls inside a word.
@@ -96,13 +99,21 @@ def nested_prefixes(
     rng = random.Random(f"{seed}|prefix")
     rng.shuffle(candidates)
     picked: list[tuple[int, int, str, int]] = []  # (document, paragraph, long text, documents appended)
+    spans: list[tuple[tuple[int, int], tuple[int, int]]] = []  # (first, last) (document, paragraph) of each
     for i in candidates:
         if len(picked) == n_docs:
             break
         start = _start_paragraph(prepared[i], after[i + 1], need, rng)
+        if any(first <= (i, start) <= last for first, last in spans):
+            continue  # starts inside a picked text
         built = _build(prepared, i, start, need, tokenizer)
-        if built is not None:  # None only where the estimate was too high, near the corpus end
-            picked.append((i, start, *built))
+        if built is None:  # only where the estimate was too high, near the corpus end
+            continue
+        text, k, last = built
+        if any(first <= last and (i, start) <= end for first, end in spans):
+            continue  # runs into a picked text
+        picked.append((i, start, text, k))
+        spans.append(((i, start), last))
     if len(picked) < n_docs:
         raise _too_few(corpus, len(picked), n_docs, need, name)
     picked.sort()
@@ -128,7 +139,7 @@ def nested_prefixes(
 
 def _too_few(corpus: str, available: int, n_docs: int, need: int, name: str) -> PrefixDesignError:
     return PrefixDesignError(
-        f"corpus {corpus!r} gives only {available} of the {n_docs} requested prefix-design documents of "
+        f"corpus {corpus!r} gives only {available} of the {n_docs} requested disjoint prefix-design texts of "
         f"{need} tokens (under {name!r}, concatenating following documents up to the corpus end); ask for "
         f"at most {available} documents (--prefix-docs) or use shorter --lengths"
     )
@@ -157,8 +168,9 @@ def _start_paragraph(d: ParagraphCounts, following: int, need: int, rng: random.
 
 def _build(
     prepared: list[ParagraphCounts], i: int, start: int, need: int, tokenizer: PreTrainedTokenizerBase
-) -> tuple[str, int] | None:
-    """(long text, following documents used) from paragraph ``start`` of document ``i``, or None."""
+) -> tuple[str, int, tuple[int, int]] | None:
+    """(long text, following documents used, its last (document, paragraph)) from paragraph ``start`` of
+    document ``i``, or None."""
     pieces = [(i, k) for k in range(start, len(prepared[i].paras))]
     pieces += [(j, k) for j in range(i + 1, len(prepared)) for k in range(len(prepared[j].paras))]
     pieces = [(j, k) for j, k in pieces if prepared[j].paras[k].strip()]
@@ -176,4 +188,4 @@ def _build(
         total = count_tokens([text], tokenizer)[0]
     if total < need:
         return None
-    return text, pieces[end - 1][0] - i
+    return text, pieces[end - 1][0] - i, pieces[end - 1]
