@@ -129,12 +129,11 @@ def check_positive_finite(name: str, value: float, *, minimum: float = 0.0, incl
     return number
 
 
-def trained_length(model: nn.Module, context: ModelContext) -> int:
+def trained_length(config, context: ModelContext) -> int:
     """The context length the model was trained at: ``context.trained_length``, else the text config's
-    ``max_position_embeddings`` (what presets and ``tempscale-log`` default to)."""
+    ``max_position_embeddings`` (what RoPE baselines, presets and ``tempscale-log`` default to)."""
     if context.trained_length:
         return int(context.trained_length)
-    config = model.config
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     length = getattr(config, "max_position_embeddings", None)
     if not length:

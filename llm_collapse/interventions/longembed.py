@@ -61,6 +61,7 @@ from llm_collapse.interventions.base import (
     InterventionError,
     ModelContext,
     NotApplicable,
+    Stack,
     VLLMSettings,
     check_positive_finite,
     format_number,
@@ -108,7 +109,7 @@ class LongEmbedPreset(Intervention):
 
     def base(self, model: nn.Module, context: ModelContext) -> int:
         """L0 on this model."""
-        return self.base_length if self.base_length is not None else trained_length(model, context)
+        return self.base_length if self.base_length is not None else trained_length(model.config, context)
 
     def components(self, model: nn.Module, context: ModelContext) -> list[Intervention]:
         """The interventions this preset is made of on ``model``."""
@@ -123,11 +124,9 @@ class LongEmbedPreset(Intervention):
             raise NotApplicable(
                 f"{self.slug} needs a RoPE model; {context.name} has no rotary embedding (absolute positions)"
             )
-        parts = self.components(model, context)
-        logger.debug("%s on %s: %s", self.slug, context.name, "+".join(p.slug for p in parts))
-        with contextlib.ExitStack() as stack:
-            for part in sorted(parts, key=lambda p: not p.replaces_attention):
-                stack.enter_context(part.apply(model, context))
+        parts = Stack(self.components(model, context))  # entered in the order Stack uses
+        logger.debug("%s on %s: %s", self.slug, context.name, parts.slug)
+        with parts.apply(model, context):
             yield
 
 

@@ -55,6 +55,7 @@ from llm_collapse.interventions.base import (
     check_positive_finite,
     format_number,
     not_on_vllm,
+    trained_length,
 )
 
 
@@ -83,7 +84,7 @@ class RopeIntervention(Intervention):
         raise NotImplementedError
 
     def trained_length(self, config, context: ModelContext) -> int:
-        return int(context.trained_length or config.max_position_embeddings)
+        return trained_length(config, context)
 
     def _targets(self, config) -> list[str | None]:
         parameters = config.rope_parameters

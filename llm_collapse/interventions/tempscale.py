@@ -186,7 +186,7 @@ def log_factors(values: torch.Tensor, base_length: float) -> torch.Tensor:
 
 
 def _resolved_base(base_length: float | None, model: nn.Module, context: ModelContext, slug: str) -> float:
-    base = base_length if base_length is not None else float(trained_length(model, context))
+    base = base_length if base_length is not None else float(trained_length(model.config, context))
     if base <= 1:
         raise InterventionError(f"{slug}: L0={base:g} is not allowed; the base length must be > 1")
     return base

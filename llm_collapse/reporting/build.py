@@ -44,7 +44,7 @@ from llm_collapse.reporting.figures import (
     task_order,
 )
 from llm_collapse.reporting.frames import ReportData, as_int, load_runs, metric_info, sorted_methods
-from llm_collapse.reporting.significance import kinds_used, legend
+from llm_collapse.reporting.significance import table_legend
 from llm_collapse.reporting.tables import (
     Table,
     inline_html,
@@ -316,8 +316,8 @@ def summary_section(data: ReportData) -> list[Block]:
         intro += " **Every model here is tiny_random: these rows are code-path checks, not findings.**"
     elif tiny:
         intro += f" tiny_random models left out: {_codes(tiny)}."
-    tests = kinds_used([cell for row in table.rows for cell in row])
-    legend_lines = [*summary_legend(data), *([legend(tests)] if tests else [])]
+    legend = table_legend(table.rows)
+    legend_lines = [*summary_legend(data), *([legend] if legend else [])]
     return [*blocks, Paragraph(intro), table, Bullets(tuple(legend_lines))]
 
 

@@ -88,6 +88,16 @@ def unpaired_test(metric: str, a: pd.Series, b: pd.Series) -> Significance | Non
     return _wald(delta, math.hypot(_se(a), _se(b)), "Wald")
 
 
+def change_test(
+    metric: str, start: pd.Series, end: pd.Series, paired: pd.DataFrame, suffix: str
+) -> Significance | None:
+    """The test of ``end - start``: the run's paired row ``<metric><suffix>`` at ``end``'s length when there
+    is exactly one among ``paired`` (``_vs_shortest``: against the cell's shortest length, which is
+    ``start``; ``_vs_base``: against base), else `unpaired_test`."""
+    match = paired[(paired["metric"] == metric + suffix) & (paired["length"] == int(end["length"]))]
+    return paired_test(match.iloc[0]) if len(match) == 1 else unpaired_test(metric, start, end)
+
+
 def read_changes(changes: list[tuple[str, float, Significance | None, int]], judge) -> list[str]:
     """Cells for a table's changes, Holm-adjusted together.
 
@@ -132,6 +142,12 @@ def legend(kinds: set[str]) -> str:
         + "; ".join(used)
         + "."
     )
+
+
+def table_legend(rows) -> str | None:
+    """`legend` for the tests a rendered table's cells name, or None when it names none."""
+    kinds = kinds_used([cell for row in rows for cell in row])
+    return legend(kinds) if kinds else None
 
 
 def kinds_used(cells: list[str]) -> set[str]:

@@ -39,14 +39,7 @@ from llm_collapse.reporting.frames import (
     overall_rows,
     sorted_methods,
 )
-from llm_collapse.reporting.significance import (
-    kinds_used,
-    legend,
-    mark_survivors,
-    paired_test,
-    read_changes,
-    unpaired_test,
-)
+from llm_collapse.reporting.significance import change_test, mark_survivors, read_changes, table_legend
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
 from llm_collapse.utils.paths import display_path
 
@@ -205,8 +198,8 @@ def metric_table(
                     body.append(row)
                     continue
                 row.append(None)
+                mine = _part(paired[paired["method"] == method], split, part)
                 if first is not None:
-                    mine = _part(paired[paired["method"] == method], split, part)
                     changes.append((len(body), len(row) - 1, _change(metric, first, last, mine, VS_SHORTEST)))
                 else:
                     row[-1] = "—"
@@ -220,7 +213,6 @@ def metric_table(
                     if method == baseline or last is None or base.empty:
                         row[-1] = "—"
                     else:
-                        mine = _part(paired[paired["method"] == method], split, part)
                         changes.append(
                             (len(body), len(row) - 1, _change(metric, base.iloc[0], last, mine, VS_BASE))
                         )
@@ -240,13 +232,9 @@ def metric_table(
 
 
 def _change(metric: str, start: pd.Series, end: pd.Series, paired: pd.DataFrame, suffix: str):
-    """``(metric, delta, test, digits)`` of ``end - start``: the paired row at ``end``'s length if the run
-    has one (``suffix``: `VS_SHORTEST` for the length change, against the cell's shortest length, which is
-    ``start``; `VS_BASE` for the gap to base), else unpaired."""
+    """``(metric, delta, test, digits)`` of ``end - start`` (`change_test` picks the test)."""
     delta = float(end["value"] - start["value"])
-    match = paired[(paired["metric"] == metric + suffix) & (paired["length"] == int(end["length"]))]
-    test = paired_test(match.iloc[0]) if len(match) == 1 else unpaired_test(metric, start, end)
-    return metric, delta, test, metric_info(metric).digits
+    return metric, delta, change_test(metric, start, end, paired, suffix), metric_info(metric).digits
 
 
 def _part(rows: pd.DataFrame, split: str | None, part) -> pd.DataFrame:
@@ -306,9 +294,8 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
             rows, metric, q.baseline, q.layers, by_depth, _contrasts(results, q, task, metric)
         )
         blocks.append(table)
-        tests = kinds_used([cell for row in table.rows for cell in row])
-        if tests:
-            blocks.append(Paragraph(legend(tests)))
+        if legend := table_legend(table.rows):
+            blocks.append(Paragraph(legend))
         if is_contrast(metric):
             blocks.append(Paragraph(SURVIVOR_LEGEND))
     for name in q.figures:

@@ -41,7 +41,7 @@ from llm_collapse.reporting.frames import (
     overall_rows,
     sorted_methods,
 )
-from llm_collapse.reporting.significance import paired_test, read_changes, unpaired_test
+from llm_collapse.reporting.significance import change_test, read_changes
 from llm_collapse.utils.markdown import markdown_table
 
 TINY_MARK = "**(tiny random)**"
@@ -274,8 +274,7 @@ def _summary_cells(ends, pair: tuple[str, str], per_cell: bool, paired: pd.DataF
     ]
     if short.length == long.length:
         return [*cells, "— (one length)"], None
-    match = paired[(paired["metric"] == metric + VS_SHORTEST) & (paired["length"] == long.length)]
-    test = paired_test(match.iloc[0]) if len(match) == 1 else unpaired_test(metric, short.row, long.row)
+    test = change_test(metric, short.row, long.row, paired, VS_SHORTEST)
     return [*cells, None], (metric, long.value - short.value, test, digits)
 
 

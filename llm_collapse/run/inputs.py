@@ -32,11 +32,11 @@ from llm_collapse.data.synthetic import (
 )
 from llm_collapse.errors import UserError
 from llm_collapse.run.config import CompareConfig
-from llm_collapse.tasks.registry import tasks_with
+from llm_collapse.tasks.registry import TASKS, tasks_with
 
 logger = logging.getLogger(__name__)
 
-START_TASKS: tuple[str, ...] = ("passkey-start", "needle-start")
+START_TASKS: tuple[str, ...] = tuple(name for name, spec in TASKS.items() if spec.nested_lengths)
 """Retrieval tasks whose documents are token prefixes of the same documents at every length."""
 
 

@@ -155,9 +155,8 @@ def _run_cell(
             try:
                 state.rows += TASKS[task].run(cell)
             except NotApplicable as err:  # the task cannot measure this method (layerwise under SelfExtend)
-                for key in [
-                    k for k in cell.paired if paired_task(k[0]) == task
-                ]:  # no rows, so no contrasts either
+                stale = [k for k in cell.paired if paired_task(k[0]) == task]  # no rows, so no contrasts
+                for key in stale:
                     del cell.paired[key]
                 record.not_applicable[f"{stack.slug}:{task}"] = str(err)
                 state.notes.append(f"{model_name} x {stack.slug} x {task}: not applicable ({err})")

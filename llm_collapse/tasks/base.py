@@ -21,12 +21,11 @@ import torch
 from llm_collapse.cache import EmbeddingCache, encode_cached
 from llm_collapse.embedder import Embedder
 from llm_collapse.run.config import CompareConfig
+from llm_collapse.tasks.registry import VS_BASE, VS_SHORTEST
 
 logger = logging.getLogger(__name__)
 
 BASE_METHOD = "base"
-VS_BASE = "_vs_base"
-VS_SHORTEST = "_vs_shortest"
 EMBEDDINGS = "embeddings"  # PairedItems.metric of collapse bins: one bin's embeddings
 
 PairedKey = tuple[str, int, float | None]  # (task, length, depth or None)

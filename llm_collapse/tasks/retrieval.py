@@ -24,10 +24,14 @@ DEPTH_BINS = 5
 def retrieve(ctx: TaskContext, task: RetrievalTask) -> tuple[dict[str, float], np.ndarray]:
     """Embeds a task's queries and documents; returns `retrieval_scores` and the per-query top-1 hits (0/1)."""
     queries = ctx.encode(list(task.queries), kind="query")
-    documents = ctx.encode(list(task.documents))
-    scores = retrieval_scores(queries, documents, list(task.relevant), ks=(1, 10))
+    return score(queries, ctx.encode(list(task.documents)), task.relevant)
+
+
+def score(queries: np.ndarray, documents: np.ndarray, relevant) -> tuple[dict[str, float], np.ndarray]:
+    """`retrieval_scores` (Acc@1, nDCG@10) and the per-query top-1 hits (0/1) of embedded queries/documents."""
+    scores = retrieval_scores(queries, documents, list(relevant), ks=(1, 10))
     top1 = np.argmax(queries @ documents.T, axis=1)  # encode returns unit vectors: cosine
-    return scores, (top1 == np.array(task.relevant)).astype(int)
+    return scores, (top1 == np.array(relevant)).astype(int)
 
 
 def accuracy_row(ctx: TaskContext, name: str, length: int, hits: np.ndarray, depth: float = math.nan) -> dict:
@@ -80,8 +84,7 @@ def run_start(ctx: TaskContext, name: str) -> list[dict]:
     for task in tasks:
         block = documents[start : start + len(task.documents)]
         start += len(task.documents)
-        scores = retrieval_scores(queries, block, list(task.relevant), ks=(1, 10))
-        hits = (np.argmax(queries @ block.T, axis=1) == np.array(task.relevant)).astype(int)
+        scores, hits = score(queries, block, task.relevant)
         rows.append(accuracy_row(ctx, name, task.length, hits))
         rows.append(
             ctx.row(task=name, length=task.length, metric="ndcg@10", value=scores["ndcg@10"], n=len(hits))
