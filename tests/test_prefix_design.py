@@ -200,7 +200,9 @@ def test_nested_prefix_texts_never_share_a_paragraph(sotu, minilm_tokenizer):
     items = nested_prefixes(sotu, minilm_tokenizer, [64, 8192], n_docs=8, seed=1, corpus="sotu")
     longest = [t.text for t in items if t.target_tokens == 8192]
     assert len(longest) == 8
-    paragraphs = [{p for p in text.split("\n\n")[:-1] if len(p) >= 200} for text in longest]  # last may be cut
+    paragraphs = [
+        {p for p in text.split("\n\n")[:-1] if len(p) >= 200} for text in longest
+    ]  # last may be cut
     for a in range(len(paragraphs)):
         for b in range(a + 1, len(paragraphs)):
             assert not paragraphs[a] & paragraphs[b], (a, b)

@@ -2,8 +2,8 @@
 
 On CPUs with AMX, bf16 matmuls are 3-5x faster than fp32, so bf16 is the default there. AVX512-BF16 alone
 is not enough: on a 2-core Xeon with AVX512-BF16 but no AMX (torch 2.13), a (1024 x 1024) @ (1024 x 4096)
-matmul ran at 180 GFLOP/s in bf16 and 355 in fp32, and gemma3-270m embedded two 8192-token documents in
-35.1 s in bf16 and 24.6 s in fp32 (`llm_collapse.bench.throughput`; README "Speed"). Elsewhere fp32.
+matmul ran at 180 GFLOP/s in bf16 and 355 in fp32, and gemma3-270m embedded two documents (2048/8192 tokens) in
+34.3 s in bf16 and 23.7 s in fp32 (`python -m llm_collapse.bench.throughput`; README "Speed"). Elsewhere fp32.
 """
 
 from __future__ import annotations
