@@ -7,9 +7,15 @@ import pytest
 import torch
 
 import llm_collapse as lc
+from llm_collapse.metrics import layerwise
 from llm_collapse.metrics.layerwise import measure_layers
 
-TEXTS = ["the grass is green and the sky is blue " * 3, "short text", "here we go " * 5]
+TEXTS = [
+    "the grass is green and the sky is blue " * 3,
+    "short text",
+    "here we go " * 5,
+    "here we go here we go",
+]
 
 
 @pytest.mark.parametrize(
@@ -21,7 +27,9 @@ TEXTS = ["the grass is green and the sky is blue " * 3, "short text", "here we g
         ("nv-embed", "tiny_nv_embed_dir"),
     ],
 )
-def test_entropy_equals_eager_attention_weights(name, fixture, request):
+def test_entropy_equals_eager_attention_weights(name, fixture, request, monkeypatch):
+    # query chunks shorter than the texts and than gemma3's window (16)
+    monkeypatch.setattr(layerwise, "_CHUNK", 8)
     directory = request.getfixturevalue(fixture)
     embedder = lc.load_embedder(name, path=directory, dtype="fp32")
     result = measure_layers(embedder, TEXTS)
@@ -35,9 +43,39 @@ def test_entropy_equals_eager_attention_weights(name, fixture, request):
             p = probs[0].double()  # (heads, L, L)
             entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1).mean().item()
             assert result.attention_entropy[i, layer] == pytest.approx(entropy, abs=1e-4)
-    assert result.high_frequency.shape == (3, embedder.model.config.get_text_config().num_hidden_layers + 1)
+    assert result.high_frequency.shape == (
+        len(TEXTS),
+        embedder.model.config.get_text_config().num_hidden_layers + 1,
+    )
     assert np.all((result.high_frequency >= 0) & (result.high_frequency <= 1))
     assert np.all(result.attention_entropy_normalized <= 1 + 1e-6)
+
+
+@pytest.mark.parametrize(
+    ("name", "fixture"), [("gemma3-270m", "tiny_gemma3_dir"), ("bge-gemma2", "tiny_bge_dir")]
+)
+def test_prefixes_read_from_the_longer_forward_equal_their_own_forwards(
+    name, fixture, request, caplog, monkeypatch
+):
+    """Nested prefixes (the prefix design) come from one forward per document; every statistic equals the
+    one of the text's own forward. Query chunks of 8 rows and gemma3's window of 16 make the band-limited
+    key span matter."""
+    monkeypatch.setattr(layerwise, "_CHUNK", 8)
+    embedder = lc.load_embedder(name, path=request.getfixturevalue(fixture), dtype="fp32", device="cpu")
+    words = " ".join(f"word{i} and more" for i in range(60))
+    nested = [words[:n] for n in (40, 120, 400)] + [words, "an unrelated text"]
+    with caplog.at_level("INFO", logger="llm_collapse.prefix"):
+        shared = measure_layers(embedder, nested, batch_size=2)
+    assert "prefix sharing saved" in caplog.text  # the longer forward was used
+    for i, text in enumerate(nested):
+        alone = measure_layers(embedder, [text])
+        assert shared.lengths[i] == alone.lengths[0]
+        np.testing.assert_allclose(shared.embeddings[i], alone.embeddings[0], atol=1e-5)
+        np.testing.assert_allclose(shared.high_frequency[i], alone.high_frequency[0], atol=1e-6)
+        np.testing.assert_allclose(shared.attention_entropy[i], alone.attention_entropy[0], atol=1e-6)
+        np.testing.assert_allclose(
+            shared.attention_entropy_normalized[i], alone.attention_entropy_normalized[0], atol=1e-6
+        )
 
 
 def test_measure_leaves_the_model_as_it_was(tiny_e5_dir):

@@ -12,6 +12,13 @@ rows and over heads.
 Decisions: the leading BOS of decoders is left out of the high-frequency ratio (its attention-sink state is
 identical for every text and can dominate ``||X||^2``); the recorder sees attention as the model computes it
 under scaling/RoPE interventions, but not SelfExtend's merged logits (it raises if SelfExtend is active).
+
+Speed: each query chunk's logits are computed only over the key span some row of the chunk may attend to
+(a sliding-window layer's band, the causal past), which is exact (the other keys get probability 0). Where
+prefix sharing is exact (`llm_collapse.prefix.sharing_groups`: causal model, nothing after the text), a text
+whose input is a token prefix of another's is read from the longer forward: its hidden states and its
+attention rows are the first n of the longer input's (a causal row never sees later keys, and its number of
+attendable keys is the same), so the prefix design's lengths of one document cost one forward.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from llm_collapse.interventions.attention import attention_modules, layer_index,
 from llm_collapse.interventions.base import NotApplicable
 from llm_collapse.metrics.attention import attendable, entropy, mask_allows
 from llm_collapse.metrics.hidden import layerwise_high_frequency
+from llm_collapse.prefix import pool_prefixes, sharing_groups
 
 _CHUNK = 512
 
@@ -92,30 +100,43 @@ def record_attention_entropy(model: nn.Module) -> Iterator[dict[int, list[torch.
 
 @torch.no_grad()
 def _entropy(module, query, key, mask4d, scaling, softcap, mask2d, window=None) -> torch.Tensor:
+    """(B, Lq, 4) float64 CPU per query row: entropy (nats), normalised entropy, whether the row is a real
+    token with an attendable key, whether it has more than one (the rows the normalised mean uses)."""
     batch, heads, length, _ = query.shape
     key = key.repeat_interleave(heads // key.shape[1], dim=1)  # (B, heads, Lk, d)
     real_keys = torch.ones(batch, key.shape[2], dtype=torch.bool) if mask2d is None else mask2d.bool().cpu()
-    sums = torch.zeros(batch, 2, dtype=torch.float64)
-    rows = torch.zeros(batch, 2, dtype=torch.float64)
+    out = torch.zeros(batch, length, 4, dtype=torch.float64)
     for start in range(0, length, _CHUNK):
         stop = min(start + _CHUNK, length)
-        logits = (query[:, :, start:stop].float() @ key.float().transpose(-1, -2)) * scaling  # (B, h, c, Lk)
+        allowed = _allowed(module, mask4d, real_keys, start, stop, key.shape[2], window)  # (B, 1, c, Lk)
+        used = allowed.any(dim=(0, 1, 2)).nonzero()
+        if len(used) == 0:
+            continue
+        span = slice(int(used[0]), int(used[-1]) + 1)  # the keys some row of the chunk may attend to
+        allowed = allowed[..., span].to(query.device)
+        logits = (query[:, :, start:stop].float() @ key[:, :, span].float().transpose(-1, -2)) * scaling
         if softcap:
             logits = softcap * torch.tanh(logits / softcap)
-        allowed = _allowed(module, mask4d, real_keys, start, stop, key.shape[2], window).to(
-            logits.device
-        )  # (B, 1, c, Lk)
-        logits = logits.masked_fill(~allowed, float("-inf"))
+        logits = logits.masked_fill(~allowed, float("-inf"))  # (B, h, c, span)
         logp = torch.log_softmax(logits, dim=-1)
         rows_entropy = entropy(logp.exp(), logp).mean(1).double().cpu()  # (B, c)
         n_keys = allowed.sum(-1).squeeze(1).double().cpu()  # (B, c)
         real_rows = real_keys[:, start:stop] & (n_keys > 0)
-        normalized = rows_entropy / torch.log(n_keys.clamp(min=2))
-        sums[:, 0] += torch.where(real_rows, rows_entropy, 0.0).sum(-1)
-        sums[:, 1] += torch.where(real_rows & (n_keys > 1), normalized, 0.0).sum(-1)
-        rows[:, 0] += real_rows.sum(-1)
-        rows[:, 1] += (real_rows & (n_keys > 1)).sum(-1)
-    return sums / rows.clamp(min=1)
+        normalised_rows = real_rows & (n_keys > 1)
+        out[:, start:stop, 0] = torch.where(real_rows, rows_entropy, 0.0)
+        out[:, start:stop, 1] = torch.where(
+            normalised_rows, rows_entropy / torch.log(n_keys.clamp(min=2)), 0.0
+        )
+        out[:, start:stop, 2] = real_rows.double()
+        out[:, start:stop, 3] = normalised_rows.double()
+    return out
+
+
+def _row_means(rows: torch.Tensor) -> tuple[float, float]:
+    """Mean entropy and mean normalised entropy over the valid rows of a (n, 4) `_entropy` slice."""
+    entropy_mean = rows[:, 0].sum() / rows[:, 2].sum().clamp(min=1)
+    normalised_mean = rows[:, 1].sum() / rows[:, 3].sum().clamp(min=1)
+    return float(entropy_mean), float(normalised_mean)
 
 
 def _allowed(module, mask4d, real_keys, start, stop, n_keys, window=None) -> torch.Tensor:
@@ -130,7 +151,8 @@ def _allowed(module, mask4d, real_keys, start, stop, n_keys, window=None) -> tor
 def measure_layers(
     embedder: Embedder, texts: Sequence[str], *, kind: str = "document", batch_size: int | None = None
 ) -> LayerwiseResult:
-    """Embeddings, per-layer high-frequency ratio and attention entropy of ``texts`` from one forward pass each."""
+    """Embeddings, per-layer high-frequency ratio and attention entropy of ``texts`` from one forward pass each
+    (one per longest input where prefix sharing is exact: see the module docstring)."""
     if any(p.replaces_attention for p in embedder.active_interventions):
         raise NotApplicable(
             "attention entropy cannot be recorded while SelfExtend replaces the attention computation"
@@ -144,22 +166,42 @@ def measure_layers(
         attention_entropy=np.full((n, n_layers), np.nan),
         attention_entropy_normalized=np.full((n, n_layers), np.nan),
     )
+    encoded = embedder.tokenize(texts, kind=kind)
+    groups = (sharing_groups(embedder, encoded, kind=kind) if n > 1 else None) or {i: [i] for i in range(n)}
+    roots = sorted(groups)
     bos = embedder.tokenizer.bos_token_id
     with record_attention_entropy(embedder.model) as records:
         for batch in embedder.iter_batches(
-            texts, kind=kind, batch_size=batch_size, output_hidden_states=True
+            [texts[r] for r in roots], kind=kind, batch_size=batch_size, output_hidden_states=True
         ):
-            index = batch.indices
-            mask = batch.attention_mask.clone()
-            first = mask.float().argmax(dim=1)  # first real position (left or right padding)
-            first_ids = torch.tensor([e.input_ids[0] for e in batch.encoded])
-            is_bos = first_ids == bos if bos is not None else torch.zeros(len(index), dtype=torch.bool)
-            mask[torch.arange(len(index))[is_bos], first[is_bos]] = 0
-            out.embeddings[index] = batch.embeddings.numpy()
-            out.lengths[index] = batch.attention_mask.sum(1).numpy()
-            out.high_frequency[index] = layerwise_high_frequency(batch.hidden_states, mask).T
-            for layer in range(n_layers):
-                stats = records[layer].pop().numpy()
-                out.attention_entropy[index, layer] = stats[:, 0]
-                out.attention_entropy_normalized[index, layer] = stats[:, 1]
+            rows = [records[layer].pop() for layer in range(n_layers)]  # each (B, W, 4)
+            mask = batch.attention_mask.clone()  # (B, W); the BOS is left out of the ratio
+            width = mask.shape[1]
+            for row, b in enumerate(batch.indices):
+                root = roots[b]
+                offset = width - len(encoded[root]) if embedder.padding_side == "left" else 0
+                if bos is not None and encoded[root].input_ids[0] == bos:
+                    mask[row, offset] = 0
+                members = groups[root]
+                shorter = [m for m in members if len(encoded[m]) < len(encoded[root])]
+                vectors = {}
+                if shorter:  # pooled from the final states, as `Embedder.iter_batches` pools shared prefixes
+                    states = batch.hidden_states[-1][row]
+                    pooled = pool_prefixes(
+                        states, offset, [encoded[m] for m in shorter], embedder.spec.pooling
+                    )
+                    vectors = dict(zip(shorter, pooled, strict=True))
+                for member in members:
+                    size = len(encoded[member])
+                    span = slice(offset, offset + size)
+                    out.embeddings[member] = vectors.get(member, batch.embeddings[row]).numpy()
+                    out.lengths[member] = size
+                    out.high_frequency[member] = layerwise_high_frequency(
+                        [h[row : row + 1, span] for h in batch.hidden_states], mask[row : row + 1, span]
+                    )[:, 0]
+                    for layer in range(n_layers):
+                        (
+                            out.attention_entropy[member, layer],
+                            out.attention_entropy_normalized[member, layer],
+                        ) = _row_means(rows[layer][row, span])
     return out
