@@ -245,6 +245,7 @@ def _design_lines(data: ReportData) -> list[str]:
                 f"{where}Design: length bins [L, 1.1 L) with different texts in each bin, so contrasts between "
                 "lengths are unpaired."
             )
+        lines += _retrieval_lines(run, where)
         for model in data.models:
             for model_run, record in data.model_records(model):
                 paths = (record.extra or {}).get("prefix_sharing") if record is not None else None
@@ -253,6 +254,27 @@ def _design_lines(data: ReportData) -> list[str]:
                         lines.append(
                             f"{where}Nested lengths embedded: {model} / `{method}`: {paths[method]}."
                         )
+    return lines
+
+
+def _retrieval_lines(run, where: str) -> list[str]:
+    """Documents, queries and candidates per query of each retrieval task (``inputs.retrieval``: candidates)."""
+    retrieval = (run.record.inputs or {}).get("retrieval")
+    if not isinstance(retrieval, dict):
+        return []
+    docs, queries = _find(run.record.config, "retrieval_docs"), _find(run.record.config, "retrieval_queries")
+    pool = _find(run.record.config, "retrieval_pool")
+    lines = []
+    for task, counts in sorted(retrieval.items()):
+        candidates = sorted({as_int(n) for n in counts.values()} - {None}) if isinstance(counts, dict) else []
+        if not candidates:
+            continue
+        ranked = "/".join(str(c) for c in candidates)
+        pooled = f" (the documents of a length split into pools of {pool})" if pool else ""
+        lines.append(
+            f"{where}Retrieval `{task}`: {docs} documents and {queries} queries per length; each query ranks "
+            f"{ranked} candidates{pooled}, so chance Acc@1 is 1/{ranked}."
+        )
     return lines
 
 

@@ -26,7 +26,7 @@ TASKS: tuple[str, ...] = RUNNABLE
 DESIGNS: tuple[str | None, ...] = (None, "bins", "prefix")  # None: bins
 DEFAULT_LABELS = {"sotu": "party", "movie_reviews": "sentiment", "kjv": "testament"}
 # Options that enter run_id only when set (see run_id); design "bins" is the default and counts as unset.
-_HASHED_IF_SET: tuple[str, ...] = ("pooling", "design", "prefix_docs", "quants")
+_HASHED_IF_SET: tuple[str, ...] = ("pooling", "design", "prefix_docs", "quants", "retrieval_pool")
 
 
 class ConfigError(UserError, ValueError):
@@ -89,6 +89,14 @@ class CompareConfig:
     )
     retrieval_queries: int = field(
         default=10, metadata={"help": "passkey/needle queries per length (LongEmbed: 50)"}
+    )
+    retrieval_pool: int | None = field(
+        default=None,
+        metadata={
+            "help": "candidates per query: each length's documents are split into pools of this many and a "
+            "query ranks its own pool, so chance is 1/pool at every --retrieval-docs (default: all "
+            "documents of the length, as LongEmbed)"
+        },
     )
     layerwise_per_bin: int = field(default=8, metadata={"help": "texts per bin for the per-layer analysis"})
     label: str | None = field(
@@ -166,6 +174,13 @@ class CompareConfig:
             raise ConfigError("--prefix-docs applies to --design prefix only; add --design prefix or drop it")
         if self.retrieval_queries > self.retrieval_docs:
             raise ConfigError("--retrieval-queries must be <= --retrieval-docs")
+        if self.retrieval_pool is not None and (
+            self.retrieval_pool < 2 or self.retrieval_docs % self.retrieval_pool
+        ):
+            raise ConfigError(
+                f"--retrieval-pool must be >= 2 and divide --retrieval-docs ({self.retrieval_docs}), got "
+                f"{self.retrieval_pool}; e.g. --retrieval-docs 96 --retrieval-pool 24"
+            )
         if "knn" in self.tasks and self.knn_label is None:
             raise ConfigError(
                 f"the knn task needs --label for corpus {self.corpus!r} (sotu: party, movie_reviews: sentiment)"

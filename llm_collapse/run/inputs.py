@@ -49,6 +49,8 @@ class RunInputs:
     binned: list[BinnedText] = field(default_factory=list)
     design: str = "bins"
     retrieval: dict[str, list[RetrievalTask]] = field(default_factory=dict)
+    retrieval_pool: int | None = None
+    """Candidates per query (`CompareConfig.retrieval_pool`); None: all documents of a length."""
 
     def by_length(self) -> dict[int, list[BinnedText]]:
         groups: dict[int, list[BinnedText]] = {}
@@ -94,8 +96,11 @@ class RunInputs:
             "reference_tokenizer": self.tokenizer,
             **design,
             "texts_per_length": {str(k): len(v) for k, v in sorted(self.by_length().items())},
-            "retrieval": {
-                name: {str(t.length): len(t.documents) for t in tasks}
+            "retrieval": {  # candidates per query at each length (1 / this is chance Acc@1)
+                name: {
+                    str(t.length): min(len(t.documents), self.retrieval_pool or len(t.documents))
+                    for t in tasks
+                }
                 for name, tasks in self.retrieval.items()
             },
         }
@@ -120,7 +125,7 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
         StartTaskError: A ``-start`` task's shortest length cannot hold its documents' key lines whole.
     """
     name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-    inputs = RunInputs(tokenizer=name)
+    inputs = RunInputs(tokenizer=name, retrieval_pool=config.retrieval_pool)
     if tasks_with(reads_corpus=True) & set(config.tasks):
         documents = load_corpus(config.corpus) if documents is None else documents
         if config.design == "prefix":

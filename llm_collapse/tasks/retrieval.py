@@ -24,14 +24,32 @@ DEPTH_BINS = 5
 def retrieve(ctx: TaskContext, task: RetrievalTask) -> tuple[dict[str, float], np.ndarray]:
     """Embeds a task's queries and documents; returns `retrieval_scores` and the per-query top-1 hits (0/1)."""
     queries = ctx.encode(list(task.queries), kind="query")
-    return score(queries, ctx.encode(list(task.documents)), task.relevant)
+    return score(queries, ctx.encode(list(task.documents)), task.relevant, pool=ctx.config.retrieval_pool)
 
 
-def score(queries: np.ndarray, documents: np.ndarray, relevant) -> tuple[dict[str, float], np.ndarray]:
-    """`retrieval_scores` (Acc@1, nDCG@10) and the per-query top-1 hits (0/1) of embedded queries/documents."""
-    scores = retrieval_scores(queries, documents, list(relevant), ks=(1, 10))
-    top1 = np.argmax(queries @ documents.T, axis=1)  # encode returns unit vectors: cosine
-    return scores, (top1 == np.array(relevant)).astype(int)
+def score(
+    queries: np.ndarray, documents: np.ndarray, relevant, pool: int | None = None
+) -> tuple[dict[str, float], np.ndarray]:
+    """`retrieval_scores` (Acc@1, nDCG@10) and the per-query top-1 hits (0/1) of embedded queries/documents.
+
+    With ``pool``, documents ``[k * pool, (k + 1) * pool)`` form pool k and a query ranks only the pool of its
+    relevant document (chance 1 / pool whatever the number of documents); scores are means over all queries.
+    """
+    relevant = np.asarray(relevant)
+    pool = pool or len(documents)
+    hits = np.zeros(len(relevant), dtype=int)
+    totals: dict[str, float] = {}
+    for first in range(0, len(documents), pool):
+        mine = np.flatnonzero((relevant >= first) & (relevant < first + pool))
+        if not len(mine):
+            continue
+        block = documents[first : first + pool]
+        scores = retrieval_scores(queries[mine], block, list(relevant[mine] - first), ks=(1, 10))
+        for name in ("acc@1", "ndcg@10"):
+            totals[name] = totals.get(name, 0.0) + scores[name] * len(mine)
+        top1 = np.argmax(queries[mine] @ block.T, axis=1)  # encode returns unit vectors: cosine
+        hits[mine] = (top1 == relevant[mine] - first).astype(int)
+    return {name: total / len(relevant) for name, total in totals.items()}, hits
 
 
 def accuracy_row(ctx: TaskContext, name: str, length: int, hits: np.ndarray, depth: float = math.nan) -> dict:
@@ -84,7 +102,7 @@ def run_start(ctx: TaskContext, name: str) -> list[dict]:
     for task in tasks:
         block = documents[start : start + len(task.documents)]
         start += len(task.documents)
-        scores, hits = score(queries, block, task.relevant)
+        scores, hits = score(queries, block, task.relevant, pool=ctx.config.retrieval_pool)
         rows.append(accuracy_row(ctx, name, task.length, hits))
         rows.append(
             ctx.row(task=name, length=task.length, metric="ndcg@10", value=scores["ndcg@10"], n=len(hits))
