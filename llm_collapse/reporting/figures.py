@@ -649,7 +649,7 @@ def _position_figures(
 
 
 def _layerwise_figures(writer: _Writer, rows: pd.DataFrame, tiny: set[str]) -> None:
-    layered = rows[rows["layer"].notna()]
+    layered = rows[rows["layer"].notna() & ~rows["metric"].map(is_contrast)]
     base = layered[layered["method"] == "base"]
     if base.empty:
         logger.info("layerwise: no base-method layer rows; skipping layerwise figures")

@@ -157,6 +157,16 @@ METRICS.update(
     }
 )
 
+# The layerwise task writes its own length contrasts in the prefix design (`llm_collapse.tasks.layerwise`).
+METRICS.update(
+    {
+        f"{metric}{VS_SHORTEST}": MetricInfo(
+            f"{METRICS[metric].label} − shortest length (paired)", METRICS[metric].direction
+        )
+        for metric in TASKS["layerwise"].metrics
+    }
+)
+
 
 def metric_info(metric: str) -> MetricInfo:
     """Label and direction of ``metric``; unknown metrics get their own name and no direction."""
