@@ -280,6 +280,8 @@ ADAPTERS = [
     ("bge-gemma2", "tiny_bge_dir"),
     ("echo-mistral", "tiny_mistral_instruct_dir"),
     ("gemma3-270m", "tiny_gemma3_dir"),
+    ("qwen3-embedding-0.6b", "tiny_qwen3_dir"),
+    ("gte-qwen2", "tiny_gte_qwen2_dir"),
 ]
 
 

@@ -21,8 +21,10 @@ from llm_collapse.testing import (
     save_tiny_bge_gemma2,
     save_tiny_e5_mistral,
     save_tiny_gemma3,
+    save_tiny_gte_qwen2,
     save_tiny_mistral_instruct,
     save_tiny_nv_embed,
+    save_tiny_qwen3_embedding,
     save_tokenizer,
 )
 
@@ -31,7 +33,7 @@ TEXTS = [
     "The passkey is 68217. Remember it. 68217 is the passkey.",
     "Document: the baby eats bread again!  Ünïcode ✓ (42)",
 ]
-HF_LOADABLE = ["e5-mistral", "bge-gemma2", "mistral-instruct", "gemma3"]
+HF_LOADABLE = ["e5-mistral", "bge-gemma2", "mistral-instruct", "gemma3", "qwen3-embedding", "gte-qwen2"]
 
 
 def _read_json(path: Path) -> dict:
@@ -239,14 +241,18 @@ def test_nv_embed_rejects_unknown_ff_style(tmp_path: Path) -> None:
 def test_loads_with_auto_classes(built: Callable[[str], Path], name: str) -> None:
     out = built(name)
     config = AutoConfig.from_pretrained(out)
-    assert config.head_dim >= 32
+    head_dim = (
+        getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    )  # Qwen2: derived
+    assert head_dim >= 32
     assert config.vocab_size == len(AutoTokenizer.from_pretrained(out))
     auto = AutoModelForCausalLM if config.architectures[0].endswith("ForCausalLM") else AutoModel
     model, info = auto.from_pretrained(out, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     saved = load_file(out / "model.safetensors")
     state = model.state_dict()
-    assert all(torch.equal(state[k], v) for k, v in saved.items())
+    # Qwen3-Embedding names Qwen3ForCausalLM but ships base-model keys; transformers loads them under "model."
+    assert all(torch.equal(state[k] if k in state else state[f"model.{k}"], v) for k, v in saved.items())
     tok = AutoTokenizer.from_pretrained(out)
     if tok.pad_token is None:  # Mistral-7B-Instruct-v0.1 ships without one
         tok.pad_token = tok.eos_token
@@ -394,6 +400,8 @@ def test_gemma3_layout(built: Callable[[str], Path]) -> None:
         save_tiny_bge_gemma2,
         save_tiny_mistral_instruct,
         save_tiny_gemma3,
+        save_tiny_qwen3_embedding,
+        save_tiny_gte_qwen2,
     ],
 )
 def test_builders_return_folder_and_accept_overrides(tmp_path: Path, builder: Callable[..., Path]) -> None:
@@ -402,3 +410,48 @@ def test_builders_return_folder_and_accept_overrides(tmp_path: Path, builder: Ca
     config = _read_json(out / "config.json")
     assert config.get("text_config", config)["num_hidden_layers"] == 3
     assert any(".layers.2." in k or k.startswith("layers.2.") for k in load_file(out / "model.safetensors"))
+
+
+def test_qwen3_embedding_layout(built: Callable[[str], Path]) -> None:
+    out = built("qwen3-embedding")
+    config = _read_json(out / "config.json")
+    assert (config["model_type"], config["architectures"]) == ("qwen3", ["Qwen3ForCausalLM"])
+    assert (config["use_sliding_window"], config["sliding_window"], config["tie_word_embeddings"]) == (
+        False,
+        None,
+        True,
+    )
+    assert config["max_position_embeddings"] == 32768 and config["head_dim"] == 64
+    keys = set(load_file(out / "model.safetensors"))
+    assert "embed_tokens.weight" in keys and "layers.0.self_attn.q_norm.weight" in keys
+    assert not any(k.startswith(("model.", "lm_head")) for k in keys)  # base-model weights only
+    tok = AutoTokenizer.from_pretrained(out)
+    eod = tok.convert_tokens_to_ids("<|endoftext|>")
+    assert type(tok).__name__ == "Qwen2Tokenizer" and tok.bos_token is None
+    assert (tok.eos_token, tok.pad_token) == ("<|im_end|>", "<|endoftext|>")
+    assert config["eos_token_id"] == config["bos_token_id"] == eod
+    ids = tok("Query:what is food?")["input_ids"]
+    assert ids[-1] == eod and ids.count(eod) == 1  # tokenizer.json appends <|endoftext|>, not eos_token
+    assert tok("word " * 40, truncation=True, max_length=8)["input_ids"][-1] == eod
+
+
+def test_gte_qwen2_layout(built: Callable[[str], Path]) -> None:
+    out = built("gte-qwen2")
+    config = _read_json(out / "config.json")
+    assert (config["model_type"], config["architectures"]) == ("qwen2", ["Qwen2Model"])
+    assert config["auto_map"]["AutoModel"] == "modeling_qwen.Qwen2Model"
+    assert (config["max_position_embeddings"], config["sliding_window"], config["use_sliding_window"]) == (
+        131072,
+        None,
+        False,
+    )
+    keys = set(load_file(out / "model.safetensors"))
+    assert "layers.0.self_attn.q_proj.bias" in keys and not any(
+        k.startswith(("model.", "lm_head")) for k in keys
+    )
+    tok_config = _read_json(out / "tokenizer_config.json")
+    assert tok_config["add_eos_token"] is True and "AutoTokenizer" in tok_config["auto_map"]
+    tok = AutoTokenizer.from_pretrained(out, trust_remote_code=False)
+    eod = tok.convert_tokens_to_ids("<|endoftext|>")
+    assert tok.eos_token_id == config["eos_token_id"] == eod
+    assert tok("Query: what is food?")["input_ids"][-1] != eod  # the stock class appends nothing

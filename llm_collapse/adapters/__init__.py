@@ -1,15 +1,21 @@
-"""Embedder adapters: the registry of model specs and name resolution (including ``echo:<model>``)."""
+"""Embedder adapters: the registry of model specs, name resolution (including ``echo:<model>``) and
+`register_embedder` for specs written as data (`llm_collapse.adapters.spec_file`)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from llm_collapse.adapters.catalog import EMBEDDERS
 from llm_collapse.adapters.echo import ECHO_DEFAULT_INSTRUCTION, EchoFormat
 from llm_collapse.adapters.spec import EmbedderSpec
+from llm_collapse.adapters.spec_file import SpecError, load_spec_file, spec_from_mapping
 
-__all__ = ["EMBEDDERS", "EmbedderSpec", "list_embedders", "resolve_spec"]
+__all__ = ["EMBEDDERS", "EmbedderSpec", "SpecError", "list_embedders", "register_embedder", "resolve_spec"]
+
+logger = logging.getLogger(__name__)
 
 ECHO_PREFIX = "echo:"
 
@@ -17,6 +23,44 @@ ECHO_PREFIX = "echo:"
 def list_embedders() -> list[str]:
     """Registered embedder names; ``echo:<name-or-path>`` additionally wraps any causal decoder."""
     return EMBEDDERS.names()
+
+
+def register_embedder(spec: EmbedderSpec | Mapping | str | Path) -> EmbedderSpec:
+    """Registers an embedder for this process, so `load_embedder` and ``compare --models`` know its name.
+
+    Args:
+        spec: An `EmbedderSpec`, a mapping of spec-file keys, or the path of a YAML/JSON spec file (format in
+            `llm_collapse.adapters.spec_file`).
+
+    Returns:
+        The registered spec. Registering an equal spec again (the same file twice, or every rank of a
+        distributed run) returns the one already registered.
+
+    Raises:
+        SpecError: Invalid spec, or its name or an alias is taken by a different embedder (one line).
+    """
+    if isinstance(spec, (str, Path)):
+        spec = load_spec_file(spec)
+    elif isinstance(spec, Mapping):
+        spec = spec_from_mapping(spec, where="register_embedder")
+    elif not isinstance(spec, EmbedderSpec):
+        raise TypeError(
+            f"register_embedder takes an EmbedderSpec, a mapping or a file path, not {type(spec).__name__}"
+        )
+    for key in (spec.name, *spec.aliases):
+        if key.lower().startswith(ECHO_PREFIX):
+            raise SpecError(
+                f"embedder name {key!r} starts with {ECHO_PREFIX!r}, which is reserved; rename it"
+            )
+        if key in EMBEDDERS:
+            taken = EMBEDDERS.get(key)
+            if taken == spec and taken.name == spec.name:
+                return taken
+            raise SpecError(
+                f"embedder name {key!r} is already registered (as {taken.name!r}); give the spec another name"
+            )
+    logger.info("registered embedder %s", spec.name)
+    return EMBEDDERS.register(spec.name, spec, aliases=spec.aliases)
 
 
 def resolve_spec(name: str) -> tuple[EmbedderSpec, Path | None]:

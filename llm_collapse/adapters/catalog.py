@@ -195,3 +195,79 @@ TWICE_GEMMA3_270M = _register(
         max_length=16320,  # per copy, as echo-gemma3-270m
     )
 )
+
+
+# --- current long-context decoders -------------------------------------------------------------------------------
+# Qwen3-Embedding (QwenLM/Qwen3-Embedding README at f4ad0c4 and the model cards): causal Qwen3 (AutoModel ->
+# Qwen3Model), last-token pooling after left padding, queries "Instruct: {task}\nQuery:{query}" (no space after
+# "Query:"), documents bare, 32K sequence length. EOS: the first README (490a766) truncated to max_length - 2 and
+# appended "<|endoftext|>" by hand; the current one (d689585 on) relies on the tokenizer, whose updated
+# tokenizer.json appends it after truncation. "exactly-one" with eos_token="<|endoftext|>" gives the current
+# card's ids with either tokenizer version (and does not trust tokenizer.eos_token, which need not be
+# "<|endoftext|>"). Sizes (hidden / layers): 0.6B 1024 / 28, 4B 2560 / 36, 8B 4096 / 36 (README table).
+_WEB_SEARCH_TASK = (
+    "Given a web search query, retrieve relevant passages that answer the query"  # the card's example
+)
+
+
+def _qwen3_embedding(size: str, dim: int) -> EmbedderSpec:
+    return _register(
+        EmbedderSpec(
+            name=f"qwen3-embedding-{size.lower()}",
+            hub_id=f"Qwen/Qwen3-Embedding-{size}",
+            aliases=(f"Qwen/Qwen3-Embedding-{size}",),
+            description=f"Qwen3-Embedding-{size}: causal Qwen3, last-token (<|endoftext|>) pooling, {dim} dims",
+            architectures=("qwen3",),
+            input_format=TemplateFormat(
+                query_template="Instruct: {instruction}\nQuery:{text}",
+                document_template="{text}",  # "No need to add instruction for retrieval documents" (card)
+                eos="exactly-one",
+                eos_token="<|endoftext|>",
+            ),
+            pooling="last",
+            attn_implementation="sdpa",  # Qwen3 has no sliding window (use_sliding_window: false) and no softcap
+            max_length=8192,  # card example; the model takes 32K
+            # "Sequence Length 32K" (README). max_position_embeddings: 32768 for 0.6B; 40960 for 4B/8B as in a
+            # third-party copy of the 4B config (the hub was not reachable here: check).
+            trained_length=32768,
+            default_instruction=_WEB_SEARCH_TASK,
+        )
+    )
+
+
+QWEN3_EMBEDDING_0_6B = _qwen3_embedding("0.6B", 1024)
+QWEN3_EMBEDDING_4B = _qwen3_embedding("4B", 2560)
+QWEN3_EMBEDDING_8B = _qwen3_embedding("8B", 4096)
+
+GTE_QWEN2_7B = _register(
+    EmbedderSpec(
+        name="gte-qwen2",
+        hub_id="Alibaba-NLP/gte-Qwen2-7B-instruct",
+        aliases=("gte-qwen2-7b-instruct", "Alibaba-NLP/gte-Qwen2-7B-instruct"),
+        description="gte-Qwen2-7B-instruct: BIDIRECTIONAL Qwen2-7B, last-token (<|endoftext|>) pooling, 3584 dims",
+        architectures=("qwen2",),
+        input_format=TemplateFormat(
+            query_template="Instruct: {instruction}\nQuery: {text}",  # card get_detailed_instruct; mteb the same
+            document_template="{text}",  # "instruction tuning, applied solely on the query side" (card)
+            # tokenizer_config.json: add_eos_token true, read by the repo's own tokenization_qwen.py (remote code,
+            # never run here); transformers' stock Qwen2Tokenizer appends nothing (vLLM's docs: "for both the 1.5B
+            # and 7B variants" --trust-remote-code is needed "for the correct tokenizer"). We append "<|endoftext|>"
+            # (id 151643 = config.json bos/eos, as a copy of the config shows) ourselves, after truncation, as that
+            # tokenizer does; mteb's gte-Qwen2 entry also embeds with embed_eos="<|endoftext|>".
+            eos="exactly-one",
+            eos_token="<|endoftext|>",
+        ),
+        pooling="last",  # card last_token_pool; mteb pooling_method="lasttoken"
+        # Card: "Integration of bidirectional attention mechanisms"; the authors confirm training was bidirectional
+        # (huggingface.co/Alibaba-NLP/gte-Qwen2-7B-instruct/discussions/30). The reference code disagrees: the
+        # 1.5B repo's modeling_qwen.py defaulted its sdpa attention to is_causal=True (flipped to False in commit
+        # 2c527fb), and vLLM's docs say that HF implementation "is hardcoded to use causal attention despite what
+        # is shown in config.json". The 7B's modeling_qwen.py could not be read here (offline). We follow the
+        # training and the card: bidirectional always, padded or not (mteb evaluates it so too: attn="bbcc").
+        attention="bidirectional",
+        attn_implementation="sdpa",  # Qwen2-7B has no sliding window (use_sliding_window: false)
+        max_length=8192,  # card example (max_length = 8192); "Max Input Tokens: 32k"
+        trained_length=32768,  # card: 32k input tokens; config.json says 131072 positions (Qwen2 base)
+        default_instruction=_WEB_SEARCH_TASK,  # the card's example task
+    )
+)

@@ -64,6 +64,9 @@ class TemplateFormat:
             tokenizer may add, truncate to ``max_length - 1``, append one EOS (survives truncation).
             ``"as-text"``: append ``tokenizer.eos_token`` to the string before tokenising, so truncation
             drops it (NV-Embed-v2's published behaviour).
+        eos_token: The token ``eos`` appends, when it is not ``tokenizer.eos_token`` (Qwen3-Embedding ends
+            every input with ``<|endoftext|>`` while its tokenizer may name ``<|im_end|>`` as EOS); None: the
+            tokenizer's.
         pool_span: ``"all"``: every real token. ``"skip-bos"``: all but a leading BOS.
             ``"skip-instruction"``: zero the first ``len(tokenizer.tokenize(prefix))`` positions, where
             ``prefix`` is the query template up to ``{text}`` (NV-Embed-v2's ``pool_mask``).
@@ -73,6 +76,7 @@ class TemplateFormat:
     document_template: str = "{text}"
     eos: EosPolicy = "tokenizer"
     pool_span: PoolSpan = "all"
+    eos_token: str | None = None
 
     @property
     def takes_instruction(self) -> bool:
@@ -89,15 +93,28 @@ class TemplateFormat:
         self, tokenizer, texts: Sequence[str], *, kind: Kind, instruction: str | None, max_length: int
     ) -> list[EncodedText]:
         pairs = [self.format(t, kind=kind, instruction=instruction) for t in texts]
-        strings = [full + (tokenizer.eos_token if self.eos == "as-text" else "") for _, full in pairs]
+        eos_text, eos_id = self.eos_of(tokenizer)
+        strings = [full + (eos_text if self.eos == "as-text" else "") for _, full in pairs]
         limit = max_length - 1 if self.eos == "exactly-one" else max_length
-        ids_list = _tokenize_capped(tokenizer, strings, limit, strip_eos=self.eos == "exactly-one")
+        strip = eos_id if self.eos == "exactly-one" else None
+        ids_list = _tokenize_capped(tokenizer, strings, limit, strip_eos=strip)
         out = []
         for (prefix, _), (ids, truncated) in zip(pairs, ids_list, strict=True):
             if self.eos == "exactly-one":
-                ids = [*ids, tokenizer.eos_token_id]
+                ids = [*ids, eos_id]
             out.append(EncodedText(tuple(ids), tuple(self._pool_mask(tokenizer, ids, prefix)), truncated))
         return out
+
+    def eos_of(self, tokenizer) -> tuple[str, int]:
+        """The EOS text and id this format appends: ``eos_token`` when set, else the tokenizer's."""
+        if self.eos_token is None:
+            return tokenizer.eos_token, tokenizer.eos_token_id
+        eos_id = tokenizer.convert_tokens_to_ids(self.eos_token)
+        if eos_id is None or eos_id == tokenizer.unk_token_id:
+            raise ValueError(
+                f"eos_token {self.eos_token!r} is not a token of this tokenizer; name one of its special tokens"
+            )
+        return self.eos_token, int(eos_id)
 
     def _pool_mask(self, tokenizer, ids: list[int], prefix: str) -> list[int]:
         mask = [1] * len(ids)
@@ -111,24 +128,26 @@ class TemplateFormat:
         return mask
 
     def describe(self) -> dict:
-        return {"type": "template", **self.__dict__}
+        # eos_token appears only when set, so the formats written before it existed keep their cache keys.
+        fields = {k: v for k, v in self.__dict__.items() if not (k == "eos_token" and v is None)}
+        return {"type": "template", **fields}
 
 
 def _tokenize_capped(
-    tokenizer, strings: Sequence[str], max_length: int, *, strip_eos: bool = False
+    tokenizer, strings: Sequence[str], max_length: int, *, strip_eos: int | None = None
 ) -> list[tuple[list[int], bool]]:
     """Tokenises with special tokens; only overflowing strings are re-tokenised with truncation.
 
-    With ``strip_eos`` a trailing EOS added by the tokenizer is removed first and truncation is manual
-    (keep the first ``max_length`` ids), because the caller appends its own EOS afterwards.
+    With ``strip_eos`` (an EOS id) a trailing EOS added by the tokenizer is removed first and truncation is
+    manual (keep the first ``max_length`` ids), because the caller appends its own EOS afterwards.
     """
     if not strings:
         return []
     full = tokenizer(list(strings), add_special_tokens=True, truncation=False)["input_ids"]
     out: list[tuple[list[int], bool]] = []
     for string, ids in zip(strings, full, strict=True):
-        if strip_eos:
-            if ids and ids[-1] == tokenizer.eos_token_id:
+        if strip_eos is not None:
+            if ids and ids[-1] == strip_eos:
                 ids = ids[:-1]
             out.append((ids[:max_length], len(ids) > max_length))
         elif len(ids) > max_length:

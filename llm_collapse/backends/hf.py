@@ -29,6 +29,7 @@ import llm_collapse.backends.banded_attention  # noqa: F401  (registers attn_imp
 import llm_collapse.backends.chunked_attention  # noqa: F401  (registers attn_implementation="chunked")
 from llm_collapse.adapters.inputs import EncodedText
 from llm_collapse.adapters.spec import EmbedderSpec
+from llm_collapse.backends.attention_direction import set_attention_direction
 from llm_collapse.backends.base import Backend, ForwardOutput
 from llm_collapse.backends.device import dtype_name
 from llm_collapse.backends.weights import WeightsLocation
@@ -100,6 +101,7 @@ class HFBackend(Backend):
         else:
             model, info = transformers.AutoModel.from_pretrained(weights.directory, **kwargs)
             _check_loading(weights.directory, info)
+            set_attention_direction(model, spec.attention)  # gte-Qwen2: trained bidirectionally
         model.eval()
         if hasattr(model.config, "use_cache"):
             model.config.use_cache = False

@@ -42,6 +42,9 @@ Decisions and gotchas:
   with one line: ``tempscale-log`` (one scale per layer is shared by every request in a batch),
   ``selfextend`` (its own attention computation), and ``dynamic`` (vLLM's "dynamic" is a static NTK
   base fixed at the table length, not transformers' per-length rule).
+- **Bidirectional specs** (gte-Qwen2, ``EmbedderSpec.attention``): ``hf_overrides={"is_causal": False}`` on every
+  engine, and last-token pooling goes through ``token_embed`` on the full prompt (cutting it is exact only for a
+  causal model). Not run here on a real engine yet (no vLLM in the CPU test environment).
 - **Not supported:** NV-Embed-v2 (``NVEmbedModel`` is not in vLLM's registry), bitsandbytes quantization,
   hidden states (vLLM returns pooled vectors). On CPU, head sizes outside vLLM's CPU attention kernels
   (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512) are refused before an engine starts.
@@ -271,7 +274,11 @@ class VLLMBackend(Backend):
             checkpoint_type in _BIDIRECTIONAL
             or getattr(text, "use_bidirectional_attention", False)
             or getattr(text, "is_causal", True) is False
+            or spec.attention == "bidirectional"
         )
+        # vLLM's Qwen2 reads is_causal from the HF config (ENCODER_ONLY attention when False); say it for a spec
+        # that is bidirectional whatever its config.json holds (gte-Qwen2), as the hf backend does.
+        self.base_overrides = {"is_causal": False} if spec.attention == "bidirectional" else {}
         self._plans: list[_Plan] = []
         self._engine: _Engine | None = None
         self._applied_scale: dict = {}
@@ -294,7 +301,7 @@ class VLLMBackend(Backend):
     def config(self):
         """The model config with the active RoPE / sliding-window overrides applied (a copy)."""
         config = copy.deepcopy(self._config)
-        for key, value in _merge(self._plans).overrides.items():
+        for key, value in {**self.base_overrides, **_merge(self._plans).overrides}.items():
             setattr(config.get_text_config(), key, copy.deepcopy(value))
         return config
 
@@ -429,7 +436,7 @@ class VLLMBackend(Backend):
                     "use backend='hf'"
                 )
             model_len = min(model_len, plan.yarn_positions)
-        overrides = dict(plan.overrides)
+        overrides = {**self.base_overrides, **plan.overrides}
         if model_len > positions:
             if not self.has_rope:
                 raise ValueError(

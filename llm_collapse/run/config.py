@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from llm_collapse.adapters import resolve_spec
+from llm_collapse.adapters import register_embedder, resolve_spec
 from llm_collapse.backends import BACKENDS
 from llm_collapse.backends.device import DTYPE_NAMES
 from llm_collapse.backends.hf import QUANTIZATIONS
@@ -26,7 +26,14 @@ TASKS: tuple[str, ...] = RUNNABLE
 DESIGNS: tuple[str | None, ...] = (None, "bins", "prefix")  # None: bins
 DEFAULT_LABELS = {"sotu": "party", "movie_reviews": "sentiment", "kjv": "testament"}
 # Options that enter run_id only when set (see run_id); design "bins" is the default and counts as unset.
-_HASHED_IF_SET: tuple[str, ...] = ("pooling", "design", "prefix_docs", "quants", "retrieval_pool")
+_HASHED_IF_SET: tuple[str, ...] = (
+    "pooling",
+    "design",
+    "prefix_docs",
+    "quants",
+    "embedder_specs",
+    "retrieval_pool",
+)
 
 
 class ConfigError(UserError, ValueError):
@@ -40,6 +47,13 @@ class CompareConfig:
     models: list[str] = field(
         default_factory=lambda: ["minilm", "gemma3-270m", "echo-gemma3-270m"],
         metadata={"help": "embedders (see llm_collapse.list_embedders(); echo:<model> works too)"},
+    )
+    embedder_specs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "embedder spec files (YAML/JSON; format in llm_collapse.adapters.spec_file) registered before "
+            "--models is read, so their names can be used there"
+        },
     )
     methods: list[str] = field(
         default_factory=lambda: ["base", "tempscale:0.8", "ntk:4e6"],
@@ -115,6 +129,8 @@ class CompareConfig:
         `llm_collapse.run.preflight`, which runs before any model loads.
         """
         check_types(vars(self), source="configuration")
+        for spec_file in self.embedder_specs or []:
+            register_embedder(spec_file)  # SpecError: one line naming the file, the key and what is allowed
         for name in ("models", "methods", "tasks"):
             if not getattr(self, name):
                 raise ConfigError(f"--{name} is empty; name at least one (e.g. --{name} {_EXAMPLES[name]})")
@@ -238,6 +254,8 @@ class CompareConfig:
         data = {
             k: v for k, v in asdict(self).items() if k != "out" and not (k in _HASHED_IF_SET and v in unset)
         }
+        if "embedder_specs" in data:  # what a spec file says defines the results, not where it lies
+            data["embedder_specs"] = [_file_digest(path) for path in data["embedder_specs"]]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict:
@@ -258,6 +276,13 @@ class CompareConfig:
             raise ConfigError(f"unknown configuration keys {unknown}; allowed: {sorted(known)}")
         check_types(values, source=f"--config {yaml_path!r}" if yaml_path else "configuration")
         return cls(**values).validate()
+
+
+def _file_digest(path: str) -> str:
+    try:
+        return hashlib.sha256(Path(path).expanduser().read_bytes()).hexdigest()
+    except OSError:
+        return path
 
 
 def _read_yaml(path: str) -> dict:
@@ -346,6 +371,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if f.name == "model_paths":
             parser.add_argument(
                 "--model-path", dest="model_paths", action="append", metavar="NAME=PATH", help=help_text
+            )
+        elif f.name == "embedder_specs":
+            parser.add_argument(
+                "--embedder-spec", dest="embedder_specs", action="append", metavar="FILE", help=help_text
             )
         elif f.name == "quant":
             parser.add_argument(flag, dest=f.name, help=help_text)

@@ -241,7 +241,32 @@ PUBLISHED: dict[str, Published] = {
         window=4096,
         sliding="even",
     ),
-}
+    # Qwen/Qwen3-Embedding-{0.6B,4B,8B} config.json: Qwen3 (q/k RMSNorm, no biases), GQA with 8 KV heads of 128,
+    # no sliding window, causal. Layers and widths as in the QwenLM/Qwen3-Embedding README table (28/1024,
+    # 36/2560, 36/4096); these dims reproduce the parameter counts keras-hub's Qwen3-Embedding presets list
+    # (595,776,512; 4,021,774,336; 8,188,515,328 with the 8B's untied LM head) exactly.
+    "Qwen/Qwen3-Embedding-0.6B": Published(
+        source="Qwen/Qwen3-Embedding-0.6B config.json",
+        hidden=1024, layers=28, heads=16, kv_heads=8, head_dim=128, intermediate=3072, vocab=151669,
+    ),
+    "Qwen/Qwen3-Embedding-4B": Published(
+        source="Qwen/Qwen3-Embedding-4B config.json",
+        hidden=2560, layers=36, heads=32, kv_heads=8, head_dim=128, intermediate=9728, vocab=151665,
+    ),
+    "Qwen/Qwen3-Embedding-8B": Published(
+        source="Qwen/Qwen3-Embedding-8B config.json",
+        hidden=4096, layers=36, heads=32, kv_heads=8, head_dim=128, intermediate=12288, vocab=151665,
+    ),
+    # Alibaba-NLP/gte-Qwen2-7B-instruct config.json: Qwen2-7B, hidden 3584, intermediate 18944, 28 layers, 28 heads
+    # (head_dim 128), 4 KV heads, vocab 151646, no sliding window; run bidirectionally (catalog.py), so every
+    # layer computes all n^2 pairs. The boolean mask counted for non-causal models is an upper bound here: without
+    # padding transformers builds none for it.
+    "Alibaba-NLP/gte-Qwen2-7B-instruct": Published(
+        source="Alibaba-NLP/gte-Qwen2-7B-instruct config.json",
+        hidden=3584, layers=28, heads=28, kv_heads=4, head_dim=128, intermediate=18944, vocab=151646,
+        causal=False,
+    ),
+}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ counting

@@ -109,10 +109,14 @@ def _meta_model(spec, weights):
     import torch
     from transformers import AutoConfig, AutoModel
 
+    from llm_collapse.backends.attention_direction import set_attention_direction
+
     extra = {"gguf_file": weights.gguf_file.name} if weights.gguf_file is not None else {}
     model_config = AutoConfig.from_pretrained(weights.directory, trust_remote_code=False, **extra)
     with torch.device("meta"):
-        return AutoModel.from_config(model_config)
+        model = AutoModel.from_config(model_config)
+    set_attention_direction(model, spec.attention)  # as the real load does: prefix sharing reads it
+    return model
 
 
 def _tokenizer(weights, first, first_tokenizer):

@@ -6,14 +6,8 @@ exercised offline in well under a second per model.
 
 Decisions and gotchas:
 
-* Every tensor is drawn from its own ``torch.Generator`` seeded with ``crc32(seed, name)``:
-  the same seed gives byte-identical tensors, a tensor's value does not depend on which
-  other keys exist (both NV-Embed FF spellings carry the same numbers), and the global
-  torch RNG is left untouched (model construction runs inside ``fork_rng``).
-* Init keeps activations O(1): linear weights ``N(0, 1/fan_in)``, norm weights
-  ``center + 0.1 N(0, 1)`` (center 1 for Mistral RMSNorm and LayerNorm, 0 for Gemma's
-  ``1 + w`` RMSNorm), biases ``0.1 N(0, 1)``. Norm weights are deliberately not exactly
-  1/0 so that a dropped or misplaced norm changes the output.
+* Tensors are seeded per name and scaled to keep activations O(1)
+  (`llm_collapse.testing.random_weights`); both NV-Embed FF spellings carry the same numbers.
 * head_dim is 64 everywhere (vLLM's CPU backend accepts 32/64/80/...), and Gemma models
   use ``num_heads * head_dim != hidden_size`` as the real ones do.
 * bge-multilingual-gemma2: q/k projections are scaled up (``qk_scale``) so attention
@@ -29,15 +23,12 @@ Decisions and gotchas:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
 from safetensors.torch import save_file
 from transformers import (
     Gemma2Config,
@@ -47,11 +38,15 @@ from transformers import (
     MistralConfig,
     MistralForCausalLM,
     MistralModel,
-    PretrainedConfig,
-    PreTrainedModel,
 )
 
 from llm_collapse.backends.weights import TINY_RANDOM_MARKER, is_tiny_random
+from llm_collapse.testing.qwen_checkpoints import save_tiny_gte_qwen2, save_tiny_qwen3_embedding
+from llm_collapse.testing.random_weights import init_tensor as _init_tensor
+from llm_collapse.testing.random_weights import meta_shapes as _meta_shapes
+from llm_collapse.testing.random_weights import prepare_folder as _prepare
+from llm_collapse.testing.random_weights import save_random_hf_model as _save_hf_model
+from llm_collapse.testing.random_weights import write_json as _write_json
 from llm_collapse.testing.tokenizers import build_gemma_tokenizer, build_llama_tokenizer, save_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -65,8 +60,10 @@ __all__ = [
     "save_tiny_bge_gemma2",
     "save_tiny_e5_mistral",
     "save_tiny_gemma3",
+    "save_tiny_gte_qwen2",
     "save_tiny_mistral_instruct",
     "save_tiny_nv_embed",
+    "save_tiny_qwen3_embedding",
 ]
 
 NV_EMBED_FF_KEY_STYLES: tuple[str, ...] = ("net.0", "net.0.proj")
@@ -74,8 +71,6 @@ NV_EMBED_FF_KEY_STYLES: tuple[str, ...] = ("net.0", "net.0.proj")
 
 BGE_GEMMA2_EXTRA_TOKENS: tuple[str, ...] = ("<instruct>", "<query>")
 
-_NORM_JITTER = 0.1
-_BIAS_STD = 0.1
 _BGE_QK_SCALE = 6.0
 
 _TINY_MISTRAL: dict[str, Any] = {
@@ -96,108 +91,6 @@ _TINY_MISTRAL: dict[str, Any] = {
 }
 
 _TINY_NV_LATENT: dict[str, Any] = {"num_latents_value": 16, "num_cross_heads": 2}
-
-
-# ----------------------------------------------------------------------------- tensors
-
-
-def _tensor_seed(seed: int, name: str) -> int:
-    return zlib.crc32(f"{seed}:{name}".encode())
-
-
-def _randn(shape: tuple[int, ...], *, seed: int, name: str) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(_tensor_seed(seed, name))
-    return torch.randn(shape, generator=generator, dtype=torch.float32)
-
-
-def _init_tensor(
-    name: str,
-    shape: tuple[int, ...],
-    *,
-    seed: int,
-    norm_center: float,
-    embed_std: float,
-    qk_scale: float = 1.0,
-) -> torch.Tensor:
-    """Random tensor for parameter ``name``, scaled so activations stay O(1).
-
-    Args:
-        name: Parameter name; its seed and its kind (norm, bias, embedding, linear) follow
-            from it.
-        shape: Parameter shape.
-        seed: Checkpoint seed.
-        norm_center: Value norm weights scatter around (1 for ``x * w``, 0 for ``x * (1 + w)``).
-        embed_std: Standard deviation of token embeddings.
-        qk_scale: Extra factor for ``q_proj``/``k_proj`` weights.
-
-    Returns:
-        A float32 tensor.
-    """
-    noise = _randn(shape, seed=seed, name=name)
-    if name.endswith("latents"):
-        return noise
-    if len(shape) == 1:
-        if name.endswith("bias"):
-            return _BIAS_STD * noise
-        return norm_center + _NORM_JITTER * noise
-    if "embed_tokens" in name:
-        return embed_std * noise
-    scale = 1.0 / math.sqrt(shape[1])
-    if name.endswith(("q_proj.weight", "k_proj.weight")):
-        scale *= qk_scale
-    return scale * noise
-
-
-def _random_state_dict(
-    shapes: Mapping[str, tuple[int, ...]], *, seed: int, **init_kwargs: Any
-) -> dict[str, torch.Tensor]:
-    return {
-        name: _init_tensor(name, tuple(shape), seed=seed, **init_kwargs) for name, shape in shapes.items()
-    }
-
-
-def _meta_shapes(model_cls: type[PreTrainedModel], config: PretrainedConfig) -> dict[str, tuple[int, ...]]:
-    """Persistent parameter names and shapes of ``model_cls(config)``, without allocating."""
-    with torch.device("meta"):
-        model = model_cls(config)
-    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
-
-
-def _save_hf_model(
-    model_cls: type[PreTrainedModel],
-    config: PretrainedConfig,
-    path: Path,
-    *,
-    seed: int,
-    **init_kwargs: Any,
-) -> None:
-    """Fill ``model_cls(config)`` with seeded random weights and ``save_pretrained`` it."""
-    shapes = _meta_shapes(model_cls, config)
-    if getattr(config, "tie_word_embeddings", False):
-        shapes.pop("lm_head.weight", None)
-    state = _random_state_dict(shapes, seed=seed, **init_kwargs)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = model_cls(config)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
-    if missing or unexpected:
-        raise RuntimeError(f"state dict mismatch: missing={missing} unexpected={unexpected}")
-    model.save_pretrained(path)
-
-
-def _write_json(path: Path, payload: Mapping[str, Any]) -> None:
-    path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def _prepare(path: str | Path) -> Path:
-    out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
-    # Reports look for this file: numbers from random weights are code-path checks, never findings.
-    (out / TINY_RANDOM_MARKER).write_text(
-        "Random weights built by llm_collapse.testing; not a trained model.\n"
-    )
-    return out
 
 
 # ----------------------------------------------------------------------------- NV-Embed
@@ -509,5 +402,7 @@ TINY_BUILDERS: dict[str, Callable[..., Path]] = {
     "bge-gemma2": save_tiny_bge_gemma2,
     "mistral-instruct": save_tiny_mistral_instruct,
     "gemma3": save_tiny_gemma3,
+    "qwen3-embedding": save_tiny_qwen3_embedding,
+    "gte-qwen2": save_tiny_gte_qwen2,
 }
 """Short name -> builder; every builder is ``(path, *, seed=0, **overrides) -> Path``."""
