@@ -13,6 +13,7 @@ from llm_collapse.adapters.echo import EchoFormat
 from llm_collapse.backends import BACKENDS
 from llm_collapse.backends.base import Backend
 from llm_collapse.backends.device import resolve_device, resolve_dtype
+from llm_collapse.backends.fused_attention import choose_attention
 from llm_collapse.backends.hf import QUANTIZATIONS, HFBackend, check_transformers_version
 from llm_collapse.backends.weights import resolve_weights
 from llm_collapse.embedder import Embedder
@@ -58,7 +59,8 @@ def load_embedder(
         batch_size: Default most texts per forward pass.
         max_tokens_per_batch: Most padded tokens per forward pass.
         attn_implementation: Override the spec's transformers attention backend (``"eager"`` to read
-            attention weights; ``"sdpa"`` is the default, except eager for Gemma 2's softcap).
+            attention weights, ``"chunked"``/``"fused"`` for Gemma 2's softcap). Left None, a spec asking for
+            ``"chunked"`` runs ``"fused"`` (flex_attention) on CUDA (`choose_attention`; logged).
         tensor_parallel_size: GPUs to shard over (``backend="vllm"`` only).
         backend_options: Extra `VLLMBackend` arguments (``max_model_len``, ``kv_cache_gib``, ``engine_kwargs``,
             ``engine_env``, ``verbose``) for ``backend="vllm"``.
@@ -85,6 +87,10 @@ def load_embedder(
     check_transformers_version(spec)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    if attn_implementation is None and backend == "hf":  # the spec's default: the fastest exact kernel here
+        spec = replace(
+            spec, attn_implementation=choose_attention(spec.name, spec.attn_implementation, torch_device)
+        )
     weights = resolve_weights(spec.name, spec.hub_id, spec.source, path if path is not None else implied_path)
     if backend == "vllm":
         from llm_collapse.backends.vllm_backend import VLLMBackend

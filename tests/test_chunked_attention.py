@@ -13,7 +13,7 @@ import types
 import numpy as np
 import pytest
 import torch
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
 
@@ -25,6 +25,7 @@ from llm_collapse.backends.chunked_attention import (
     query_chunk_size,
     registered_name,
 )
+from llm_collapse.backends.mask_patterns import lean_mask
 
 TEXTS = [
     "the quick brown fox jumps over the lazy dog while seven wizards quietly judge the boxing match",
@@ -96,7 +97,7 @@ def test_registered_under_the_user_facing_name():
     assert registered_name("chunked") == CHUNKED == "chunked"
     assert registered_name("eager") == "eager"
     assert ALL_ATTENTION_FUNCTIONS["chunked"] is chunked_attention_forward
-    assert AttentionMaskInterface._global_mapping["chunked"] is sdpa_mask
+    assert AttentionMaskInterface._global_mapping["chunked"] is lean_mask
     assert chunked_attention.register() == "chunked"  # idempotent
 
 

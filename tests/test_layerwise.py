@@ -31,10 +31,10 @@ def test_entropy_equals_eager_attention_weights(name, fixture, request, monkeypa
     # query chunks shorter than the texts and than gemma3's window (16)
     monkeypatch.setattr(layerwise, "_CHUNK", 8)
     directory = request.getfixturevalue(fixture)
-    embedder = lc.load_embedder(name, path=directory, dtype="fp32")
+    embedder = lc.load_embedder(name, path=directory, dtype="fp32", device="cpu")
     result = measure_layers(embedder, TEXTS)
     np.testing.assert_allclose(result.embeddings, embedder.encode(TEXTS), atol=1e-6)  # same vectors as encode
-    eager = lc.load_embedder(name, path=directory, dtype="fp32", attn_implementation="eager")
+    eager = lc.load_embedder(name, path=directory, dtype="fp32", device="cpu", attn_implementation="eager")
     for i, text in enumerate(TEXTS):
         ids = torch.tensor([eager.tokenize([text])[0].input_ids])
         with torch.no_grad():

@@ -33,6 +33,9 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from llm_collapse.backends.mask_patterns import is_causal_band
+from llm_collapse.metrics.attention import mask_rows
+
 __all__ = ["BANDED", "banded_attention_forward", "banded_mask", "register"]
 
 BANDED = "banded"
@@ -87,7 +90,7 @@ def banded_attention_forward(
         distance = q_pos - k_pos
         band = ((distance >= 0) & (distance < sliding_window))[None, None]  # (1, 1, c, keys)
         if attention_mask is not None:
-            piece = attention_mask[:, :, start:stop, first_key:last_key]
+            piece = mask_rows(attention_mask, slice(start, stop))[..., first_key:last_key]
             band = band & piece if piece.dtype == torch.bool else torch.where(band, piece, float("-inf"))
         out, _ = sdpa_attention_forward(
             module,
@@ -115,11 +118,11 @@ def banded_mask(
     """``sdpa_mask``, except None for a sliding-window layer of an unpadded batch (see the module docstring).
 
     None is returned only when ``mask_function`` is verifiably the plain causal band of width ``local_size``
-    (probed at its edges) and nothing else was overlaid (``allow_is_causal_skip``), so chunked or
+    (probed at its edges, `is_causal_band`) and nothing else was overlaid (``allow_is_causal_skip``), so chunked or
     bidirectional local masks, which transformers also sizes with ``local_size``, still get a real mask.
     """
     unpadded = attention_mask is None or bool(attention_mask.all())
-    if local_size and unpadded and allow_is_causal_skip and _is_causal_band(mask_function, local_size):
+    if local_size and unpadded and allow_is_causal_skip and is_causal_band(mask_function, local_size):
         return None
     return sdpa_mask(
         *args,
@@ -129,25 +132,6 @@ def banded_mask(
         allow_is_causal_skip=allow_is_causal_skip,
         **kwargs,
     )
-
-
-def _is_causal_band(mask_function, window: int) -> bool:
-    """Whether ``mask_function`` allows exactly ``0 <= q - k < window`` at the band's edges."""
-    if mask_function is None:
-        return False
-    t = lambda v: torch.tensor(v)  # noqa: E731
-    probes = {  # (q, k): allowed
-        (0, 0): True,
-        (0, 1): False,
-        (window - 1, 0): True,
-        (window, 0): False,
-        (2 * window, window + 1): True,
-        (2 * window, 2 * window + 1): False,
-    }
-    try:
-        return all(bool(mask_function(t(0), t(0), t(q), t(k))) == ok for (q, k), ok in probes.items())
-    except Exception:  # noqa: BLE001 - an unknown mask function just gets the real mask
-        return False
 
 
 def register() -> str:

@@ -29,13 +29,14 @@ Masks
       (bottom-right alignment, as transformers' masks do).
     Fully masked query rows (padding) attend uniformly instead of producing NaN; pooling never reads them.
 
-Mask function (the one quadratic term left)
-    The registered mask function is transformers' ``sdpa_mask``: a boolean (B, 1, L, L) mask, 1 byte per
-    pair, built once per forward and per layer type and shared by all layers, or None where sdpa could use
-    ``is_causal`` (no padding, no sliding window shorter than the input). At 32k tokens that is 1 GiB per
-    text for Gemma 2's sliding-window layers (plus 1 GiB for the full layers when the batch is padded),
-    against 2 x 64 GiB of float32 logits per layer for eager. A lazy per-chunk mask would remove it too, but
-    would break wrappers that read ``attention_mask`` as a tensor (``routed_attention`` interventions).
+Mask function (memory linear in L)
+    The registered mask function is `llm_collapse.backends.mask_patterns.lean_mask`: for transformers' plain
+    patterns (causal, causal sliding window, bidirectional) it passes None (unpadded) or the (B, Lk) key
+    padding, and the rule is applied per chunk from positions, so no (B, 1, L, L) mask exists (it was 1 GiB per
+    text at 32k tokens for Gemma 2's sliding layers). Any other pattern (overlays, packed sequences, a KV cache)
+    gets transformers' boolean ``sdpa_mask``. Wrappers that read the mask (`routed_attention` interventions)
+    handle None and 2D masks with the same rule (`metrics.attention.attendable`). A 4D mask with one query row
+    (NV-Embed's (B, 1, 1, Lk) key padding under another implementation) holds for every row.
 
 Registration and naming
     Registered on import under ``"chunked"`` in ``AttentionInterface`` and ``AttentionMaskInterface``;
@@ -55,9 +56,10 @@ import logging
 import torch
 from torch import nn
 from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface
 
-from llm_collapse.metrics.attention import attendable
+from llm_collapse.backends.mask_patterns import lean_mask
+from llm_collapse.metrics.attention import attendable, mask_rows
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +160,8 @@ def chunked_attention_forward(
             if softcap is not None:
                 logits = torch.tanh(logits / softcap) * softcap
         if mask_4d:
-            mask = attention_mask[:, :, start:stop, :k_len].to(query.device)  # (B|1, 1|H, c, Lk)
+            mask = mask_rows(attention_mask, slice(start, stop))[..., :k_len]  # (B|1, 1|H, c, Lk)
+            mask = mask.to(query.device)
             if mask.dtype == torch.bool:
                 logits = logits.masked_fill_(~mask, fill) if inplace else logits.masked_fill(~mask, fill)
             else:
@@ -197,7 +200,7 @@ def register() -> str:
     """Registers the attention and mask functions with transformers (idempotent); returns the name."""
     name = registered_name(CHUNKED)
     AttentionInterface.register(name, chunked_attention_forward)
-    AttentionMaskInterface.register(name, sdpa_mask)
+    AttentionMaskInterface.register(name, lean_mask)
     return name
 
 

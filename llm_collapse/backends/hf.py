@@ -27,6 +27,7 @@ from packaging.version import Version
 
 import llm_collapse.backends.banded_attention  # noqa: F401  (registers attn_implementation="banded")
 import llm_collapse.backends.chunked_attention  # noqa: F401  (registers attn_implementation="chunked")
+import llm_collapse.backends.fused_attention  # noqa: F401  (registers attn_implementation="fused")
 from llm_collapse.adapters.inputs import EncodedText
 from llm_collapse.adapters.spec import EmbedderSpec
 from llm_collapse.backends.attention_direction import set_attention_direction

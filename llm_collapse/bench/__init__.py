@@ -32,6 +32,10 @@ What it measures, in one run (so every ratio compares sides that ran under the s
    lives in its own venv because it pins another transformers) when that interpreter imports ``vllm`` and
    llm_collapse offers a ``vllm`` backend there; RSS then covers vLLM's worker processes too. Otherwise the
    rows say why, e.g. "vllm not installed"; no number is ever filled in.
+5. **Long documents on tiny replicas.** bge-gemma2 (``chunked`` and ``fused``) and NV-Embed (``sdpa``) rebuilt
+   as tiny random replicas in their published layouts, one document of 8k, 16k and 32k tokens each through the
+   same worker (`llm_collapse.bench.replicas`): the width is tiny, the masks and attention shapes are real, so
+   RSS growth per doubling of the length (target <= 2.2x) shows whether memory is linear in length.
 
 FLOP counting (`model_flops`), per text of ``L`` real tokens::
 
@@ -76,6 +80,7 @@ from llm_collapse.bench.corpus import exact_length_texts, long_document, mixed_t
 from llm_collapse.bench.flops import ENCODER_TYPES, FlopModel, matmul_peak, model_flops
 from llm_collapse.bench.long_docs import long_documents, run_long_document, vllm_status
 from llm_collapse.bench.render import render_markdown
+from llm_collapse.bench.replicas import build_replica, replica_documents, replica_targets
 from llm_collapse.bench.run import run_bench
 from llm_collapse.bench.sides import (
     fixed_length_flops,
@@ -105,6 +110,7 @@ __all__ = [
     "BenchConfig",
     "FlopModel",
     "Target",
+    "build_replica",
     "contention",
     "evaluate_targets",
     "exact_length_texts",
@@ -116,6 +122,8 @@ __all__ = [
     "mixed_texts",
     "model_flops",
     "render_markdown",
+    "replica_documents",
+    "replica_targets",
     "run_bench",
     "run_long_document",
     "st_token_counts",

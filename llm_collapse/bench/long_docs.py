@@ -24,7 +24,9 @@ def worker(spec: dict) -> dict:
     """Runs in a fresh process: load, warm up, time one forward of exactly ``spec['length']`` tokens.
 
     The backend is ``spec['backend']`` (``"hf"``, or ``"vllm"`` through `llm_collapse.load_embedder`, whose
-    RSS then includes vLLM's worker processes).
+    RSS then includes vLLM's worker processes). Optional keys: ``path`` (local weights, e.g. a tiny replica),
+    ``attn_implementation``, and ``warmup: "full"`` to warm up on the timed text itself (a compiled kernel then
+    compiles for that shape before the clock and the memory baseline start).
     """
     import torch
 
@@ -34,11 +36,17 @@ def worker(spec: dict) -> dict:
     children = spec["backend"] != "hf"
     load_start = time.perf_counter()
     embedder = lc.load_embedder(
-        spec["model"], backend=spec["backend"], dtype=spec["dtype"], max_length=max(spec["length"], 2)
+        spec["model"],
+        backend=spec["backend"],
+        dtype=spec["dtype"],
+        max_length=max(spec["length"], 2),
+        path=spec.get("path"),
+        attn_implementation=spec.get("attn_implementation"),
     )
     load_s = time.perf_counter() - load_start
     n_tokens = len(embedder.tokenize([text])[0])
-    embedder.encode([text[:200]], show_progress_bar=False)  # warm-up: kernels, allocator, thread pool
+    warmup = text if spec.get("warmup") == "full" else text[:200]
+    embedder.encode([warmup], show_progress_bar=False)  # warm-up: kernels, allocator, thread pool
     gc.collect()
     baseline = RssPoller(children=children).rss()
     maxrss_before = maxrss_bytes()
@@ -102,14 +110,25 @@ def vllm_status(python: str) -> str:
 
 
 def run_long_document(
-    model: str, dtype: str, length: int, text: str, *, backend: str, timeout: float, python: str | None = None
+    model: str,
+    dtype: str,
+    length: int,
+    text: str,
+    *,
+    backend: str,
+    timeout: float,
+    python: str | None = None,
+    options: dict | None = None,
 ) -> dict:
-    """Runs `worker` in a fresh ``python -m llm_collapse.bench --worker`` process and returns its row."""
+    """Runs `worker` in a fresh ``python -m llm_collapse.bench --worker`` process and returns its row.
+
+    ``options``: the worker's optional keys (``path``, ``attn_implementation``, ``warmup``).
+    """
     row: dict = {"model": model, "backend": backend, "length": length}
     with tempfile.TemporaryDirectory(prefix="llm-collapse-bench-") as tmp:
         text_file, out_file, spec_file = (Path(tmp) / n for n in ("text.txt", "out.json", "spec.json"))
         text_file.write_text(text, encoding="utf-8")
-        spec = {"model": model, "dtype": dtype, "length": length, "backend": backend}
+        spec = {"model": model, "dtype": dtype, "length": length, "backend": backend, **(options or {})}
         spec_file.write_text(json.dumps({**spec, "text_file": str(text_file), "out_file": str(out_file)}))
         command = [python or sys.executable, "-m", "llm_collapse.bench", "--worker", str(spec_file)]
         env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}

@@ -75,6 +75,22 @@ def _long_document_row(r: dict) -> list:
     return [r["model"], r["backend"], r["length"], *["-"] * 7, r["status"]]
 
 
+def _replica_row(r: dict) -> list:
+    if "seconds" not in r:
+        return [r["model"], r["attention"], r["length"], *["-"] * 5, r["status"]]
+    return [
+        r["model"],
+        r["attention"],
+        r["length"],
+        f"{r['seconds']:.2f}",
+        f"{r['n_tokens'] / r['seconds']:,.0f}",
+        f"{r['peak_rss_bytes'] / 2**30:.2f}",
+        f"{r['growth_bytes'] / 2**30:.3f}",
+        _cores(r.get("other_cores")),
+        r["status"],
+    ]
+
+
 def render_markdown(result: dict) -> str:
     """``bench.md``: command, environment, targets, throughput, agreement, FLOP/s, long documents."""
     env = result["environment"]
@@ -245,6 +261,29 @@ def render_markdown(result: dict) -> str:
             [_long_document_row(r) for r in result["long_documents"]],
         ),
     ]
+    if result.get("replica_documents"):
+        lines += [
+            "",
+            "## Long documents on tiny replicas (memory growth with length)",
+            "",
+            "Random-weight replicas in the published layouts (`llm_collapse.bench.replicas`): widths are tiny, "
+            "masks and attention shapes are the real ones, so RSS growth shows whether memory is linear in length.",
+            "",
+            _table(
+                [
+                    "model",
+                    "attention",
+                    "tokens",
+                    "seconds",
+                    "tokens/s",
+                    "peak RSS GiB",
+                    "growth over loaded model GiB",
+                    "other processes (cores)",
+                    "status",
+                ],
+                [_replica_row(r) for r in result["replica_documents"]],
+            ),
+        ]
     lines += [
         "",
         "## Notes",

@@ -11,6 +11,7 @@ from llm_collapse.bench.config import SCHEMA, BenchConfig
 from llm_collapse.bench.flops import matmul_peak
 from llm_collapse.bench.long_docs import long_documents
 from llm_collapse.bench.render import render_markdown
+from llm_collapse.bench.replicas import replica_documents
 from llm_collapse.bench.sides import fixed_length_flops, throughput
 from llm_collapse.bench.targets import contention, evaluate_targets
 from llm_collapse.utils.optional import package_version
@@ -60,6 +61,7 @@ def run_bench(config: BenchConfig, *, command: str = "python -m llm_collapse.ben
     long_rows = (
         long_documents(documents, config, dtype, long_tokenizer, long_special) if config.long_lengths else []
     )
+    replica_rows = replica_documents(documents, config, dtype)
 
     # The peak again at the end; the better of the two is the ceiling (a busy moment only lowers a reading).
     last = {d: matmul_peak(d, n=config.peak_n, reps=config.peak_reps) for d in peak_dtypes}
@@ -75,7 +77,7 @@ def run_bench(config: BenchConfig, *, command: str = "python -m llm_collapse.ben
     for row in rows:
         for side in row["sides"].values():
             side["fraction_of_bf16_peak"] = side["flops_per_s"] / bf16_peak
-    for row in flop_rows + long_rows:
+    for row in flop_rows + long_rows + replica_rows:
         if "flops_per_s" in row:
             row["fraction_of_bf16_peak"] = row["flops_per_s"] / bf16_peak
     result = {
@@ -91,6 +93,7 @@ def run_bench(config: BenchConfig, *, command: str = "python -m llm_collapse.ben
         "throughput": rows,
         "flops": flop_rows,
         "long_documents": long_rows,
+        "replica_documents": replica_rows,
         "wall_seconds": time.perf_counter() - started,
     }
     result["targets"] = [t.describe() for t in evaluate_targets(result)]

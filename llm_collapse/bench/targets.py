@@ -11,6 +11,7 @@ from llm_collapse.bench.config import (
     TARGET_PEAK_FRACTION,
     TARGET_ST_RATIO,
 )
+from llm_collapse.bench.replicas import replica_targets
 
 
 @dataclass
@@ -106,14 +107,15 @@ def evaluate_targets(result: dict) -> list[Target]:
                 {"growth_ratio": growth, "peak_ratio": peak},
             )
         )
-    return targets
+    return targets + replica_targets(result.get("replica_documents", []))
 
 
 def contention(result: dict) -> dict:
     """Largest and mean ``other_cores`` over every timed section (None when /proc/stat was unreadable)."""
     values = [p.get("other_cores") for p in result["peak"].values()]
     values += [s.get("other_cores") for r in result["throughput"] for s in r["sides"].values()]
-    values += [r.get("other_cores") for r in result["flops"] + result["long_documents"] if "seconds" in r]
+    rows = result["flops"] + result["long_documents"] + result.get("replica_documents", [])
+    values += [r.get("other_cores") for r in rows if "seconds" in r]
     values = [v for v in values if v is not None]
     if not values:
         return {"max_other_cores": None, "mean_other_cores": None, "busy": None}

@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--flop-lengths", type=_csv(int), default=None, help="default 512,1024,2048")
     parser.add_argument(
+        "--replica-lengths",
+        type=_csv(int),
+        default=None,
+        help="tiny bge-gemma2/NV-Embed replicas' memory growth (default 8192,16384,32768); '' skips",
+    )
+    parser.add_argument(
         "--rounds", type=int, default=None, help="timed rounds per side (default 2, best kept)"
     )
     parser.add_argument(
@@ -75,6 +81,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         "long_lengths": args.long_lengths,
         "long_model": args.long_model,
         "flop_lengths": args.flop_lengths,
+        "replica_lengths": args.replica_lengths,
         "out": args.out,
         "rounds": args.rounds,
         "vllm_python": args.vllm_python,

@@ -80,9 +80,18 @@ def base_attention_function(implementation: str, module: nn.Module) -> Attention
     return ALL_ATTENTION_FUNCTIONS[implementation]
 
 
+# Implementations whose mask function builds flex ``BlockMask``s -> one whose mask function builds tensors (or
+# None) for the same pattern; `routed_attention(..., tensor_masks=True)` uses the latter.
+TENSOR_MASK_STANDINS: dict[str, str] = {"fused": "chunked", "flex_attention": "sdpa"}
+
+
 @contextlib.contextmanager
 def routed_attention(
-    model: nn.Module, wrap: Callable[[AttentionFn, nn.Module], AttentionFn], *, tag: str
+    model: nn.Module,
+    wrap: Callable[[AttentionFn, nn.Module], AttentionFn],
+    *,
+    tag: str,
+    tensor_masks: bool = False,
 ) -> Iterator[str]:
     """Routes all attention modules of ``model`` through ``wrap(original_fn, module)``.
 
@@ -91,6 +100,9 @@ def routed_attention(
         wrap: Called per attention call with the original function and the calling module; returns the
             function to run (return ``original`` itself to leave a module untouched).
         tag: Readable part of the registered name.
+        tensor_masks: The wrapper reads ``attention_mask`` as a tensor (or None): a base implementation that
+            builds flex ``BlockMask``s gets its `TENSOR_MASK_STANDINS` mask function instead (the original
+            function then receives tensor masks too; ``fused`` computes those with ``chunked``).
 
     Yields:
         The registered implementation name.
@@ -113,7 +125,8 @@ def routed_attention(
         return wrap(original, module)(module, query, key, value, attention_mask, **kwargs)
 
     AttentionInterface.register(name, routed)
-    AttentionMaskInterface.register(name, AttentionMaskInterface._global_mapping[_mask_key(base)])
+    mask_source = TENSOR_MASK_STANDINS.get(base, base) if tensor_masks else base
+    AttentionMaskInterface.register(name, AttentionMaskInterface._global_mapping[_mask_key(mask_source)])
     try:
         for config in configs.values():
             config._attn_implementation = name

@@ -83,7 +83,7 @@ from llm_collapse.interventions.base import (
     VLLMSettings,
     not_on_vllm,
 )
-from llm_collapse.metrics.attention import attendable, mask_allows
+from llm_collapse.metrics.attention import attendable, mask_allows, mask_rows
 
 __all__ = ["SelfExtend"]
 
@@ -149,7 +149,10 @@ class SelfExtend(Intervention):
                 min_length=self.min_length,
             )
 
-        with captured_inputs(model) as captured, routed_attention(model, wrap, tag="selfextend"):
+        with (
+            captured_inputs(model) as captured,
+            routed_attention(model, wrap, tag="selfextend", tensor_masks=True),
+        ):
             yield
 
 
@@ -375,7 +378,7 @@ def _selfextend_attention(
         rows = slice(start, min(start + chunk, q_len))
         c = rows.stop - rows.start
         if mask_4d:
-            mask = attention_mask[:, :, rows, :k_len].to(device)
+            mask = mask_rows(attention_mask, rows)[..., :k_len].to(device)
             allowed = mask_allows(mask)
         else:
             mask = None

@@ -27,7 +27,8 @@ Decisions and gotchas:
 - Query rows are given as key positions: with fewer queries than keys (a KV cache) query t of Lq sits at
   ``Lk - Lq + t`` (bottom-right alignment, transformers' convention).
 - A 4D mask the model built (boolean True = attend, or additive float) always wins over the rule:
-  `mask_allows` reads it (additive: above half the dtype's minimum).
+  `mask_allows` reads it (additive: above half the dtype's minimum). A mask with one query row, (B, 1, 1, Lk)
+  (NV-Embed's bidirectional key padding), holds for every row: `mask_rows` expands it instead of slicing.
 - `entropy` takes the log-probabilities when the caller has them (``log_softmax`` of logits): ``ln`` of a
   rounded probability loses precision for small p. Without them it uses ``xlogy(p, p)``. The two forms agree
   to rounding, not bit for bit.
@@ -51,7 +52,7 @@ from transformers.masking_utils import (
     sliding_window_causal_mask_function,
 )
 
-__all__ = ["attendable", "attention_entropy", "entropy", "mask_allows", "mask_function"]
+__all__ = ["attendable", "attention_entropy", "entropy", "mask_allows", "mask_function", "mask_rows"]
 
 
 def mask_function(
@@ -113,6 +114,18 @@ def attendable(
         torch.arange(n_keys, device=device)[None, None, None, :],
     )
     return allowed.expand(batch, 1, q_idx.numel(), n_keys)
+
+
+def mask_rows(mask: torch.Tensor, rows: slice) -> torch.Tensor:
+    """Query rows ``rows`` of a 4D mask (B|1, 1|H, Lq|1, Lk), as a view with ``rows``' length in dim 2.
+
+    A mask with one query row (a bidirectional key-padding mask, (B, 1, 1, Lk)) holds for every row, so it is
+    expanded rather than sliced.
+    """
+    if mask.shape[-2] == 1:
+        n_rows = len(range(rows.start or 0, rows.stop, rows.step or 1))
+        return mask.expand(*mask.shape[:-2], n_rows, mask.shape[-1])
+    return mask[:, :, rows]
 
 
 def mask_allows(mask: torch.Tensor) -> torch.Tensor:

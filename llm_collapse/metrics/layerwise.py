@@ -35,7 +35,7 @@ from torch import nn
 from llm_collapse.embedder import Embedder
 from llm_collapse.interventions.attention import attention_modules, layer_index, routed_attention
 from llm_collapse.interventions.base import NotApplicable
-from llm_collapse.metrics.attention import attendable, entropy, mask_allows
+from llm_collapse.metrics.attention import attendable, entropy, mask_allows, mask_rows
 from llm_collapse.metrics.hidden import layerwise_high_frequency
 from llm_collapse.prefix import pool_prefixes, sharing_groups
 
@@ -143,7 +143,7 @@ def _allowed(module, mask4d, real_keys, start, stop, n_keys, window=None) -> tor
     """Which keys each query row attends to: the 4D mask when the model built one, else causal (and the sliding
     window: ``attn_implementation="banded"`` passes no mask for unpadded sliding-window layers)."""
     if isinstance(mask4d, torch.Tensor) and mask4d.dim() == 4:
-        return mask_allows(mask4d[:, :, start:stop].cpu())
+        return mask_allows(mask_rows(mask4d, slice(start, stop)).cpu())
     causal = bool(getattr(module, "is_causal", False))
     return attendable(n_keys, slice(start, stop), causal=causal, sliding_window=window, key_mask=real_keys)
 

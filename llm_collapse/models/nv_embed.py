@@ -32,10 +32,14 @@ Published quirks (handled by the package's input formatting, not here; recorded 
 How the transformers-5 seams are used
     * Bidirectional attention: every backbone ``self_attn.is_causal`` is set to False (read by the sdpa/flash
       integrations), the backbone config gets ``is_causal=False`` and ``sliding_window=None``, and
-      :meth:`NVEmbedModel.forward` prepares the 4D mask itself with
-      ``transformers.masking_utils.create_bidirectional_mask(..., allow_is_bidirectional_skip=False)``: a boolean
-      (B, 1, L, L) mask for sdpa, an additive float one for eager, with padded keys masked and no window.
-      ``MistralModel.forward`` hands an already-4D mask to the layers as-is.
+      :meth:`NVEmbedModel.forward` prepares the mask itself (:func:`key_padding_mask`) with transformers'
+      ``create_bidirectional_mask`` for the implementation in use: no mask at all for an unpadded batch (the
+      kernels then attend to every key), and for a padded one the least mask the kernel needs. A bidirectional
+      mask depends on the key only, so it is built for one query row: a (B, 1, 1, L) boolean (sdpa) or additive
+      (eager) mask that broadcasts over the queries, the (B, L) padding for ``chunked``/flash, a ``BlockMask``
+      for flex kernels (which need the real query length). Memory stays linear in L (the dense (B, 1, L, L)
+      mask built before peaked at 12 GiB at 32k tokens on the two-layer replica).
+      ``MistralModel.forward`` hands a prepared mask (or None) to the layers as-is.
     * Key renaming: :meth:`NVEmbedModel.from_pretrained` adds a ``key_mapping`` entry so a checkpoint that spells
       the first feed-forward projection ``...cross_attend_blocks.1.fn.net.0.proj.{weight,bias}`` loads into
       ``...net.0``; nothing is registered globally.
@@ -60,6 +64,7 @@ __all__ = [
     "NVEmbedConfig",
     "LatentAttentionPooler",
     "NVEmbedModel",
+    "key_padding_mask",
     "load_nv_embed",
 ]
 
@@ -325,13 +330,7 @@ class NVEmbedModel(PreTrainedModel):
                 inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device
             )
         if attention_mask.dim() == 2:
-            # (B, 1, L, L): bool for sdpa, additive float for eager; padded keys masked, no causality, no window.
-            attention_mask = create_bidirectional_mask(
-                config=self.embedding_model.config,
-                inputs_embeds=inputs_embeds,
-                attention_mask=attention_mask,
-                allow_is_bidirectional_skip=False,
-            )
+            attention_mask = key_padding_mask(self.embedding_model.config, inputs_embeds, attention_mask)
         backbone = self.embedding_model(
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
@@ -346,6 +345,22 @@ class NVEmbedModel(PreTrainedModel):
             hidden_states=backbone.hidden_states if output_hidden_states else None,
             attentions=getattr(backbone, "attentions", None),
         )
+
+
+def key_padding_mask(config: PretrainedConfig, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor):
+    """The bidirectional mask of ``config._attn_implementation`` for a (B, L) padding mask, built for one query row.
+
+    Returns None without padding; else (B, 1, 1, L) boolean / additive, (B, L), or a full-length ``BlockMask``
+    (module docstring). Every form masks exactly the padded keys for every query.
+    """
+    mask = create_bidirectional_mask(
+        config=config, inputs_embeds=inputs_embeds[:, :1], attention_mask=attention_mask
+    )  # q_length 1, kv_length from the 2D mask
+    if mask is None or isinstance(mask, torch.Tensor):
+        return mask
+    return create_bidirectional_mask(
+        config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+    )
 
 
 def load_nv_embed(path: str | os.PathLike, **from_pretrained_kwargs: Any) -> NVEmbedModel:
