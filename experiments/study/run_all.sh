@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
-# Every study run, then the study report. Each run is resumable (embedding cache); see experiments/README.md.
+# Every study run, then the study report. Each run resumes from the embedding cache (~/.cache/llm_collapse,
+# or $LLM_COLLAPSE_CACHE): stop it at any point and start this script again; finished runs cost seconds.
+# Expected wall time per run (2-core CPU, fp32): experiments/README.md, "Wall times".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-for name in tempscale layerwise rope echo pooling_last; do
+runs=(
+  minilm layerwise_minilm               # Q1-Q3 on minilm (minutes)
+  sweep8k sweep32k                      # Q1, Q2, Q5 on gemma3-270m to 8k (64 texts) and 32k (32 texts)
+  retrieval2k retrieval32k              # Q2, Q5: passkey and needle to 32k
+  layerwise32k                          # Q3 to 32k
+  echo8k echo_position                  # Q4
+  tempscale layerwise rope echo pooling_last  # the earlier length-bin runs to 2k (superseded as they are replaced)
+)
+for name in "${runs[@]}"; do
   python -m llm_collapse.compare --config "experiments/study/${name}.yaml"
 done
 python experiments/quantization.py
