@@ -53,3 +53,23 @@ def test_quantization_yaml_made_the_committed_quantization_run():
     assert config.tasks == ["collapse", "quantization"] and config.quants == ["nf4", "int8"]
     run = json.loads((ROOT / "reports/study/quantization/run.json").read_text())
     assert run["run_id"] == config.run_id()
+
+
+STUDY_RUNS = sorted(
+    p.stem
+    for p in (ROOT / "experiments/study").glob("*.yaml")
+    if (ROOT / f"reports/study/{p.stem}/run.json").is_file()
+)
+
+
+@pytest.mark.parametrize("name", STUDY_RUNS)
+def test_each_committed_study_run_came_from_its_config(name):
+    """reports/study/<name> was made by `compare --config experiments/study/<name>.yaml` as committed (run ids
+    hash every option), and run_all.sh names it."""
+    import json
+
+    from llm_collapse.run.config import CompareConfig
+
+    config = CompareConfig.from_sources({}, str(ROOT / f"experiments/study/{name}.yaml"))
+    assert json.loads((ROOT / f"reports/study/{name}/run.json").read_text())["run_id"] == config.run_id()
+    assert f" {name} " in " ".join((ROOT / "experiments/study/run_all.sh").read_text().split()) + " "
