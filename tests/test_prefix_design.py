@@ -208,3 +208,29 @@ def test_nested_prefix_texts_never_share_a_paragraph(sotu, minilm_tokenizer):
             assert not paragraphs[a] & paragraphs[b], (a, b)
     with pytest.raises(PrefixDesignError, match="disjoint"):
         nested_prefixes(sotu, minilm_tokenizer, [64, 8192], n_docs=39, seed=1, corpus="sotu")
+
+
+def test_dry_run_counts_full_attention_when_the_window_is_switched_off(
+    tiny_gemma3_dir, tmp_path, monkeypatch
+):
+    """window:off (and LongEmbed's presets) widen Gemma 3's sliding layers (16 tokens in the replica) to full
+    attention, so their estimate exceeds base's at lengths past the window; the plan says so."""
+    from llm_collapse.run.config import CompareConfig
+    from llm_collapse.run.plan import plan
+
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LLM_COLLAPSE_PLAN_GFLOPS", "100")  # one rate for every estimate: seconds ~ FLOPs
+
+    def estimate(method: str) -> tuple[str, float]:
+        config = CompareConfig(
+            models=["gemma3-270m"], model_paths={"gemma3-270m": str(tiny_gemma3_dir)}, methods=[method],
+            tasks=["collapse"], lengths=[64, 256], design="prefix", prefix_docs=2, out=str(tmp_path / "run"),
+        ).validate()  # fmt: skip
+        return plan(config)
+
+    (_, base), (text, off), (preset_text, preset) = (
+        estimate(m) for m in ("base", "window:off", "longembed-ntk:1e5")
+    )
+    assert off > base and preset > base
+    assert "(one per document: sharing is exact); sliding window off: full attention in every layer" in text
+    assert "sliding window off" in preset_text and "sliding window off" not in estimate("tempscale:0.8")[0]

@@ -69,16 +69,24 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
     for name, (spec, _) in specs.items():
         config_json = load_config(weights[name])
         echo = isinstance(spec.input_format, EchoFormat)
-        every = _flops(config_json, texts, tokenizer, echo=echo)
+        widens = {
+            method: bool(config_json.get("sliding_window")) and _switches_window_off(method)
+            for method in config.methods
+        }
+        costs = {
+            window_off: _costs(config_json, window_off, texts, (prefix_texts, longest), tokenizer, echo=echo)
+            for window_off in {False, *widens.values()}
+        }  # window switched off -> (FLOPs of every text, with prefix sharing)
         if not prefix_texts:
-            seconds = every * len(config.methods) / (gflops * 1e9)
+            every = costs[False][0]
+            seconds = sum(costs[widens[m]][0] for m in config.methods) / (gflops * 1e9)
             total += seconds
             lines.append(
                 f"  {name}: ~{every / 1e12:.2f} TFLOP per method, ~{seconds / 60:.1f} min for {len(config.methods)} methods"
             )
+            for method in (m for m in config.methods if widens[m]):
+                lines.append(f"  {name} x {method}: window off: ~{costs[True][0] / 1e12:.2f} TFLOP")
             continue
-        shared = every - _flops(config_json, sorted(prefix_texts), tokenizer, echo=echo)
-        shared += _flops(config_json, longest, tokenizer, echo=echo)  # one forward per document
         n_docs, n_lengths = len(longest), len(config.lengths)
         model, model_tokenizer = (
             _meta_model(spec, weights[name]),
@@ -86,6 +94,7 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
         )
         for method in config.methods:
             exact, why = prefix_sharing(spec, model, model_tokenizer, parse_interventions(method).slug)
+            every, shared = costs[widens[method]]
             flops = shared if exact else every
             seconds = flops / (gflops * 1e9)
             total += seconds
@@ -94,7 +103,10 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
                 if exact
                 else f"{n_docs * n_lengths} prefix-sweep forwards ({n_docs} documents x {n_lengths} lengths: {why})"
             )
-            lines.append(f"  {name} x {method}: {how}; ~{flops / 1e12:.2f} TFLOP, ~{seconds / 60:.1f} min")
+            window = "; sliding window off: full attention in every layer" if widens[method] else ""
+            lines.append(
+                f"  {name} x {method}: {how}{window}; ~{flops / 1e12:.2f} TFLOP, ~{seconds / 60:.1f} min"
+            )
     lines.append(
         f"estimated total ~{total / 60:.1f} min at {gflops:.0f} GFLOP/s ({rate_source}; cached embeddings "
         "are not recomputed)"
@@ -125,6 +137,26 @@ def _tokenizer(weights, first, first_tokenizer):
     if weights == first:
         return first_tokenizer
     return load_tokenizer(weights.directory, gguf_file=weights.gguf_file)
+
+
+def _costs(
+    config_json: dict, window_off: bool, texts: list[str], sweep: tuple, tokenizer, *, echo: bool
+) -> tuple[float, float]:
+    """FLOPs of every text, and with the prefix sweep's texts read from one forward per document
+    (``sweep`` = `RunInputs.prefix_sweep`); ``window_off`` widens every sliding layer to full attention
+    (window:off, LongEmbed's presets)."""
+    model_config = {**config_json, "sliding_window": None} if window_off else config_json
+    every = _flops(model_config, texts, tokenizer, echo=echo)
+    prefix_texts, longest = sweep
+    if not prefix_texts:
+        return every, every
+    shared = every - _flops(model_config, sorted(prefix_texts), tokenizer, echo=echo)
+    return every, shared + _flops(model_config, longest, tokenizer, echo=echo)  # one forward per document
+
+
+def _switches_window_off(method: str) -> bool:
+    """Whether ``method`` turns a model's sliding window off (`window:off`, LongEmbed's presets)."""
+    return any("window" in part.kinds for part in parse_interventions(method).parts)
 
 
 def _flops(config: dict, texts: list[str], tokenizer, *, echo: bool) -> float:
