@@ -69,9 +69,10 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
     for name, (spec, _) in specs.items():
         config_json = load_config(weights[name])
         echo = isinstance(spec.input_format, EchoFormat)
+        stacks = {method: parse_interventions(method) for method in config.methods}
         widens = {
-            method: bool(config_json.get("sliding_window")) and _switches_window_off(method)
-            for method in config.methods
+            method: bool(config_json.get("sliding_window")) and _switches_window_off(stack)
+            for method, stack in stacks.items()
         }
         costs = {
             window_off: _costs(config_json, window_off, texts, (prefix_texts, longest), tokenizer, echo=echo)
@@ -93,7 +94,7 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             _tokenizer(weights[name], weights[first], tokenizer),
         )
         for method in config.methods:
-            exact, why = prefix_sharing(spec, model, model_tokenizer, parse_interventions(method).slug)
+            exact, why = prefix_sharing(spec, model, model_tokenizer, stacks[method].slug)
             every, shared = costs[widens[method]]
             flops = shared if exact else every
             seconds = flops / (gflops * 1e9)
@@ -154,9 +155,9 @@ def _costs(
     return every, shared + _flops(model_config, longest, tokenizer, echo=echo)  # one forward per document
 
 
-def _switches_window_off(method: str) -> bool:
-    """Whether ``method`` turns a model's sliding window off (`window:off`, LongEmbed's presets)."""
-    return any("window" in part.kinds for part in parse_interventions(method).parts)
+def _switches_window_off(stack) -> bool:
+    """Whether the parsed method turns a model's sliding window off (`window:off`, LongEmbed's presets)."""
+    return any("window" in part.kinds for part in stack.parts)
 
 
 def _flops(config: dict, texts: list[str], tokenizer, *, echo: bool) -> float:

@@ -190,18 +190,25 @@ def contrast_rows(
 
 
 def _global_distance_contrast(mine: PairedItems, theirs: PairedItems, seed: int) -> dict:
-    """Paired difference of the items' mean distance to their own side's global centroid: paired bootstrap
-    interval of the mean difference and a paired t-test (the estimand is a mean of per-item differences)."""
-    from scipy.stats import ttest_rel
-
+    """Paired difference of the items' mean distance to their own side's global centroid (`paired_t_contrast`)."""
     from llm_collapse.metrics.collapse import normalize_rows
-    from llm_collapse.metrics.stats import paired_mean_diff_ci
 
     a = np.linalg.norm(normalize_rows(mine.values) - mine.reference.reshape(1, -1), axis=1)
     b = np.linalg.norm(normalize_rows(theirs.values) - theirs.reference.reshape(1, -1), axis=1)
+    point, low, high, p_value = paired_t_contrast(a, b, seed)
+    return dict(metric="global_centroid_distance", value=point, ci=(low, high), p_value=p_value)
+
+
+def paired_t_contrast(a: np.ndarray, b: np.ndarray, seed: int) -> tuple[float, float, float, float]:
+    """mean(a - b) of continuous per-item values: point, paired bootstrap interval and paired t-test p-value
+    (NaN with fewer than two items or no difference)."""
+    from scipy.stats import ttest_rel
+
+    from llm_collapse.metrics.stats import paired_mean_diff_ci
+
     point, low, high = paired_mean_diff_ci(a, b, seed=seed)
     p_value = float(ttest_rel(a, b).pvalue) if len(a) > 1 and np.any(a != b) else math.nan
-    return dict(metric="global_centroid_distance", value=point, ci=(low, high), p_value=p_value)
+    return point, low, high, p_value
 
 
 def length_contrast_rows(

@@ -13,8 +13,8 @@ import numpy as np
 
 from llm_collapse.metrics.hidden import length_free_hf_ratio
 from llm_collapse.metrics.layerwise import measure_layers
-from llm_collapse.metrics.stats import bootstrap_ci, paired_mean_diff_ci
-from llm_collapse.tasks.base import TaskContext
+from llm_collapse.metrics.stats import bootstrap_ci
+from llm_collapse.tasks.base import TaskContext, paired_t_contrast
 from llm_collapse.tasks.registry import VS_SHORTEST
 
 
@@ -65,8 +65,6 @@ def _length_contrasts(
     ctx: TaskContext, statistics: dict[str, np.ndarray], parts: dict[int, slice]
 ) -> list[dict]:
     """``<metric>_vs_shortest`` per layer: row i of every length is document i (the prefix design)."""
-    from scipy.stats import ttest_rel
-
     shortest = min(parts)
     rows = []
     for length, part in parts.items():
@@ -78,8 +76,7 @@ def _length_contrasts(
                 a, b = values[part, layer], values[reference, layer]
                 keep = ~(np.isnan(a) | np.isnan(b))
                 a, b = a[keep], b[keep]
-                point, low, high = paired_mean_diff_ci(a, b, seed=ctx.config.seed)
-                p_value = float(ttest_rel(a, b).pvalue) if len(a) > 1 and np.any(a != b) else float("nan")
+                point, low, high, p_value = paired_t_contrast(a, b, ctx.config.seed)
                 rows.append(
                     ctx.row(
                         task="layerwise",
