@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=(
   minilm layerwise_minilm               # Q1-Q3 on minilm (minutes)
-  sweep8k sweep32k                      # Q1, Q2, Q5 on gemma3-270m to 8k (64 texts) and 32k (32 texts)
+  tau8k tau32k                          # Q1, Q2 on gemma3-270m: the tau sweep to 8k (64 texts), the best tau to 32k (32 texts)
+  rope8k rope32k                        # Q2, Q5: the log schedule and the RoPE baselines, same texts
   retrieval2k retrieval32k              # Q2, Q5: passkey and needle to 32k
   layerwise32k                          # Q3 to 32k
   echo8k echo_position                  # Q4
