@@ -150,6 +150,7 @@ def test_cli_writes_markdown(tmp_path, capsys):
         ["--tflops", "fast"],
         ["--config", "missing.yaml"],
         ["--methods", "ntk:abc"],
+        ["--softcap-attention", "eager"],
     ],
 )
 def test_bad_input_gives_one_line_and_exit_2(args, capsys):
@@ -194,3 +195,46 @@ def test_window_off_costs_more_and_is_not_applicable_without_a_window():
     assert both.model_minutes("mistral") > 2 * base.model_minutes("mistral")
     assert both.model_minutes("nv-embed") == pytest.approx(base.model_minutes("nv-embed"))
     assert both.notes == ["nv-embed x window:off: not applicable (no sliding window), not costed"]
+
+
+def _tiles_by_hand(n: int, window: int | None, causal: bool, block: int = 128) -> int:
+    """Every block x block tile checked pair by pair: counted whole when any pair in it may attend."""
+    total = 0
+    for qa in range(0, n, block):
+        for ka in range(0, n, block):
+            rows, keys = range(qa, min(qa + block, n)), range(ka, min(ka + block, n))
+            if any(not causal or (k <= q and (window is None or q - k < window)) for q in rows for k in keys):
+                total += len(rows) * len(keys)
+    return total
+
+
+@pytest.mark.parametrize(
+    "n, window, causal",
+    [(1, None, True), (130, None, True), (300, 64, True), (700, 256, True), (700, 100, True), (515, None, False)],
+)
+def test_fused_pairs_count_the_computed_tiles(n, window, causal):
+    from llm_collapse.run.estimate import fused_pairs
+
+    assert fused_pairs(n, window, causal) == _tiles_by_hand(n, window, causal)
+
+
+def test_softcap_model_runs_fused_on_cuda_and_chunked_costs_its_logit_traffic():
+    fused, chunked = model_for("bge-gemma2"), model_for("bge-gemma2", "chunked")
+    assert (fused.attention, chunked.attention) == ("fused", "chunked")
+    slow, fast = text_cost(chunked, 32768, Assumptions()), text_cost(fused, 32768, Assumptions())
+    assert fast.logit_bytes == 0 and slow.logit_bytes > 0
+    assert fast.model_flops == slow.model_flops  # the same useful work
+    # fused computes roughly the useful pairs (half the causal square, the band of the sliding layers)
+    assert fast.model_flops <= fast.executed_flops < 1.05 * fast.model_flops
+    assert slow.seconds > 5 * fast.seconds
+
+
+def test_no_square_mask_is_counted_for_paths_that_build_none():
+    from llm_collapse.run.estimate import peak_bytes
+
+    nv, bge = model_for("nv-embed"), model_for("bge-gemma2", "chunked")
+    for plan in (nv, bge):  # memory grows linearly from 8k to 32k: no (n, n) term left
+        small, large = (peak_bytes(plan, n, 1, overhead_gib=0) - plan.dims.params() * 2 for n in (8192, 32768))
+        assert large < 4.5 * small
+    sdpa = ModelPlan("bge-sdpa", bge.dims, "sdpa", False)  # transformers' sdpa_mask for the sliding layers
+    assert peak_bytes(sdpa, 32768, 1, overhead_gib=0) - peak_bytes(bge, 32768, 1, overhead_gib=0) > 32768**2 - 1

@@ -80,8 +80,9 @@ BGE_GEMMA2 = _register(
         pooling="last",
         # transformers 5 has no sdpa for Gemma 2 (it would drop the 50.0 logit softcap) and eager builds (L x L)
         # scores per layer; our "chunked" attention computes eager's exact softcapped attention in query chunks
-        # (equal to eager to 1e-5, memory linear in L apart from the boolean mask). attn_implementation="eager"
-        # gives transformers' own path.
+        # (equal to eager to 1e-5, memory linear in L: no (L, L) mask, the window is applied from positions).
+        # On CUDA load_embedder runs it as "fused" (the same function in flex attention; chunked stays the
+        # fallback). attn_implementation="eager" gives transformers' own path.
         attn_implementation="chunked",
         max_length=4096,  # card example; the ST config says 8192, FlagEmbedding's default is 512
         default_instruction="Given a web search query, retrieve relevant passages that answer the query.",

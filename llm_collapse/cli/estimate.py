@@ -41,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--overhead-gib", type=float, default=DEFAULT_OVERHEAD_GIB, help="fixed memory overhead"
     )
+    parser.add_argument(
+        "--softcap-attention",
+        default="fused",
+        help="how bge-gemma2's exact softcap runs: fused (flex attention, the CUDA default) or chunked (the fallback)",
+    )
     parser.add_argument("--markdown", metavar="PATH", help="also write the table to this markdown file")
     return parser
 
@@ -55,7 +60,9 @@ def _estimate(args: argparse.Namespace) -> int:
     config = CompareConfig.from_sources(cli_values(args), args.config)
     if args.markdown:
         check_writable_file(args.markdown, what="--markdown")
-    assumptions = Assumptions(args.tflops, args.hbm_tbs, args.gpu_gib, args.overhead_gib)
+    assumptions = Assumptions(
+        args.tflops, args.hbm_tbs, args.gpu_gib, args.overhead_gib, args.softcap_attention
+    )
     text = to_markdown(estimate(config, assumptions))
     say(text.rstrip("\n"))
     if args.markdown:

@@ -21,14 +21,17 @@ Decisions
       projections (to_q, to_out, the GEGLU feed-forward) as linear FLOPs, ``4 x heads x head_dim x latents``
       per token for the cross-attention, and ``to_kv`` on the 512 latents once per text. Echo runs the text
       twice: ``n = 2 L`` positions (the template's few tokens are left out).
+    * The attention path is the one ``load_embedder`` picks on CUDA: a spec asking for ``chunked`` (bge-gemma2's
+      exact softcap) runs ``fused`` there (`llm_collapse.backends.fused_attention.choose_attention`).
     * Time per text counts the work the package's attention path *executes*, which is not always the useful
-      work: ``banded`` (Mistral) runs each chunk of ``window`` queries against ``2 window - 1`` keys;
-      ``chunked`` (bge-gemma2, exact softcap) and SelfExtend compute every (query, key) pair of every layer,
-      causal or sliding, and move each float32 logit through HBM about `LOGIT_BYTES` times (scale, softcap,
-      mask, softmax, casts), which dominates bge-gemma2 above ~8k tokens. Seconds = executed FLOPs at the
-      assumed sustained TFLOP/s + logit bytes at the assumed sustained HBM bandwidth. Both assumptions are
-      command-line options and are printed in the header; the defaults are 40% of an H100 SXM's 989 dense
-      bf16 TFLOP/s and 70% of its 3.35 TB/s.
+      work: ``banded`` (Mistral) runs each chunk of ``window`` queries against ``2 window - 1`` keys; ``fused``
+      (flex attention) computes every 128 x 128 block that holds an allowed pair (`fused_pairs`) and keeps its
+      logits on chip; ``chunked`` (the fallback without flex attention/Triton, ``--softcap-attention chunked``) and
+      SelfExtend compute every (query, key) pair of every layer, causal or sliding, and move each float32 logit
+      through HBM about `LOGIT_BYTES` times (scale, softcap, mask, softmax, casts), which dominates bge-gemma2
+      above ~8k tokens. Seconds = executed FLOPs at the assumed sustained TFLOP/s + logit bytes at the assumed
+      sustained HBM bandwidth. Both assumptions are command-line options and are printed in the header; the
+      defaults are 40% of an H100 SXM's 989 dense bf16 TFLOP/s and 70% of its 3.35 TB/s.
     * Peak memory = weights (every parameter, embedding table included, in the run's dtype or quantization)
       + the largest forward pass: ``T = rows x n`` tokens, ``rows = min(batch_size, max(1, 16384 // n))``
       (the embedder's token budget), with KV-free activations: 8 bf16-sized hidden-size tensors (residual,
@@ -37,9 +40,11 @@ Decisions
       together), the attention projections (q, k, v, output; the fused kernels' own memory is O(T)), a
       ``chunked`` query chunk's logits (8 bytes per logit: float32 logits plus the bf16 copies), and
       NV-Embed's pooler (3 tensors of heads x head_dim = 32768 channels); plus the boolean (rows, 1, n, n)
-      masks transformers builds (NV-Embed always, with sdpa's additive copy; Gemma 2's sliding layers when n
-      exceeds the window), every layer's hidden states for ``layerwise``, and a fixed CUDA context/allocator
-      overhead. Batches are assumed unpadded (the planner sorts by length).
+      mask transformers' ``sdpa_mask`` builds for sliding layers when n exceeds the window and the path is
+      ``sdpa``/``eager`` (``banded``, ``chunked`` and ``fused`` apply the window from positions, and an unpadded
+      bidirectional batch gets no mask: `llm_collapse.backends.mask_patterns`, `models.nv_embed.key_padding_mask`),
+      every layer's hidden states for ``layerwise``, and a fixed CUDA context/allocator overhead. Batches are
+      assumed unpadded (the planner sorts by length).
     * One sustained TFLOP/s for every matmul and fused attention kernel: kernel efficiency differences
       (NV-Embed's masked sdpa runs the memory-efficient kernel, not flash) are inside that assumption.
     * Totals: texts per length from the config: ``max_per_bin`` binned texts for collapse/knn (an upper
@@ -77,6 +82,7 @@ __all__ = [
     "TextCost",
     "estimate",
     "forward_rows",
+    "fused_pairs",
     "model_for",
     "text_cost",
     "to_markdown",
@@ -280,6 +286,7 @@ class Assumptions:
     hbm_tbs: float = DEFAULT_HBM_TBS
     gpu_gib: float = DEFAULT_GPU_GIB
     overhead_gib: float = DEFAULT_OVERHEAD_GIB
+    softcap_attention: str = "fused"  # how a spec asking for "chunked" runs: fused (CUDA default) or chunked
 
     def check(self) -> Assumptions:
         for name in ("tflops", "hbm_tbs", "gpu_gib"):
@@ -287,6 +294,10 @@ class Assumptions:
                 raise EstimateError(f"--{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
         if not self.overhead_gib >= 0:
             raise EstimateError(f"--overhead-gib must be >= 0, got {self.overhead_gib}")
+        if self.softcap_attention not in ("fused", "chunked"):
+            raise EstimateError(
+                f"--softcap-attention must be 'fused' or 'chunked', got {self.softcap_attention!r}"
+            )
         return self
 
 
@@ -296,14 +307,20 @@ class ModelPlan:
 
     name: str
     dims: Published
-    attention: str  # the spec's attn_implementation: "banded", "chunked", "eager" or "sdpa"
+    attention: str  # the path run on CUDA: "banded", "fused", "chunked", "eager" or "sdpa"
     echo: bool
 
 
-def model_for(name: str) -> ModelPlan:
-    """The published dimensions and attention path of a registered model (`EstimateError` if none)."""
+def model_for(name: str, attention: str | None = None) -> ModelPlan:
+    """The published dimensions and CUDA attention path of a registered model (`EstimateError` if none).
+
+    ``attention="chunked"`` costs the fallback a spec asking for ``chunked`` runs where flex attention is
+    unavailable; by default such a spec is costed as ``fused``, what CUDA runs.
+    """
     from llm_collapse.adapters import resolve_spec
     from llm_collapse.adapters.echo import EchoFormat
+    from llm_collapse.backends.chunked_attention import CHUNKED
+    from llm_collapse.backends.fused_attention import FUSED
 
     spec, _ = resolve_spec(name)
     dims = PUBLISHED.get(spec.hub_id or "")
@@ -312,7 +329,10 @@ def model_for(name: str) -> ModelPlan:
             f"no published dimensions for {name!r} (hub id {spec.hub_id!r}); the estimate covers "
             f"{sorted(PUBLISHED)}"
         )
-    return ModelPlan(name, dims, spec.attn_implementation, isinstance(spec.input_format, EchoFormat))
+    path = spec.attn_implementation
+    if path == CHUNKED:
+        path = attention if attention in (CHUNKED, FUSED) else FUSED
+    return ModelPlan(name, dims, path, isinstance(spec.input_format, EchoFormat))
 
 
 def _band_pairs(n: int, window: int) -> int:
@@ -324,10 +344,30 @@ def _band_pairs(n: int, window: int) -> int:
     return pairs
 
 
+def fused_pairs(n: int, window: int | None, causal: bool = True, block: int = 128) -> int:
+    """(query, key) pairs flex attention computes: ``block x block`` tiles holding at least one allowed pair.
+
+    A tile of query rows ``[qa, qb]`` and keys ``[ka, kb]`` is computed when some key is allowed for some query:
+    ``ka <= qb`` (causal) and ``kb > qa - window`` (sliding). Edge tiles count their real rows and keys.
+    """
+    pairs = 0
+    for qa in range(0, n, block):
+        qb = min(qa + block, n) - 1
+        if not causal:
+            pairs += (qb - qa + 1) * n
+            continue
+        first = max(0, qa - window + 1) // block if window is not None else 0  # the oldest key's tile
+        keys = min((qb // block + 1) * block, n) - first * block
+        pairs += (qb - qa + 1) * keys
+    return pairs
+
+
 def _executed_pairs(
     dims: Published, attention: str, n: int, window: int | None, *, materialised: bool
 ) -> int:
     """(query, key) pairs one layer's kernel computes for an unpadded text of ``n`` positions."""
+    if attention == "fused" and not materialised:
+        return fused_pairs(n, window, dims.causal)
     if materialised or attention in ("chunked", "eager") or not dims.causal:
         return n * n  # every key for every query chunk; bidirectional needs them all anyway
     if window is not None and n > window:
@@ -406,10 +446,8 @@ def peak_bytes(
         projections += (2 if selfextend else 1) * rows * dims.heads * chunk * n * LOGIT_CHUNK_BYTES
     pooler = 3 * tokens * dims.pooler.heads * dims.pooler.head_dim * b if dims.pooler else 0
     windows = dims.layer_windows(window_off=window_off)
-    mask = 0
-    if not dims.causal:  # create_bidirectional_mask(..., allow_is_bidirectional_skip=False), which sdpa
-        mask = rows * n * n * (1 + b)  # turns into an additive bias of the compute dtype
-    elif plan.attention != "banded" and any(w is not None and n > w for w in windows):
+    mask = 0  # unpadded: no mask for bidirectional or plain causal layers, none built by our kernels
+    if plan.attention in ("sdpa", "eager") and any(w is not None and n > w for w in windows):
         mask = rows * n * n  # sdpa_mask for the sliding layers (one, shared by them)
     states = (dims.layers + 1) * tokens * dims.hidden * b if hidden_states else 0
     activations = residual + max(mlp, projections, pooler) + mask + states
@@ -487,7 +525,7 @@ def estimate(config, assumptions: Assumptions | None = None) -> Estimate:
     """Time and memory for every model x length of a validated `CompareConfig` (no weights are read)."""
     assumptions = (assumptions or Assumptions()).check()
     dtype_bytes = 4 if config.dtype == "fp32" else 2  # auto is bf16 on a bf16 GPU
-    plans = [model_for(name) for name in config.models]
+    plans = [model_for(name, assumptions.softcap_attention) for name in config.models]
     texts, queries, layerwise = _texts_per_length(config)
     result = Estimate(config.to_dict(), assumptions, (texts, queries, layerwise))
     for plan in plans:
@@ -553,7 +591,8 @@ def to_markdown(result: Estimate) -> str:
     lines = [
         "**Estimates from FLOP and byte counting (`python -m llm_collapse.estimate`), not measurements.**",
         f"Assumed sustained throughput {a.tflops:g} TFLOP/s (bf16 matmuls) and {a.hbm_tbs:g} TB/s (HBM); "
-        f"GPU memory {a.gpu_gib:g} GiB; {a.overhead_gib:g} GiB fixed overhead; "
+        f"GPU memory {a.gpu_gib:g} GiB; {a.overhead_gib:g} GiB fixed overhead; softcapped attention "
+        f"(bge-gemma2) as `{a.softcap_attention}`; "
         f"dtype {c['dtype'] or 'auto (bf16)'}"
         f"{', quant ' + c['quant'] if c['quant'] else ''}.",
         f"Per length and method: {texts} texts of L tokens"
