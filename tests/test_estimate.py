@@ -210,7 +210,14 @@ def _tiles_by_hand(n: int, window: int | None, causal: bool, block: int = 128) -
 
 @pytest.mark.parametrize(
     "n, window, causal",
-    [(1, None, True), (130, None, True), (300, 64, True), (700, 256, True), (700, 100, True), (515, None, False)],
+    [
+        (1, None, True),
+        (130, None, True),
+        (300, 64, True),
+        (700, 256, True),
+        (700, 100, True),
+        (515, None, False),
+    ],
 )
 def test_fused_pairs_count_the_computed_tiles(n, window, causal):
     from llm_collapse.run.estimate import fused_pairs
@@ -234,7 +241,11 @@ def test_no_square_mask_is_counted_for_paths_that_build_none():
 
     nv, bge = model_for("nv-embed"), model_for("bge-gemma2", "chunked")
     for plan in (nv, bge):  # memory grows linearly from 8k to 32k: no (n, n) term left
-        small, large = (peak_bytes(plan, n, 1, overhead_gib=0) - plan.dims.params() * 2 for n in (8192, 32768))
+        small, large = (
+            peak_bytes(plan, n, 1, overhead_gib=0) - plan.dims.params() * 2 for n in (8192, 32768)
+        )
         assert large < 4.5 * small
     sdpa = ModelPlan("bge-sdpa", bge.dims, "sdpa", False)  # transformers' sdpa_mask for the sliding layers
-    assert peak_bytes(sdpa, 32768, 1, overhead_gib=0) - peak_bytes(bge, 32768, 1, overhead_gib=0) > 32768**2 - 1
+    assert (
+        peak_bytes(sdpa, 32768, 1, overhead_gib=0) - peak_bytes(bge, 32768, 1, overhead_gib=0) > 32768**2 - 1
+    )

@@ -67,6 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick", action="store_true", help="tiny settings (minilm, a few short texts) for tests"
     )
+    parser.add_argument(
+        "--device-check",
+        action="store_true",
+        help="the GPU session's check: pytest -m gpu, then real-width few-layer replicas of the 7B-9B models "
+        "timed at --replica-lengths (default 512,4096,16384,32768), fitted per layer and extrapolated to full "
+        "depth beside the estimate; writes device_check.json (--quick: tiny replicas on this machine)",
+    )
+    parser.add_argument("--device", default="cuda", help="device of --device-check (default cuda)")
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     parser.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
     return parser
@@ -114,7 +122,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = worker(spec)
         Path(spec["out_file"]).write_text(json.dumps(result))
         return 0
+    if args.device_check:
+        return run_command(lambda: _device_check(args, argv))
     return run_command(lambda: _bench(args, argv))
+
+
+def _device_check(args: argparse.Namespace, argv: list[str]) -> int:
+    from llm_collapse.bench.device_check import REPLICAS, DeviceCheckConfig, lengths_from, run_device_check
+
+    config = DeviceCheckConfig(
+        models=args.models or tuple(REPLICAS),
+        lengths=lengths_from(args.replica_lengths, args.quick),
+        device="cpu" if args.quick and args.device == "cuda" else args.device,
+        dtype="fp32" if args.quick else (args.dtype or "bf16"),
+        quick=args.quick,
+        out=args.out or Path("reports/bench"),
+    )
+    result = run_device_check(config, command="python -m llm_collapse.bench " + shlex.join(argv))
+    _say(f"wrote {Path(config.out) / 'device_check.json'} ({result['device']}, {result['wall_s']:.0f} s)")
+    if "gpu_tests" in result:
+        _say(f"pytest -m gpu: {result['gpu_tests']['summary']} (exit {result['gpu_tests']['exit_code']})")
+    for row in result["rows"]:
+        if row["status"] != "ok":
+            _say(f"{row['model']}: {row['status']}")
+            continue
+        estimate = f", estimate {row['estimate_s']:.2f} s" if row["estimate_s"] is not None else ""
+        _say(
+            f"{row['model']} @ {row['length']}: {row['per_layer_s'] * 1e3:.2f} ms/layer, fixed {row['fixed_s']:.3f} s, "
+            f"full depth ({row['layers_published']} layers) {row['full_depth_s']:.2f} s{estimate}"
+        )
+    return 0
 
 
 def _bench(args: argparse.Namespace, argv: list[str]) -> int:
