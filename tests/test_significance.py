@@ -24,9 +24,12 @@ def _row(value, low=math.nan, high=math.nan, n=20, p=math.nan, **extra) -> pd.Se
     return pd.Series(dict(value=value, ci_low=low, ci_high=high, n=n, p_value=p, **extra))
 
 
-def test_paired_row_uses_its_stored_mcnemar_p_else_wald_from_its_interval():
-    assert paired_test(_row(0.1, -0.2, 0.4, p=0.03)).p == 0.03
-    assert paired_test(_row(0.1, -0.2, 0.4, p=0.03)).kind == "McNemar"
+def test_paired_row_uses_its_stored_p_else_wald_from_its_interval():
+    assert paired_test(_row(0.1, -0.2, 0.4, p=0.03, metric="acc@1_vs_base")).p == 0.03
+    assert paired_test(_row(0.1, -0.2, 0.4, p=0.03, metric="acc@1_vs_base")).kind == "McNemar"
+    # a stored p of a continuous metric came from a paired t-test (global-centroid distance, layerwise)
+    for metric in ("global_centroid_distance_vs_base", "attention_entropy_normalized_vs_shortest"):
+        assert paired_test(_row(0.1, -0.2, 0.4, p=0.03, metric=metric)).kind == "paired t"
     se = 0.1 / (2 * 1.959964)  # interval width / (2 z)
     wald = paired_test(_row(0.15, 0.1, 0.2))
     assert wald.kind == "paired Wald"
@@ -47,7 +50,7 @@ def test_unpaired_proportions_use_fisher_on_the_counts_and_others_wald():
 
 
 def test_read_changes_applies_holm_across_the_table():
-    tests = [paired_test(_row(0.2, p=p)) for p in (0.01, 0.02, 0.04)]
+    tests = [paired_test(_row(0.2, p=p, metric="acc@1_vs_base")) for p in (0.01, 0.02, 0.04)]
     cells = read_changes([("acc@1", 0.2, t, 3) for t in tests] + [("acc@1", 0.1, None, 3)], judge)
     # Holm: 0.01*3 = 0.03, max(0.02*2, 0.03) = 0.04, max(0.04*1, 0.04) = 0.04: all survive.
     assert cells[:3] == [
@@ -56,11 +59,13 @@ def test_read_changes_applies_holm_across_the_table():
         "+0.200 (better; McNemar, Holm p=0.040)",
     ]
     assert cells[3] == "+0.100 (untested)"
-    lone = read_changes([("acc@1", -0.2, paired_test(_row(-0.2, p=0.03)), 3)] * 2, judge)
+    lone = read_changes(
+        [("acc@1", -0.2, paired_test(_row(-0.2, p=0.03, metric="acc@1_vs_base")), 3)] * 2, judge
+    )
     assert lone == ["-0.200 (n.s.; McNemar, Holm p=0.060)"] * 2  # 0.03 x 2 tests
     assert kinds_used(cells) == {"McNemar"}
     assert read_changes([("hf_ratio_no_direction", 0.5, paired_test(_row(0.5, p=0.001)), 3)], judge) == [
-        "+0.500 (higher; McNemar, Holm p=0.001)"
+        "+0.500 (higher; paired t, Holm p=0.001)"
     ]
 
 

@@ -5,7 +5,7 @@ A reading ("more collapse", "better") is printed only for a change that survives
 
 - **paired row** (a ``*_vs_base`` or ``*_vs_shortest`` row, the same items on both sides): its stored
   ``p_value`` (exact McNemar for 0/1 outcomes, `llm_collapse.metrics.stats.mcnemar_exact_p`; a paired
-  t-test for the per-item distances to the global centroid); else a
+  t-test for per-item values: the distances to the global centroid, the layerwise metrics); else a
   Wald test from its paired interval, ``z = value / se`` with ``se = (high - low) / (2 x 1.96)``
   (exact for the jackknife intervals, a normal approximation for percentile bootstraps; runs written
   before McNemar p-values were stored fall back to it too).
@@ -37,7 +37,7 @@ _Z = float(sps.norm.ppf(0.975))
 
 KINDS: dict[str, str] = {
     "McNemar": "exact McNemar test on the paired items",
-    "paired t": "paired t-test on the per-item distances",
+    "paired t": "paired t-test on the per-item values",
     "paired Wald": "Wald test from the paired 95% interval",
     "Fisher": "Fisher's exact test on the two counts (different items)",
     "Wald": "Wald test from the two independent 95% intervals (different items)",
@@ -71,7 +71,7 @@ def paired_test(row: pd.Series) -> Significance | None:
     p = float(row.get("p_value", math.nan))
     if math.isfinite(p):
         base = str(row.get("metric", "")).rsplit("_vs_", 1)[0]
-        return Significance(p, "paired t" if base == "global_centroid_distance" else "McNemar")
+        return Significance(p, "McNemar" if metric_info(base).proportion else "paired t")
     return _wald(float(row["value"]), _se(row), "paired Wald")
 
 
