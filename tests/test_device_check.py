@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -62,6 +63,10 @@ def test_quick_check_writes_its_json(tmp_path):
         assert t1 > 0 and t2 > 0
         assert row["full_depth_s"] == pytest.approx(t1 + (row["layers_published"] - 1) * (t2 - t1))
     assert {r["attention"] for r in written["rows"] if r["model"] == "bge-gemma2"} == {"chunked"}
+    first = {row["side"]: row for row in written["first_encode"]}
+    assert first["ours"]["status"] == "ok" and first["ours"]["first_s"] > 0
+    if importlib.util.find_spec("sentence_transformers"):
+        assert first["st"]["status"] == "ok" and first["st"]["warm_s"] > 0
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")

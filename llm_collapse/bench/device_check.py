@@ -8,7 +8,9 @@ What it runs (sized for <= 8 minutes on one H100/H200-class GPU, nothing downloa
        window; the vocabulary and tokenizer stay tiny, which changes neither the per-layer cost nor the attention
        path). One document per length, timed after a warm-up on that very input (a compiled kernel compiles
        outside the clock), for two layer counts ``l1 < l2``.
-    3. Per model and length: per-layer seconds ``(t(l2) - t(l1)) / (l2 - l1)``, the fixed per-text cost
+    3. The first ``encode`` of a fresh process, ours against sentence-transformers' on the tiny e5-mistral
+       replica (`llm_collapse.bench.first_encode`, issue 15 item 5).
+    4. Per model and length: per-layer seconds ``(t(l2) - t(l1)) / (l2 - l1)``, the fixed per-text cost
        ``t(l1) - l1 x per-layer`` (tokenising, embedding, pooling), full depth ``fixed + layers x per-layer``, set
        beside `llm_collapse.run.estimate.text_cost` (the counting estimate at its default assumptions), and the
        peak of ``torch.cuda.max_memory_allocated`` during the ``l2`` forward.
@@ -243,6 +245,10 @@ def run_device_check(config: DeviceCheckConfig, *, command: str = "") -> dict:
         logger.info("gpu tests: %s", result["gpu_tests"]["summary"])
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="llm-collapse-device-check-") as tmp:
+        from llm_collapse.bench.first_encode import first_encode_rows
+        from llm_collapse.testing.checkpoints import save_tiny_e5_mistral
+
+        result["first_encode"] = first_encode_rows(str(save_tiny_e5_mistral(Path(tmp) / "e5")), config.device)
         for model in config.models:
             try:
                 rows += _model_rows(model, config, Path(tmp))

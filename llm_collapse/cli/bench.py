@@ -140,6 +140,13 @@ def _device_check(args: argparse.Namespace, argv: list[str]) -> int:
     )
     result = run_device_check(config, command="python -m llm_collapse.bench " + shlex.join(argv))
     _say(f"wrote {Path(config.out) / 'device_check.json'} ({result['device']}, {result['wall_s']:.0f} s)")
+    for row in result["first_encode"]:
+        timing = (
+            f"load {row['load_s']:.2f} s, first encode {row['first_s']:.2f} s, warm {row['warm_s']:.2f} s"
+            if row["status"] == "ok"
+            else row["status"]
+        )
+        _say(f"first encode ({row['side']}): {timing}")
     if "gpu_tests" in result:
         _say(f"pytest -m gpu: {result['gpu_tests']['summary']} (exit {result['gpu_tests']['exit_code']})")
     for row in result["rows"]:
