@@ -11,7 +11,8 @@ A reading ("more collapse", "better") is printed only for a change that survives
   before McNemar p-values were stored fall back to it too).
 - **proportions on different items** (Acc@1 at two lengths of the bins design, or unpaired tasks):
   Fisher's exact test on the counts (value x n successes of n).
-- **other metrics on different items**: Wald from the two independent intervals,
+- **other metrics on different items** (or on the same items where the run stored no paired row, e.g. layerwise
+  methods against base; conservative there): Wald from the two intervals taken as independent,
   ``z = delta / sqrt(se1^2 + se2^2)``.
 - no interval and no counts: untested, never read.
 
@@ -40,7 +41,8 @@ KINDS: dict[str, str] = {
     "paired t": "paired t-test on the per-item values",
     "paired Wald": "Wald test from the paired 95% interval",
     "Fisher": "Fisher's exact test on the two counts (different items)",
-    "Wald": "Wald test from the two independent 95% intervals (different items)",
+    "Wald": "Wald test from the two 95% intervals taken as independent (different items; conservative for the "
+    "same items where the run stored no paired row)",
 }
 """Short name of each test (as printed in cells) -> its legend line."""
 
