@@ -122,7 +122,7 @@ def test_bitsandbytes_on_cuda(replica_root, quantization):
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 def test_peak_cuda_memory_grows_linearly_from_8k_to_32k(tmp_path, name, attention):
-    from llm_collapse.bench.device_check import _document
+    from llm_collapse.bench.device_check import synthetic_document
 
     path = getattr(checkpoints, ADAPTERS[name])(tmp_path / name, max_position_embeddings=32768)
     embedder = lc.load_embedder(
@@ -130,7 +130,7 @@ def test_peak_cuda_memory_grows_linearly_from_8k_to_32k(tmp_path, name, attentio
     )
     growth = {}
     for length in (8192, 32768):
-        text = _document(embedder.tokenizer, length - 8)
+        text = synthetic_document(embedder.tokenizer, length - 8)
         embedder.encode([text], show_progress_bar=False)  # warm-up (a compiled kernel compiles here)
         torch.cuda.synchronize()
         resting = torch.cuda.memory_allocated()

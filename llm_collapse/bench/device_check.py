@@ -34,11 +34,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from llm_collapse.bench.timing import sync_device
 from llm_collapse.errors import UserError
 
 logger = logging.getLogger("llm_collapse.bench")
 
-__all__ = ["DeviceCheckConfig", "fit_layer_cost", "replica_fields", "run_device_check"]
+__all__ = [
+    "DeviceCheckConfig",
+    "fit_layer_cost",
+    "replica_fields",
+    "run_device_check",
+    "synthetic_document",
+]
 
 REPLICAS: dict[str, tuple[str, str]] = {
     # registry name -> (llm_collapse.testing builder, hub id of its published dims)
@@ -113,7 +120,7 @@ def fit_layer_cost(l1: int, t1: float, l2: int, t2: float, layers: int) -> dict:
     return {"per_layer_s": per_layer, "fixed_s": fixed, "full_depth_s": fixed + layers * per_layer}
 
 
-def _document(tokenizer, n_tokens: int) -> str:
+def synthetic_document(tokenizer, n_tokens: int) -> str:
     """Exactly ``n_tokens`` text tokens of the tiny tokenizers' own deterministic corpus, repeated."""
     from llm_collapse.data.bins import token_prefix
     from llm_collapse.testing.tokenizers import training_corpus
@@ -121,13 +128,6 @@ def _document(tokenizer, n_tokens: int) -> str:
     paragraph = "\n\n".join(training_corpus(200, seed=1))
     per_copy = len(tokenizer(paragraph, add_special_tokens=False)["input_ids"])
     return token_prefix("\n\n".join([paragraph] * (n_tokens // per_copy + 1)), n_tokens, tokenizer)
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def _time_forward(embedder, text: str, device: str) -> tuple[float, int | None]:
@@ -140,10 +140,10 @@ def _time_forward(embedder, text: str, device: str) -> tuple[float, int | None]:
         torch.cuda.reset_peak_memory_stats()
     best = float("inf")
     for _ in range(2):
-        _sync(device)
+        sync_device(device)
         start = time.perf_counter()
         embedder.encode([text], show_progress_bar=False)
-        _sync(device)
+        sync_device(device)
         best = min(best, time.perf_counter() - start)
     return best, (torch.cuda.max_memory_allocated() if cuda else None)
 
@@ -169,7 +169,7 @@ def _model_rows(model: str, config: DeviceCheckConfig, tmp: Path) -> list[dict]:
         special = len(embedder.tokenize([""])[0])
         timings[depth] = {}
         for length in config.lengths:
-            text = _document(embedder.tokenizer, length - special)
+            text = synthetic_document(embedder.tokenizer, length - special)
             timings[depth][length] = _time_forward(embedder, text, config.device)
             logger.info("%s (%d layers) @ %d: %.3f s", model, depth, length, timings[depth][length][0])
         del embedder

@@ -15,16 +15,11 @@ import subprocess
 import sys
 import time
 
+from llm_collapse.bench.timing import sync_device
+
 __all__ = ["TEXTS", "first_encode_rows", "measure"]
 
 TEXTS = [("the grass is green and the sky is blue " * (i % 40 + 1)).strip() for i in range(64)]
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def measure(side: str, folder: str, device: str) -> dict:
@@ -51,10 +46,10 @@ def measure(side: str, folder: str, device: str) -> dict:
 
     loaded = time.perf_counter()
     encode()
-    _sync(device)
+    sync_device(device)
     first = time.perf_counter()
     encode()
-    _sync(device)
+    sync_device(device)
     warm = time.perf_counter()
     return {"side": side, "load_s": loaded - start, "first_s": first - loaded, "warm_s": warm - first}
 

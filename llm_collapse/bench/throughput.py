@@ -16,6 +16,8 @@ import time
 
 import torch
 
+from llm_collapse.bench.timing import sync_device
+
 FORWARD_EFFICIENCY: dict[torch.dtype, float] = {torch.bfloat16: 0.73, torch.float32: 0.52}
 """Model forward FLOP rate / matmul benchmark rate per dtype, calibrated with `main` on a 2-core Xeon with
 AVX512-BF16 but no AMX (gemma3-270m, prefix design, lengths 1024/4096 and 2048/8192: 0.73 and 0.73 in bf16,
@@ -35,8 +37,7 @@ def matmul_gflops(dtype: torch.dtype, *, device: str = "cpu", seconds: float = 0
     while spent < seconds or best == float("inf"):
         start = time.perf_counter()
         torch.mm(a, b)
-        if device != "cpu":
-            torch.cuda.synchronize()
+        sync_device(device)
         took = time.perf_counter() - start
         best, spent = min(best, took), spent + took
     return 2 * m * k * n / best / 1e9

@@ -22,6 +22,15 @@ def _cpu_ticks() -> tuple[float, float] | None:
     return (user + nice + system + irq + softirq) / tick, steal / tick
 
 
+def sync_device(device: str) -> None:
+    """Waits for queued CUDA work when ``device`` is a CUDA device (a no-op on the CPU), so a clock read after it
+    covers the kernels."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
 @contextlib.contextmanager
 def timed(record: dict) -> Iterator[None]:
     """Wall and process CPU seconds, and how busy the rest of the machine was meanwhile.
