@@ -72,6 +72,12 @@ def test_tables_quote_the_results(study_root):
         & (results["length"] == 2048)
     ].iloc[0]
     assert f"{row['value'] - base['value']:+.3f}" in text  # the gap to the baseline at the longest length
+    cells = results[(results["model"] == "synth-encoder") & (results["method"] == "tempscale-0.8")
+                    & (results["metric"] == "pairwise_cosine")].sort_values("length")  # fmt: skip
+    n = str(cells["n"].iloc[0]) if cells["n"].nunique() == 1 else f"{cells['n'].min()}–{cells['n'].max()}"
+    first = cells.iloc[0]
+    # the n column (items per length) sits before the shortest length's cell
+    assert f"| synth-encoder | `tempscale-0.8` | {n} | {first['value']:.3f} [{first['ci_low']:.3f}," in text
     assert "tempscale-0.9" not in text.split("## Q2")[0]  # method filter
     assert "## Q2. Per layer" in text and "| synth-decoder | `base` | 0 |" in text
     assert "sweep/figures/collapse-pairwise-cosine-synthetic.png" in text
@@ -96,3 +102,11 @@ def test_bad_input_is_one_line_and_writes_nothing(study_root, capsys):
         write_synthetic_run(study_root / "tiny", tiny_random=True)
         (study_root / "t.yaml").write_text(QUESTIONS.replace("run: sweep", "run: tiny"))
         build_study(study_root, study_root / "t.yaml")
+
+
+def test_n_column_states_one_count_or_the_range():
+    from llm_collapse.reporting.study import _n_text
+
+    assert _n_text([{"n": 32}, {"n": 32}]) == "32"
+    assert _n_text([{"n": 96}, {"n": 24}, {"n": 48}]) == "24–96"  # retrieval2k vs 32k document counts
+    assert _n_text([]) == "—"

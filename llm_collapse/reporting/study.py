@@ -155,7 +155,7 @@ def metric_table(
     lengths = sorted(int(x) for x in rows["length"].unique())
     split = "layer" if layers else ("depth" if by_depth else None)
     split_header = {"layer": ["layer"], "depth": ["position"], None: []}[split]
-    headers = ["model", "method", *split_header] + [length_text(n) for n in lengths]
+    headers = ["model", "method", *split_header, "n"] + [length_text(n) for n in lengths]
     contrast = is_contrast(metric)  # each cell a paired test of its own: no change or gap columns
     baseline = None if contrast else baseline
     headers += [] if contrast else ["Δ longest − shortest"]
@@ -191,7 +191,7 @@ def metric_table(
                     (by_length[present[0]], by_length[present[-1]]) if len(present) > 1 else (None, None)
                 )
                 label = [] if split is None else [str(part) if split == "layer" else position_label(part)]
-                row = [model, f"`{method}`", *label, *values]
+                row = [model, f"`{method}`", *label, _n_text(by_length.values()), *values]
                 if contrast:
                     start = len(row) - len(lengths)
                     cells += [(len(body), start + lengths.index(n), r) for n, r in by_length.items()]
@@ -225,6 +225,7 @@ def metric_table(
         False,
         False,
         *([False] * len(split_header)),
+        True,
         *([True] * len(lengths)),
         *([False] * ((not contrast) + bool(baseline))),
     )
@@ -235,6 +236,12 @@ def _change(metric: str, start: pd.Series, end: pd.Series, paired: pd.DataFrame,
     """``(metric, delta, test, digits)`` of ``end - start`` (`change_test` picks the test)."""
     delta = float(end["value"] - start["value"])
     return metric, delta, change_test(metric, start, end, paired, suffix), metric_info(metric).digits
+
+
+def _n_text(rows) -> str:
+    """The row's items per length (texts, queries or pairs): one number, or the range where lengths differ."""
+    counts = sorted({int(r["n"]) for r in rows})
+    return "—" if not counts else str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
 
 
 def _part(rows: pd.DataFrame, split: str | None, part) -> pd.DataFrame:
@@ -289,7 +296,7 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
         else:
             rows = overall_rows(rows)
         info = metric_info(metric)
-        blocks.append(Paragraph(f"*{task}: {info.label}* (`{metric}`), mean with 95% CI per length bin:"))
+        blocks.append(Paragraph(f"*{task}: {info.label}* (`{metric}`), mean with 95% CI per length bin (n: texts, queries or pairs per length):"))
         table = metric_table(
             rows, metric, q.baseline, q.layers, by_depth, _contrasts(results, q, task, metric)
         )
