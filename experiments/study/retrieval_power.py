@@ -21,7 +21,7 @@ for n in (24, 48, 96, 120):
     print(f"  n = {n:3d}: {row}")
 print()
 print("smallest |dAcc@1| detected with 80% power (alpha 0.05 per test)")
-for n in (24, 96):
+for n in (20, 24, 96):
     best = detectable_difference(n)
     row = "  ".join(f"psi {psi:.2f}: {detectable_difference(n, psi):.3f}" for psi in (0.2, 0.3, 0.4))
     print(f"  n = {n:3d}: all discordant one way {best:.3f}  {row}")
