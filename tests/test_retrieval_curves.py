@@ -35,6 +35,7 @@ from llm_collapse.reporting.figures import (
     make_figures,
     plot_metric_vs_length,
 )
+from llm_collapse.reporting.tables import headline_metrics
 from llm_collapse.run.results import result_row
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -239,6 +240,8 @@ def test_compare_start_tasks_on_minilm_with_chance_in_the_figures(minilm_dir, tm
 
     data = load_runs([out])
     assert chance_levels(data, "passkey-start") == {"minilm": [{64: 0.25, 128: 0.25}]}
+    start_headlines = {("passkey-start", "acc@1"), ("needle-start", "acc@1")}
+    assert start_headlines <= set(headline_metrics(data))  # the summary table's metrics
     figures = {(f.task, f.metric): f for f in make_figures(data, tmp_path / "figures")}
     assert {("passkey", "acc@1"), ("passkey-start", "acc@1"), ("needle-start", "acc@1")} <= set(figures)
     assert "chance" in figures[("passkey-start", "acc@1")].caption

@@ -85,6 +85,8 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("knn", "knn_accuracy"),
     ("passkey", "acc@1"),
     ("needle", "acc@1"),
+    ("passkey-start", "acc@1"),
+    ("needle-start", "acc@1"),
     ("position", "acc@1"),
     ("quantization", "cosine_to_bf16"),
 )
