@@ -17,6 +17,7 @@ import torch
 import llm_collapse as lc
 from llm_collapse.interventions.base import NotApplicable
 from llm_collapse.testing import checkpoints
+from llm_collapse.testing.specs import INTERVENTION_MATRIX
 
 CUDA = torch.cuda.is_available()
 
@@ -29,18 +30,7 @@ ADAPTERS = {  # registry name -> tiny replica builder in its published layout
     "qwen3-embedding-0.6b": "save_tiny_qwen3_embedding",
     "gte-qwen2": "save_tiny_gte_qwen2",
 }
-METHODS = [
-    "base",
-    "tempscale:0.6",
-    "tempscale-log:4",
-    "ntk:1e5",
-    "dynamic:4:8",
-    "yarn:8:8",
-    "yarn:8:8:af1",
-    "pi:4",
-    "selfextend:2:4",
-    "window:off",
-]
+METHODS = ["base", *INTERVENTION_MATRIX, "window:off"]
 TEXTS = [
     "the grass is green and the sky is blue " * 6,
     "a short text",

@@ -27,6 +27,7 @@ from llm_collapse.interventions import (
 from llm_collapse.interventions.base import format_number
 from llm_collapse.interventions.rope import rotary_modules
 from llm_collapse.testing.checkpoints import save_tiny_e5_mistral
+from llm_collapse.testing.specs import INTERVENTION_MATRIX
 
 TEXTS = [
     "the grass is green and the sky is blue " * 4,
@@ -392,19 +393,7 @@ def test_selfextend_composes_with_the_log_temperature_in_any_order(tiny_e5_dir):
         assert np.abs(embedder.encode(TEXTS) - first).max() > 1e-5
 
 
-MATRIX = [
-    "tempscale:0.6",
-    "tempscale-log:4",
-    "ntk:1e5",
-    "dynamic:4:8",
-    "yarn:8:8",
-    "yarn:8:8:af1",
-    "pi:4",
-    "selfextend:2:4",
-]
-
-
-@pytest.mark.parametrize("spec", MATRIX)
+@pytest.mark.parametrize("spec", INTERVENTION_MATRIX)
 @pytest.mark.parametrize(("name", "fixture"), TINY)
 def test_every_intervention_on_every_tiny_architecture(name, fixture, request, spec):
     embedder = _load(name, fixture, request)
