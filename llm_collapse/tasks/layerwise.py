@@ -2,9 +2,10 @@
 same forward pass as the embeddings (`llm_collapse.metrics.layerwise`), on ``layerwise_per_bin`` texts per bin
 (in the prefix design the same documents at every length, one forward per document where sharing is exact).
 
-In the prefix design every statistic also gets ``<metric>_vs_shortest`` rows per layer: the mean over documents of
-(value at L - value at the shortest length), a paired bootstrap interval and a paired t-test (the per-document
-values are continuous).
+The per-text statistics of each bin go to ``ctx.paired`` (per layer), so the runner writes paired
+``<metric>_vs_base`` rows per layer (the same texts under every method) and, in the prefix design,
+``<metric>_vs_shortest`` rows (document i at every length): the mean over texts of the difference, a paired
+bootstrap interval and a paired t-test (the per-text values are continuous; `llm_collapse.tasks.base`).
 ``hf_ratio_length_free`` removes the ratio's pure length effect (`llm_collapse.metrics.hidden.length_free_hf_ratio`)."""
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import numpy as np
 from llm_collapse.metrics.hidden import length_free_hf_ratio
 from llm_collapse.metrics.layerwise import measure_layers
 from llm_collapse.metrics.stats import bootstrap_ci
-from llm_collapse.tasks.base import TaskContext, paired_t_contrast
-from llm_collapse.tasks.registry import VS_SHORTEST
+from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key
 
 
 def run_layerwise(ctx: TaskContext) -> list[dict]:
@@ -42,6 +42,9 @@ def run_layerwise(ctx: TaskContext) -> list[dict]:
         texts = chosen[length]
         for metric, everything in statistics.items():
             values = everything[part]
+            ctx.paired[paired_key("layerwise", length, metric=metric)] = PairedItems(
+                metric, values, per_layer=True
+            )
             for layer in range(values.shape[1]):
                 column = values[:, layer]
                 point, low, high = bootstrap_ci(column, lambda x: float(np.nanmean(x)), seed=ctx.config.seed)
@@ -54,39 +57,6 @@ def run_layerwise(ctx: TaskContext) -> list[dict]:
                         value=point,
                         ci=(low, high),
                         n=len(texts),
-                    )
-                )
-    if ctx.inputs.design == "prefix":
-        rows += _length_contrasts(ctx, statistics, parts)
-    return rows
-
-
-def _length_contrasts(
-    ctx: TaskContext, statistics: dict[str, np.ndarray], parts: dict[int, slice]
-) -> list[dict]:
-    """``<metric>_vs_shortest`` per layer: row i of every length is document i (the prefix design)."""
-    shortest = min(parts)
-    rows = []
-    for length, part in parts.items():
-        reference = parts[shortest]
-        if length == shortest or part.stop - part.start != reference.stop - reference.start:
-            continue
-        for metric, values in statistics.items():
-            for layer in range(values.shape[1]):
-                a, b = values[part, layer], values[reference, layer]
-                keep = ~(np.isnan(a) | np.isnan(b))
-                a, b = a[keep], b[keep]
-                point, low, high, p_value = paired_t_contrast(a, b, ctx.config.seed)
-                rows.append(
-                    ctx.row(
-                        task="layerwise",
-                        length=length,
-                        layer=layer,
-                        metric=metric + VS_SHORTEST,
-                        value=point,
-                        ci=(low, high),
-                        n=int(keep.sum()),
-                        p_value=p_value,
                     )
                 )
     return rows

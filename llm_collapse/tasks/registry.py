@@ -123,9 +123,9 @@ METRICS: dict[str, MetricInfo] = {
         "distance to global centroid (paper)", MORE_COLLAPSE_IF_LOWER, paired=True
     ),
     "effective_rank": MetricInfo("effective rank", MORE_COLLAPSE_IF_LOWER),
-    "hf_ratio": MetricInfo("high-frequency energy ratio", MORE_COLLAPSE_IF_LOWER),
+    "hf_ratio": MetricInfo("high-frequency energy ratio", MORE_COLLAPSE_IF_LOWER, paired=True),
     "hf_ratio_length_free": MetricInfo(
-        "high-frequency ratio x L/(L-1) (length-free)", MORE_COLLAPSE_IF_LOWER
+        "high-frequency ratio x L/(L-1) (length-free)", MORE_COLLAPSE_IF_LOWER, paired=True
     ),
     "knn_accuracy": MetricInfo(
         "kNN accuracy, within bin (ours)", HIGHER_IS_BETTER, paired=True, proportion=True
@@ -136,8 +136,8 @@ METRICS: dict[str, MetricInfo] = {
     "acc@1": MetricInfo("Acc@1", HIGHER_IS_BETTER, paired=True, proportion=True),
     "ndcg@10": MetricInfo("nDCG@10", HIGHER_IS_BETTER),
     "tokens": MetricInfo("mean tokens per text", ""),
-    "attention_entropy": MetricInfo("attention entropy (nats)", ""),
-    "attention_entropy_normalized": MetricInfo("attention entropy / ln(#keys)", ""),
+    "attention_entropy": MetricInfo("attention entropy (nats)", "", paired=True),
+    "attention_entropy_normalized": MetricInfo("attention entropy / ln(#keys)", "", paired=True),
     **{
         f"cosine_to_{dtype}": MetricInfo(f"mean cosine to the {dtype} embedding", CLOSER_IF_HIGHER, digits=5)
         for dtype in ("bf16", "fp16", "fp32")  # llm_collapse.tasks.quantization (drift of a quantized model)
@@ -154,16 +154,6 @@ METRICS.update(
         )
         for suffix, what in ((VS_BASE, "base"), (VS_SHORTEST, "shortest length"))
         for metric in PAIRED_METRICS
-    }
-)
-
-# The layerwise task writes its own length contrasts in the prefix design (`llm_collapse.tasks.layerwise`).
-METRICS.update(
-    {
-        f"{metric}{VS_SHORTEST}": MetricInfo(
-            f"{METRICS[metric].label} − shortest length (paired)", METRICS[metric].direction
-        )
-        for metric in TASKS["layerwise"].metrics
     }
 )
 
