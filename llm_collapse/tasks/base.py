@@ -4,9 +4,9 @@ Paired contrasts against ``base``: every method sees the same texts, so a method
 ``base`` has a paired interval that is much narrower than the two per-method intervals suggest. Tasks
 leave the per-item data behind each bin in ``TaskContext.paired`` (`PairedItems`, keyed by `paired_key`):
 collapse its (n, d) embeddings, knn its per-text leave-one-out correctness, passkey/needle/position their
-per-query top-1 hits, layerwise its (n, layers) per-text statistics. The runner keeps these per (model, method) in memory until every method of the model
-has run, then `contrast_rows` turns them into ``*_vs_base`` rows (method = the non-base method, same task,
-length and depth). Bins whose item counts differ between the two are skipped with a warning.
+per-query top-1 hits, layerwise its (n, layers) per-text statistics. The runner keeps these per (model, method)
+in memory until every method of the model has run, then `contrast_rows` turns them into ``*_vs_base`` rows
+(method = the non-base method, same task, length and depth). Bins whose item counts differ between the two are skipped with a warning.
 """
 
 from __future__ import annotations
