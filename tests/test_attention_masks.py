@@ -98,3 +98,12 @@ def test_attention_entropy_matches_a_direct_mean_over_rows():
             ]
             expected[b, h] = sum(values) / len(values)
     assert torch.allclose(got, expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_attendable_over_a_key_slice_is_that_slice_of_the_full_mask(window):
+    key_mask = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 1, 0]])
+    full = attendable(9, slice(4, 8), causal=True, sliding_window=window, key_mask=key_mask)
+    for keys in (slice(0, 9), slice(2, 8), slice(5, 6)):
+        got = attendable(9, slice(4, 8), causal=True, sliding_window=window, key_mask=key_mask, keys=keys)
+        assert torch.equal(got, full[..., keys])

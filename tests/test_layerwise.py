@@ -153,3 +153,53 @@ def test_prefix_design_writes_paired_layer_contrasts(tiny_gemma3_dir, tmp_path, 
         "attention_entropy",
         "attention_entropy_normalized",
     }
+
+
+class _Causal:
+    is_causal = True
+
+
+@pytest.mark.parametrize("window", [None, 5])
+@pytest.mark.parametrize("softcap", [None, 2.0])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("given_mask", [False, True])
+def test_recorder_entropy_equals_a_direct_softmax_per_row(window, softcap, padded, given_mask, monkeypatch):
+    """`_entropy` (band-limited keys, three-pass formula, grouped heads, query chunks of 4) against float64
+    softmax rows over the attendable keys, one query row at a time, for a model-built 4D mask and without."""
+    monkeypatch.setattr(layerwise, "_CHUNK", 4)
+    generator = torch.Generator().manual_seed(0)
+    batch, heads, kv_heads, length, dim, scaling = 2, 4, 2, 13, 8, 0.4
+    query = torch.randn(batch, heads, length, dim, generator=generator) * 3
+    key = torch.randn(batch, kv_heads, length, dim, generator=generator) * 3
+    mask2d = torch.ones(batch, length, dtype=torch.long)
+    if padded:
+        mask2d[1, :3] = 0  # left padding
+    allowed = torch.zeros(batch, 1, length, length, dtype=torch.bool)
+    for b in range(batch):
+        for i in range(length):
+            for j in range(length):
+                allowed[b, 0, i, j] = j <= i and (window is None or i - j < window) and bool(mask2d[b, j])
+    mask4d = allowed if given_mask else None
+    got = layerwise._entropy(
+        _Causal(), query, key, mask4d, scaling, softcap, mask2d if padded else None, window
+    )
+    for b in range(batch):
+        for i in range(length):
+            keys = allowed[b, 0, i].nonzero()[:, 0]
+            if not bool(mask2d[b, i]) or len(keys) == 0:
+                assert got[b, i, 2] == 0
+                continue
+            rows = []
+            for h in range(heads):
+                logits = (
+                    query[b, h, i].double() @ key[b, h // (heads // kv_heads), keys].double().T
+                ) * scaling
+                if softcap:
+                    logits = softcap * torch.tanh(logits / softcap)
+                p = torch.softmax(logits, dim=-1)
+                rows.append(float(-(p * torch.log(p.clamp_min(1e-300))).sum()))
+            expected = float(np.mean(rows))
+            assert float(got[b, i, 0]) == pytest.approx(expected, abs=1e-5)
+            assert got[b, i, 2] == 1 and got[b, i, 3] == (len(keys) > 1)
+            if len(keys) > 1:
+                assert float(got[b, i, 1]) == pytest.approx(expected / np.log(len(keys)), abs=1e-5)

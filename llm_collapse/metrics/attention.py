@@ -86,6 +86,7 @@ def attendable(
     sliding_window: int | None = None,
     key_mask: torch.Tensor | None = None,
     device: torch.device | str | None = None,
+    keys: slice | None = None,
 ) -> torch.Tensor:
     """Which keys each query row may attend to (the rule in the module docstring).
 
@@ -97,9 +98,11 @@ def attendable(
         sliding_window: Causal sliding window (None or 0: none).
         key_mask: (B, >= Lk) 1 for real keys; None means every key is real.
         device: Where to build the mask; defaults to ``key_mask``'s device (else the CPU).
+        keys: Only these key positions, ``slice(first, stop)`` (step 1); default all ``Lk``.
 
     Returns:
-        (B, 1, c, Lk) bool, c = number of query rows (B = 1 without ``key_mask``); may be an expanded view.
+        (B, 1, c, k) bool, c = number of query rows, k = number of keys (B = 1 without ``key_mask``); may be
+        an expanded view.
     """
     if device is None:
         device = key_mask.device if key_mask is not None else torch.device("cpu")
@@ -107,13 +110,15 @@ def attendable(
         key_mask = key_mask.to(device)
     batch = 1 if key_mask is None else key_mask.shape[0]
     q_idx = torch.arange(queries.start, queries.stop, device=device)
+    keys = slice(0, n_keys) if keys is None else keys
+    kv_idx = torch.arange(keys.start or 0, n_keys if keys.stop is None else keys.stop, device=device)
     allowed = mask_function(causal=causal, sliding_window=sliding_window, key_mask=key_mask)(
         torch.arange(batch, device=device)[:, None, None, None],
         torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device),
         q_idx[None, None, :, None],
-        torch.arange(n_keys, device=device)[None, None, None, :],
+        kv_idx[None, None, None, :],
     )
-    return allowed.expand(batch, 1, q_idx.numel(), n_keys)
+    return allowed.expand(batch, 1, q_idx.numel(), kv_idx.numel())
 
 
 def mask_rows(mask: torch.Tensor, rows: slice) -> torch.Tensor:

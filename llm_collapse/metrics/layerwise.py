@@ -14,7 +14,9 @@ identical for every text and can dominate ``||X||^2``); the recorder sees attent
 under scaling/RoPE interventions, but not SelfExtend's merged logits (it raises if SelfExtend is active).
 
 Speed: each query chunk's logits are computed only over the key span some row of the chunk may attend to
-(a sliding-window layer's band, the causal past), which is exact (the other keys get probability 0). Where
+(a sliding-window layer's band, the causal past), which is exact (the other keys get probability 0); without
+a 4D mask from the model the attendable-key mask itself is built only over that band, and the entropy takes
+three passes over the logits (`_entropy`). Where
 prefix sharing is exact (`llm_collapse.prefix.sharing_groups`: causal model, nothing after the text), a text
 whose input is a token prefix of another's is read from the longer forward: its hidden states and its
 attention rows are the first n of the longer input's (a causal row never sees later keys, and its number of
@@ -35,7 +37,7 @@ from torch import nn
 from llm_collapse.embedder import Embedder
 from llm_collapse.interventions.attention import attention_modules, layer_index, routed_attention
 from llm_collapse.interventions.base import NotApplicable
-from llm_collapse.metrics.attention import attendable, entropy, mask_allows, mask_rows
+from llm_collapse.metrics.attention import attendable, mask_allows, mask_rows
 from llm_collapse.metrics.hidden import layerwise_high_frequency
 from llm_collapse.prefix import pool_prefixes, sharing_groups
 
@@ -101,31 +103,48 @@ def record_attention_entropy(model: nn.Module) -> Iterator[dict[int, list[torch.
 @torch.no_grad()
 def _entropy(module, query, key, mask4d, scaling, softcap, mask2d, window=None) -> torch.Tensor:
     """(B, Lq, 4) float64 CPU per query row: entropy (nats), normalised entropy, whether the row is a real
-    token with an attendable key, whether it has more than one (the rows the normalised mean uses)."""
-    batch, heads, length, _ = query.shape
-    key = key.repeat_interleave(heads // key.shape[1], dim=1)  # (B, heads, Lk, d)
-    real_keys = torch.ones(batch, key.shape[2], dtype=torch.bool) if mask2d is None else mask2d.bool().cpu()
+    token with an attendable key, whether it has more than one (the rows the normalised mean uses).
+
+    Per chunk of rows, with ``s = l - max l`` over the attendable keys and ``Z = sum exp(s)``, the entropy is
+    ``ln Z - sum exp(s) s / Z``: the same quantity as ``-sum p ln p`` from ``log_softmax``, in three passes
+    over the logits instead of eight (the logits of a 32k full-attention layer are most of the recorder's
+    cost). Keys that are not attendable get the dtype's minimum, not -inf, so ``exp(s) s`` is 0 there, not
+    NaN. Grouped-query heads share their key head through a reshape of the queries, without copying keys.
+    """
+    batch, heads, length, dim = query.shape
+    kv_heads, n_keys = key.shape[1], key.shape[2]
+    groups = heads // kv_heads
+    real_keys = torch.ones(batch, n_keys, dtype=torch.bool) if mask2d is None else mask2d.bool().cpu()
     out = torch.zeros(batch, length, 4, dtype=torch.float64)
     for start in range(0, length, _CHUNK):
         stop = min(start + _CHUNK, length)
-        allowed = _allowed(module, mask4d, real_keys, start, stop, key.shape[2], window)  # (B, 1, c, Lk)
+        candidates = _candidate_keys(module, mask4d, start, stop, n_keys, window)
+        allowed = _allowed(module, mask4d, real_keys, start, stop, candidates, window)  # (B, 1, c, k)
         used = allowed.any(dim=(0, 1, 2)).nonzero()
         if len(used) == 0:
             continue
-        span = slice(int(used[0]), int(used[-1]) + 1)  # the keys some row of the chunk may attend to
-        allowed = allowed[..., span].to(query.device)
-        logits = (query[:, :, start:stop].float() @ key[:, :, span].float().transpose(-1, -2)) * scaling
+        first, last = int(used[0]), int(used[-1]) + 1
+        span = slice(candidates.start + first, candidates.start + last)  # keys some row of the chunk may see
+        allowed = allowed[..., first:last].to(query.device)
+        rows = stop - start
+        grouped = query[:, :, start:stop].float().reshape(batch, kv_heads, groups * rows, dim)
+        logits = grouped @ key[:, :, span].float().transpose(-1, -2)  # (B, kv_heads, groups * c, span)
+        logits = logits.view(batch, heads, rows, -1).mul_(scaling)
         if softcap:
-            logits = softcap * torch.tanh(logits / softcap)
-        logits = logits.masked_fill(~allowed, float("-inf"))  # (B, h, c, span)
-        logp = torch.log_softmax(logits, dim=-1)
-        rows_entropy = entropy(logp.exp(), logp).mean(1).double().cpu()  # (B, c)
-        n_keys = allowed.sum(-1).squeeze(1).double().cpu()  # (B, c)
-        real_rows = real_keys[:, start:stop] & (n_keys > 0)
-        normalised_rows = real_rows & (n_keys > 1)
+            logits.div_(softcap).tanh_().mul_(softcap)
+        logits.masked_fill_(~allowed, torch.finfo(logits.dtype).min)
+        logits.sub_(logits.amax(dim=-1, keepdim=True))  # s <= 0
+        weights = logits.exp()
+        total = weights.sum(dim=-1)
+        rows_entropy = (
+            (total.log() - weights.mul_(logits).sum(dim=-1) / total).mean(1).double().cpu()
+        )  # (B, c)
+        n_allowed = torch.count_nonzero(allowed, dim=-1).squeeze(1).double().cpu()  # (B, c)
+        real_rows = real_keys[:, start:stop] & (n_allowed > 0)
+        normalised_rows = real_rows & (n_allowed > 1)
         out[:, start:stop, 0] = torch.where(real_rows, rows_entropy, 0.0)
         out[:, start:stop, 1] = torch.where(
-            normalised_rows, rows_entropy / torch.log(n_keys.clamp(min=2)), 0.0
+            normalised_rows, rows_entropy / torch.log(n_allowed.clamp(min=2)), 0.0
         )
         out[:, start:stop, 2] = real_rows.double()
         out[:, start:stop, 3] = normalised_rows.double()
@@ -139,13 +158,26 @@ def _row_means(rows: torch.Tensor) -> tuple[float, float]:
     return float(entropy_mean), float(normalised_mean)
 
 
-def _allowed(module, mask4d, real_keys, start, stop, n_keys, window=None) -> torch.Tensor:
-    """Which keys each query row attends to: the 4D mask when the model built one, else causal (and the sliding
-    window: ``attn_implementation="banded"`` passes no mask for unpadded sliding-window layers)."""
+def _candidate_keys(module, mask4d, start, stop, n_keys, window=None) -> slice:
+    """Keys outside which no query row in ``[start, stop)`` can attend: the causal past (and the sliding
+    window's band) when the model passed no 4D mask, else all keys (a given mask may allow anything)."""
+    if (isinstance(mask4d, torch.Tensor) and mask4d.dim() == 4) or not getattr(module, "is_causal", False):
+        return slice(0, n_keys)
+    first = (
+        max(0, start - window) if window else 0
+    )  # one key more than the band needs: exactness is `_allowed`'s
+    return slice(first, min(stop, n_keys))
+
+
+def _allowed(module, mask4d, real_keys, start, stop, keys, window=None) -> torch.Tensor:
+    """Which of ``keys`` each query row attends to: the 4D mask when the model built one, else causal (and the
+    sliding window: ``attn_implementation="banded"`` passes no mask for unpadded sliding-window layers)."""
     if isinstance(mask4d, torch.Tensor) and mask4d.dim() == 4:
-        return mask_allows(mask_rows(mask4d, slice(start, stop)).cpu())
+        return mask_allows(mask_rows(mask4d, slice(start, stop))[..., keys].cpu())
     causal = bool(getattr(module, "is_causal", False))
-    return attendable(n_keys, slice(start, stop), causal=causal, sliding_window=window, key_mask=real_keys)
+    return attendable(
+        keys.stop, slice(start, stop), causal=causal, sliding_window=window, key_mask=real_keys, keys=keys
+    )
 
 
 def measure_layers(
