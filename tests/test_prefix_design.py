@@ -234,3 +234,33 @@ def test_dry_run_counts_full_attention_when_the_window_is_switched_off(
     assert off > base and preset > base
     assert "(one per document: sharing is exact); sliding window off: full attention in every layer" in text
     assert "sliding window off" in preset_text and "sliding window off" not in estimate("tempscale:0.8")[0]
+
+
+def test_dry_run_adds_the_layerwise_recorder_and_the_quantization_variants(
+    tiny_gemma3_dir, tmp_path, monkeypatch
+):
+    """The entropy recorder replaces a layerwise-only run's plain forwards at its measured cost ratio, and each
+    quantization variant embeds base's texts again (at the measured bitsandbytes ratio on CPU), under base only."""
+    from llm_collapse.backends.device import resolve_device
+    from llm_collapse.run import plan as planning
+    from llm_collapse.run.config import CompareConfig
+
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LLM_COLLAPSE_PLAN_GFLOPS", "100")
+
+    def estimate(tasks: list[str], **extra) -> tuple[str, float]:
+        config = CompareConfig(
+            models=["gemma3-270m"], model_paths={"gemma3-270m": str(tiny_gemma3_dir)}, methods=["base"],
+            tasks=tasks, lengths=[64, 256], design="prefix", prefix_docs=4, out=str(tmp_path / "run"), **extra,
+        ).validate()  # fmt: skip
+        return planning.plan(config)
+
+    _, plain = estimate(["collapse"])
+    text, layerwise = estimate(["layerwise"], layerwise_per_bin=2)
+    assert layerwise == pytest.approx(plain * planning.LAYERWISE_RECORDER * 2 / 4)
+    assert "layerwise: 2 texts per length through the entropy recorder" in text and "instead of" in text
+    text, quantized = estimate(["collapse", "quantization"], quants=["nf4", "int8"])
+    on_cpu = resolve_device(None).type == "cpu"
+    factors = [planning.QUANT_ON_CPU[q] if on_cpu else 1.0 for q in ("nf4", "int8")]
+    assert quantized == pytest.approx(plain * (1 + sum(factors)))
+    assert "quantization: the nf4 variant embeds the same texts" in text

@@ -7,6 +7,10 @@ now (`llm_collapse.bench.throughput.planning_gflops`: a short matmul benchmark i
 calibrated forward efficiency; ``LLM_COLLAPSE_PLAN_GFLOPS`` overrides it). It is a planning aid: the README
 records how close it came to measured runs.
 
+Two costs the FLOP count does not see are added from measured ratios (`LAYERWISE_RECORDER`,
+`QUANT_ON_CPU`): the ``layerwise`` task's entropy recorder, and the ``quantization`` task's variants, which
+embed the reference's texts again (bitsandbytes on CPU is slower than fp32, int8 less so than nf4).
+
 Under ``--design prefix`` and for the ``-start`` retrieval tasks (their documents are a prefix sweep too) it
 states the forward passes per model and method: one per document where prefix
 sharing is exact (`llm_collapse.prefix.prefix_sharing`, asked of the model built on the meta device: no
@@ -28,6 +32,16 @@ from llm_collapse.data.bins import count_tokens
 from llm_collapse.interventions import parse_interventions
 from llm_collapse.prefix import prefix_sharing
 from llm_collapse.run.config import CompareConfig
+from llm_collapse.tasks.base import BASE_METHOD
+
+LAYERWISE_RECORDER = 1.9
+"""Seconds of `measure_layers` per second of a plain forward of the same text: 206.8 s vs 108.2 s for one
+32768-token gemma3-270m text in fp32 on a 2-core Intel Xeon with AMX (the recorder's full-attention logits
+grow as L^2, so shorter texts cost relatively less)."""
+
+QUANT_ON_CPU = {"nf4": 1.77, "int8": 1.79}
+"""Seconds of a bitsandbytes variant's forward per second of the fp32 forward on CPU: 12.42 s (nf4) and
+12.56 s (int8) vs 7.01 s for one 4096-token gemma3-270m text, best of 2, 2-core Intel Xeon with AMX."""
 
 
 def describe_plan(config: CompareConfig, documents: list[Document] | None = None) -> str:
@@ -87,6 +101,11 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             )
             for method in (m for m in config.methods if widens[m]):
                 lines.append(f"  {name} x {method}: window off: ~{costs[True][0] / 1e12:.2f} TFLOP")
+            for method in config.methods:
+                seconds_m = costs[widens[method]][0] / (gflops * 1e9)
+                added, said = _task_costs(config, method, seconds_m, config.max_per_bin, device.type)
+                total += added
+                lines += [f"  {name} x {method}: {line}" for line in said]
             continue
         n_docs, n_lengths = len(longest), len(config.lengths)
         model, model_tokenizer = (
@@ -108,11 +127,43 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             lines.append(
                 f"  {name} x {method}: {how}{window}; ~{flops / 1e12:.2f} TFLOP, ~{seconds / 60:.1f} min"
             )
+            added, said = _task_costs(config, method, seconds, n_docs, device.type)
+            total += added
+            lines += [f"  {name} x {method}: {line}" for line in said]
     lines.append(
         f"estimated total ~{total / 60:.1f} min at {gflops:.0f} GFLOP/s ({rate_source}; cached embeddings "
         "are not recomputed)"
     )
     return "\n".join(lines), total
+
+
+def _task_costs(
+    config: CompareConfig, method: str, seconds: float, per_length: int, device: str
+) -> tuple[float, list[str]]:
+    """Seconds the ``layerwise`` and ``quantization`` tasks add to a method whose plain forwards take
+    ``seconds`` for ``per_length`` texts per length, and a line for each (the variants run under base only). A run of ``layerwise`` alone runs no
+    plain forward: its recorder's seconds replace them (the returned seconds are then net of them)."""
+    added, lines = 0.0, []
+    if "layerwise" in config.tasks:
+        share = min(config.layerwise_per_bin, per_length) / max(per_length, 1)
+        recorder = LAYERWISE_RECORDER * seconds * share
+        alone = set(config.tasks) == {"layerwise"}
+        added += recorder - (seconds if alone else 0.0)
+        lines.append(
+            f"layerwise: {min(config.layerwise_per_bin, per_length)} texts per length through the entropy "
+            f"recorder, ~{LAYERWISE_RECORDER:g}x a plain forward each: ~{recorder / 60:.1f} min"
+            + (" (instead of the plain forwards above: layerwise is the only task)" if alone else "")
+        )
+    quants = config.quants if "quantization" in config.tasks and method == BASE_METHOD else None
+    for quant in quants or ():
+        factor = QUANT_ON_CPU[quant] if device == "cpu" else 1.0
+        added += factor * seconds
+        lines.append(
+            f"quantization: the {quant} variant embeds the same texts, ~{factor:g}x the reference's time "
+            f"({'bitsandbytes on CPU, measured' if device == 'cpu' else 'costed like the reference'}): "
+            f"~{factor * seconds / 60:.1f} min"
+        )
+    return added, lines
 
 
 def _meta_model(spec, weights):
