@@ -102,8 +102,8 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             for method in (m for m in config.methods if widens[m]):
                 lines.append(f"  {name} x {method}: window off: ~{costs[True][0] / 1e12:.2f} TFLOP")
             for method in config.methods:
-                seconds_m = costs[widens[method]][0] / (gflops * 1e9)
-                added, said = _task_costs(config, method, seconds_m, config.max_per_bin, device.type)
+                forwards = costs[widens[method]][0] / (gflops * 1e9)
+                added, said = _task_costs(config, method, forwards, config.max_per_bin, device.type)
                 total += added
                 lines += [f"  {name} x {method}: {line}" for line in said]
             continue
