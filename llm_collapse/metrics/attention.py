@@ -31,7 +31,9 @@ Decisions and gotchas:
   (NV-Embed's bidirectional key padding), holds for every row: `mask_rows` expands it instead of slicing.
 - `entropy` takes the log-probabilities when the caller has them (``log_softmax`` of logits): ``ln`` of a
   rounded probability loses precision for small p. Without them it uses ``xlogy(p, p)``. The two forms agree
-  to rounding, not bit for bit.
+  to rounding, not bit for bit. `logit_entropy` starts from logits (the layerwise recorder) and never forms
+  p or ln p: with ``s = l - max l`` over the attendable keys and ``Z = sum exp(s)``, ``H = ln Z - sum
+  exp(s) s / Z``, three passes over the logits instead of eight, in place.
 - `attention_entropy` computes in ``dtype`` (float32 by default) whatever the input dtype; probabilities of
   keys that are not attendable are set to 0 first, so padding may hold anything, even NaN. Real query rows
   default to ``attention_mask`` at their positions; pass ``query_mask`` to override (e.g. an echo pooling
@@ -52,7 +54,15 @@ from transformers.masking_utils import (
     sliding_window_causal_mask_function,
 )
 
-__all__ = ["attendable", "attention_entropy", "entropy", "mask_allows", "mask_function", "mask_rows"]
+__all__ = [
+    "attendable",
+    "attention_entropy",
+    "entropy",
+    "logit_entropy",
+    "mask_allows",
+    "mask_function",
+    "mask_rows",
+]
 
 
 def mask_function(
@@ -98,7 +108,7 @@ def attendable(
         sliding_window: Causal sliding window (None or 0: none).
         key_mask: (B, >= Lk) 1 for real keys; None means every key is real.
         device: Where to build the mask; defaults to ``key_mask``'s device (else the CPU).
-        keys: Only these key positions, ``slice(first, stop)`` (step 1); default all ``Lk``.
+        keys: Only these key positions, ``slice(first, stop)`` with both set (step 1); default all ``Lk``.
 
     Returns:
         (B, 1, c, k) bool, c = number of query rows, k = number of keys (B = 1 without ``key_mask``); may be
@@ -111,7 +121,7 @@ def attendable(
     batch = 1 if key_mask is None else key_mask.shape[0]
     q_idx = torch.arange(queries.start, queries.stop, device=device)
     keys = slice(0, n_keys) if keys is None else keys
-    kv_idx = torch.arange(keys.start or 0, n_keys if keys.stop is None else keys.stop, device=device)
+    kv_idx = torch.arange(keys.start, keys.stop, device=device)
     allowed = mask_function(causal=causal, sliding_window=sliding_window, key_mask=key_mask)(
         torch.arange(batch, device=device)[:, None, None, None],
         torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device),
@@ -152,6 +162,24 @@ def entropy(probs: torch.Tensor, log_probs: torch.Tensor | None = None) -> torch
     if log_probs is None:
         return -torch.xlogy(probs, probs).sum(dim=-1)
     return -(probs * log_probs.nan_to_num(neginf=0.0)).sum(dim=-1)
+
+
+def logit_entropy(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy (nats) of ``softmax(logits)`` over the attendable keys, without forming p.
+
+    Args:
+        logits: (..., keys) float; overwritten (it ends as ``exp(s) s``).
+        allowed: Boolean, broadcastable to ``logits``: the attendable keys.
+
+    Returns:
+        ``logits.shape[:-1]``. Keys that are not attendable get the dtype's minimum, not -inf, so ``exp(s) s``
+        is 0 there, not NaN; a row with no attendable key gets ``ln`` of the number of keys (callers drop it).
+    """
+    logits.masked_fill_(~allowed, torch.finfo(logits.dtype).min)
+    logits.sub_(logits.amax(dim=-1, keepdim=True))  # s <= 0
+    weights = logits.exp()
+    total = weights.sum(dim=-1)
+    return total.log() - logits.mul_(weights).sum(dim=-1) / total
 
 
 def attention_entropy(

@@ -15,9 +15,8 @@ under scaling/RoPE interventions, but not SelfExtend's merged logits (it raises 
 
 Speed: each query chunk's logits are computed only over the key span some row of the chunk may attend to
 (a sliding-window layer's band, the causal past), which is exact (the other keys get probability 0); without
-a 4D mask from the model the attendable-key mask itself is built only over that band, and the entropy takes
-three passes over the logits (`_entropy`). Where
-prefix sharing is exact (`llm_collapse.prefix.sharing_groups`: causal model, nothing after the text), a text
+a 4D mask from the model the attendable-key mask itself is built only over that band, and the entropy comes
+from the logits in three passes (`metrics.attention.logit_entropy`). Where prefix sharing is exact (`llm_collapse.prefix.sharing_groups`: causal model, nothing after the text), a text
 whose input is a token prefix of another's is read from the longer forward: its hidden states and its
 attention rows are the first n of the longer input's (a causal row never sees later keys, and its number of
 attendable keys is the same), so the prefix design's lengths of one document cost one forward.
@@ -37,7 +36,7 @@ from torch import nn
 from llm_collapse.embedder import Embedder
 from llm_collapse.interventions.attention import attention_modules, layer_index, routed_attention
 from llm_collapse.interventions.base import NotApplicable
-from llm_collapse.metrics.attention import attendable, mask_allows, mask_rows
+from llm_collapse.metrics.attention import attendable, logit_entropy, mask_allows, mask_rows
 from llm_collapse.metrics.hidden import layerwise_high_frequency
 from llm_collapse.prefix import pool_prefixes, sharing_groups
 
@@ -105,11 +104,9 @@ def _entropy(module, query, key, mask4d, scaling, softcap, mask2d, window=None) 
     """(B, Lq, 4) float64 CPU per query row: entropy (nats), normalised entropy, whether the row is a real
     token with an attendable key, whether it has more than one (the rows the normalised mean uses).
 
-    Per chunk of rows, with ``s = l - max l`` over the attendable keys and ``Z = sum exp(s)``, the entropy is
-    ``ln Z - sum exp(s) s / Z``: the same quantity as ``-sum p ln p`` from ``log_softmax``, in three passes
-    over the logits instead of eight (the logits of a 32k full-attention layer are most of the recorder's
-    cost). Keys that are not attendable get the dtype's minimum, not -inf, so ``exp(s) s`` is 0 there, not
-    NaN. Grouped-query heads share their key head through a reshape of the queries, without copying keys.
+    The logits of a 32k full-attention layer are most of the recorder's cost: they are computed once per chunk
+    and overwritten by `logit_entropy`. Grouped-query heads share their key head through a reshape of the
+    queries, without copying keys.
     """
     batch, heads, length, dim = query.shape
     kv_heads, n_keys = key.shape[1], key.shape[2]
@@ -132,13 +129,7 @@ def _entropy(module, query, key, mask4d, scaling, softcap, mask2d, window=None) 
         logits = logits.view(batch, heads, rows, -1).mul_(scaling)
         if softcap:
             logits.div_(softcap).tanh_().mul_(softcap)
-        logits.masked_fill_(~allowed, torch.finfo(logits.dtype).min)
-        logits.sub_(logits.amax(dim=-1, keepdim=True))  # s <= 0
-        weights = logits.exp()
-        total = weights.sum(dim=-1)
-        rows_entropy = (
-            (total.log() - weights.mul_(logits).sum(dim=-1) / total).mean(1).double().cpu()
-        )  # (B, c)
+        rows_entropy = logit_entropy(logits, allowed).mean(1).double().cpu()  # (B, c)
         n_allowed = torch.count_nonzero(allowed, dim=-1).squeeze(1).double().cpu()  # (B, c)
         real_rows = real_keys[:, start:stop] & (n_allowed > 0)
         normalised_rows = real_rows & (n_allowed > 1)
@@ -163,9 +154,8 @@ def _candidate_keys(module, mask4d, start, stop, n_keys, window=None) -> slice:
     window's band) when the model passed no 4D mask, else all keys (a given mask may allow anything)."""
     if (isinstance(mask4d, torch.Tensor) and mask4d.dim() == 4) or not getattr(module, "is_causal", False):
         return slice(0, n_keys)
-    first = (
-        max(0, start - window) if window else 0
-    )  # one key more than the band needs: exactness is `_allowed`'s
+    # one key more than the band needs: exactness is `_allowed`'s
+    first = max(0, start - window) if window else 0
     return slice(first, min(stop, n_keys))
 
 

@@ -141,8 +141,9 @@ def _task_costs(
     config: CompareConfig, method: str, seconds: float, per_length: int, device: str
 ) -> tuple[float, list[str]]:
     """Seconds the ``layerwise`` and ``quantization`` tasks add to a method whose plain forwards take
-    ``seconds`` for ``per_length`` texts per length, and a line for each (the variants run under base only). A run of ``layerwise`` alone runs no
-    plain forward: its recorder's seconds replace them (the returned seconds are then net of them)."""
+    ``seconds`` for ``per_length`` texts per length, and a line for each (the variants run under base only).
+    A run of ``layerwise`` alone runs no plain forward: its recorder's seconds replace them (the returned
+    seconds are then net of them)."""
     added, lines = 0.0, []
     if "layerwise" in config.tasks:
         share = min(config.layerwise_per_bin, per_length) / max(per_length, 1)
