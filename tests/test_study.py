@@ -110,3 +110,33 @@ def test_n_column_states_one_count_or_the_range():
     assert _n_text([{"n": 32}, {"n": 32}]) == "32"
     assert _n_text([{"n": 96}, {"n": 24}, {"n": 48}]) == "24–96"  # retrieval2k vs 32k document counts
     assert _n_text([]) == "—"
+
+
+def test_layers_may_differ_per_model(study_root):
+    """``layers`` as a mapping picks each model's own layers; a model missing from it is an error, not skipped."""
+    per_model = QUESTIONS.replace(
+        "    models: [synth-decoder]\n    methods: [base]\n    layers: [first, last]",
+        "    methods: [base]\n    layers: {synth-decoder: [first], synth-encoder: [last, 1]}",
+    )
+    (study_root / "per_model.yaml").write_text(per_model)
+    text = build_study(study_root, study_root / "per_model.yaml")["md"].read_text().split("## Q2")[1]
+    text = text.split("## Q3")[0]
+    results = pd.read_parquet(study_root / "sweep" / "results.parquet")
+    encoder_layers = sorted(
+        int(x) for x in results[results["model"] == "synth-encoder"]["layer"].dropna().unique()
+    )
+    decoder_layers = sorted(
+        int(x) for x in results[results["model"] == "synth-decoder"]["layer"].dropna().unique()
+    )
+    assert f"| synth-decoder | `base` | {decoder_layers[0]} |" in text
+    assert f"| synth-decoder | `base` | {decoder_layers[-1]} |" not in text
+    assert (
+        f"| synth-encoder | `base` | {encoder_layers[-1]} |" in text
+        and "| synth-encoder | `base` | 1 |" in text
+    )
+    assert f"| synth-encoder | `base` | {encoder_layers[0]} |" not in text
+    (study_root / "missing.yaml").write_text(per_model.replace(", synth-encoder: [last, 1]", ""))
+    with pytest.raises(
+        StudyError, match="model 'synth-encoder' has no entry in the question's layers mapping"
+    ):
+        build_study(study_root, study_root / "missing.yaml")

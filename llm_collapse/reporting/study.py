@@ -2,7 +2,8 @@
 
 The questions file (YAML; the project's is ``experiments/study/questions.yaml``) names, per question, the run
 folder under the study root, the command that made it, the (task, metric) pairs that answer it, optional
-model/method/layer filters, tasks to split by depth (``by_depth``: the position task's early/late), a baseline method, figures from the run's ``figures/`` and an optional
+model/method/layer filters (``layers``: one list for every model, or a mapping from model to its list,
+since models differ in depth and layer types), tasks to split by depth (``by_depth``: the position task's early/late), a baseline method, figures from the run's ``figures/`` and an optional
 ``reading`` (the authors' wording; it may quote no number: every number in the report comes from the
 results). Each question becomes one section: the command, its figures, and per metric one table of
 ``value [CI]`` by length with the change from the shortest to the longest length and, with a baseline, the
@@ -21,7 +22,7 @@ Decisions:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,7 +72,7 @@ class Question:
     models: tuple[str, ...] = ()
     methods: tuple[str, ...] = ()
     baseline: str | None = None
-    layers: tuple[str, ...] = ()
+    layers: tuple[str, ...] | dict[str, tuple[str, ...]] = ()
     figures: tuple[str, ...] = ()
     reading: str = ""
     by_depth: tuple[str, ...] = ()
@@ -104,7 +105,7 @@ def load_questions(path: Path | str) -> tuple[str, str, list[Question]]:
                     models=tuple(item.get("models") or ()),
                     methods=tuple(item.get("methods") or ()),
                     baseline=item.get("baseline"),
-                    layers=tuple(str(x) for x in item.get("layers") or ()),
+                    layers=_layers(item.get("layers")),
                     figures=tuple(item.get("figures") or ()),
                     reading=str(item.get("reading") or "").strip(),
                     by_depth=tuple(item.get("by_depth") or ()),
@@ -116,6 +117,13 @@ def load_questions(path: Path | str) -> tuple[str, str, list[Question]]:
     if not questions:
         raise StudyError(f"{file}: no questions")
     return str(data.get("title") or "Study"), str(data.get("intro") or "").strip(), questions
+
+
+def _layers(value) -> tuple[str, ...] | dict[str, tuple[str, ...]]:
+    """``layers``: a list for every model, or ``{model: list}`` (models differ in depth and layer types)."""
+    if isinstance(value, dict):
+        return {str(model): tuple(str(x) for x in wanted or ()) for model, wanted in value.items()}
+    return tuple(str(x) for x in value or ())
 
 
 # ------------------------------------------------------------------------------------------------ tables
@@ -139,13 +147,14 @@ def metric_table(
     rows: pd.DataFrame,
     metric: str,
     baseline: str | None,
-    layers: Sequence[str] = (),
+    layers: Sequence[str] | Mapping[str, Sequence[str]] = (),
     by_depth: bool = False,
     contrasts: pd.DataFrame | None = None,
 ) -> Table:
     """``value [CI]`` per length for each model x method (x layer or position), the change, the baseline gap.
 
-    ``layers`` (``first``/``middle``/``last`` or numbers) is resolved per model: models differ in depth.
+    ``layers`` (``first``/``middle``/``last`` or numbers, or a mapping model -> those) is resolved per
+    model: models differ in depth.
     ``by_depth`` splits rows by the depth column (the position task's early/late, passkey depths).
     ``contrasts``: the run's ``<metric>_vs_shortest`` / ``_vs_base`` rows; where one covers a change, its
     paired test reads it, else an unpaired one (`llm_collapse.reporting.significance`). Every test of the
@@ -169,7 +178,12 @@ def metric_table(
         if split is None:
             paired = paired[paired["depth"].isna() & paired["layer"].isna()]
         if split == "layer":
-            parts = _pick_layers([int(x) for x in sub["layer"].dropna().unique()], layers)
+            wanted = layers if not isinstance(layers, Mapping) else layers.get(model)
+            if not wanted:
+                raise StudyError(
+                    f"model {model!r} has no entry in the question's layers mapping; add one, e.g. {model}: [first, last]"
+                )
+            parts = _pick_layers([int(x) for x in sub["layer"].dropna().unique()], wanted)
         elif split == "depth":
             parts = sorted(float(x) for x in sub["depth"].dropna().unique())
         else:
@@ -296,7 +310,11 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
         else:
             rows = overall_rows(rows)
         info = metric_info(metric)
-        blocks.append(Paragraph(f"*{task}: {info.label}* (`{metric}`), mean with 95% CI per length bin (n: texts, queries or pairs per length):"))
+        blocks.append(
+            Paragraph(
+                f"*{task}: {info.label}* (`{metric}`), mean with 95% CI per length bin (n: texts, queries or pairs per length):"
+            )
+        )
         table = metric_table(
             rows, metric, q.baseline, q.layers, by_depth, _contrasts(results, q, task, metric)
         )
