@@ -14,7 +14,7 @@ runs=(
   layerwise32k                          # Q3 to 32k
   echo8k echo_position                  # Q4
   quant32k                              # Q6 to 32k: nf4 and int8 against fp32
-  layerwise rope echo pooling_last  # the earlier length-bin runs to 2k (superseded as they are replaced)
+  rope echo pooling_last  # the earlier length-bin runs to 2k (superseded as they are replaced)
 )
 for name in "${runs[@]}"; do
   python -m llm_collapse.compare --config "experiments/study/${name}.yaml"
