@@ -3,9 +3,10 @@
 The questions file (YAML; the project's is ``experiments/study/questions.yaml``) names, per question, the run
 folder under the study root, the command that made it, the (task, metric) pairs that answer it, optional
 model/method/layer filters (``layers``: one list for every model, or a mapping from model to its list,
-since models differ in depth and layer types), tasks to split by depth (``by_depth``: the position task's early/late), a baseline method, figures from the run's ``figures/`` and an optional
-``reading`` (the authors' wording; it may quote no number: every number in the report comes from the
-results). Each question becomes one section: the command, its figures, and per metric one table of
+since models differ in depth and layer types), tasks to split by depth (``by_depth``: the position task's
+early/late), a baseline method, figures from the run's ``figures/`` and an optional ``reading`` (the
+authors' wording; it may quote no number: every number in the report comes from the results). Each question
+becomes one section: the command, its figures, and per metric one table of
 ``value [CI]`` by length with the change from the shortest to the longest length and, with a baseline, the
 difference to the baseline at the longest length. Each change is tested (paired where the run has the paired
 row, `llm_collapse.reporting.significance`), Holm-adjusted across the table, and read ("more collapse",
