@@ -122,11 +122,9 @@ def test_layers_may_differ_per_model(study_root):
     text = build_study(study_root, study_root / "per_model.yaml")["md"].read_text().split("## Q2")[1]
     text = text.split("## Q3")[0]
     results = pd.read_parquet(study_root / "sweep" / "results.parquet")
-    encoder_layers = sorted(
-        int(x) for x in results[results["model"] == "synth-encoder"]["layer"].dropna().unique()
-    )
-    decoder_layers = sorted(
-        int(x) for x in results[results["model"] == "synth-decoder"]["layer"].dropna().unique()
+    encoder_layers, decoder_layers = (
+        sorted(int(x) for x in results[results["model"] == model]["layer"].dropna().unique())
+        for model in ("synth-encoder", "synth-decoder")
     )
     assert f"| synth-decoder | `base` | {decoder_layers[0]} |" in text
     assert f"| synth-decoder | `base` | {decoder_layers[-1]} |" not in text

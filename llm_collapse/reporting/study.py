@@ -179,7 +179,7 @@ def metric_table(
         if split is None:
             paired = paired[paired["depth"].isna() & paired["layer"].isna()]
         if split == "layer":
-            wanted = layers if not isinstance(layers, Mapping) else layers.get(model)
+            wanted = layers.get(model) if isinstance(layers, Mapping) else layers
             if not wanted:
                 raise StudyError(
                     f"model {model!r} has no entry in the question's layers mapping; add one, e.g. {model}: [first, last]"
