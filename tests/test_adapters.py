@@ -264,10 +264,13 @@ def test_echo_controls_pool_what_they_say(name, tiny_gemma3_dir):
     if name == "prompt-gemma3-270m":
         expected = bos + ids("Document:") + body + eos
         mask = [0] * (1 + len(ids("Document:"))) + [1] * (len(body) + 1)
+        copies = 1
     else:
         expected = bos + body + ids("\n") + body + eos
         mask = [0] + [1] * len(body) + [0] * len(ids("\n")) + [1] * (len(body) + 1)
+        copies = 2
     assert list(got.input_ids) == expected and list(got.pool_mask) == mask
+    assert embedder.spec.input_format.text_copies == copies  # what the run estimates cost
     vectors = embedder.encode([text, "another text"])
     assert vectors.shape[0] == 2 and np.isfinite(vectors).all()
 

@@ -27,7 +27,7 @@ SMALL = Published(
 
 
 def _plan(dims: Published, *, attention: str = "sdpa", echo: bool = False) -> ModelPlan:
-    return ModelPlan("small", dims, attention, echo)
+    return ModelPlan("small", dims, attention, 2 if echo else 1)
 
 
 def _by_hand(dims: Published, n: int, window: int | None = None, causal: bool = True) -> float:
@@ -92,7 +92,7 @@ def test_echo_doubles_the_length():
     echo = text_cost(_plan(SMALL, echo=True), 100, Assumptions())
     assert echo.positions == 200
     assert echo.model_flops == plain.model_flops
-    assert model_for("echo-mistral").echo and not model_for("mistral").echo
+    assert (model_for("echo-mistral").copies, model_for("mistral").copies) == (2, 1)
 
 
 def test_published_parameter_counts():
@@ -245,7 +245,7 @@ def test_no_square_mask_is_counted_for_paths_that_build_none():
             peak_bytes(plan, n, 1, overhead_gib=0) - plan.dims.params() * 2 for n in (8192, 32768)
         )
         assert large < 4.5 * small
-    sdpa = ModelPlan("bge-sdpa", bge.dims, "sdpa", False)  # transformers' sdpa_mask for the sliding layers
+    sdpa = ModelPlan("bge-sdpa", bge.dims, "sdpa", 1)  # transformers' sdpa_mask for the sliding layers
     assert (
         peak_bytes(sdpa, 32768, 1, overhead_gib=0) - peak_bytes(bge, 32768, 1, overhead_gib=0) > 32768**2 - 1
     )

@@ -70,6 +70,12 @@ class EchoFormat:
     document_template: str = ECHO_DOCUMENT_TEMPLATE
     takes_instruction: bool = True
 
+    @property
+    def text_copies(self) -> int:
+        """How many copies of a document's text its input holds (echo: 2; the prompt-only control: 1)."""
+        pieces = parse_echo_template(self.document_template)
+        return sum(1 for p in pieces if p.variable is not None and "%%text%%" in p.variable)
+
     def encode(
         self, tokenizer, texts: Sequence[str], *, kind: Kind, instruction: str | None, max_length: int
     ) -> list[EncodedText]:

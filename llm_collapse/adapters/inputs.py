@@ -82,6 +82,11 @@ class TemplateFormat:
     def takes_instruction(self) -> bool:
         return "{instruction}" in self.query_template
 
+    @property
+    def text_copies(self) -> int:
+        """How many copies of a document's text its input holds (what the cost estimates multiply by)."""
+        return self.document_template.count("{text}")
+
     def format(self, text: str, *, kind: Kind, instruction: str | None) -> tuple[str, str]:
         """Returns ``(prefix, full_string)`` for one text; the prefix is what precedes the text."""
         template = self.query_template if kind == "query" else self.document_template

@@ -308,7 +308,7 @@ class ModelPlan:
     name: str
     dims: Published
     attention: str  # the path run on CUDA: "banded", "fused", "chunked", "eager" or "sdpa"
-    echo: bool
+    copies: int  # copies of the text in one input (echo: 2)
 
 
 def model_for(name: str, attention: str | None = None) -> ModelPlan:
@@ -318,7 +318,6 @@ def model_for(name: str, attention: str | None = None) -> ModelPlan:
     unavailable; by default such a spec is costed as ``fused``, what CUDA runs.
     """
     from llm_collapse.adapters import resolve_spec
-    from llm_collapse.adapters.echo import EchoFormat
     from llm_collapse.backends.chunked_attention import CHUNKED
     from llm_collapse.backends.fused_attention import FUSED
 
@@ -332,7 +331,7 @@ def model_for(name: str, attention: str | None = None) -> ModelPlan:
     path = spec.attn_implementation
     if path == CHUNKED:
         path = attention if attention in (CHUNKED, FUSED) else FUSED
-    return ModelPlan(name, dims, path, isinstance(spec.input_format, EchoFormat))
+    return ModelPlan(name, dims, path, spec.input_format.text_copies)
 
 
 def _band_pairs(n: int, window: int) -> int:
@@ -394,8 +393,8 @@ def text_cost(
     window_off: bool = False,
     selfextend: bool = False,
 ) -> TextCost:
-    """FLOPs and seconds for one text of ``length`` tokens (``2 x length`` positions for echo)."""
-    n = 2 * length if plan.echo else length
+    """FLOPs and seconds for one text of ``length`` tokens (``copies x length`` positions: echo reads it twice)."""
+    n = plan.copies * length
     dims = plan.dims
     counter = dims.flop_model(window_off=window_off)
     pooler = dims.pooler.flops(n, dims.hidden) if dims.pooler else 0.0

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 
 from llm_collapse.adapters import resolve_spec
-from llm_collapse.adapters.echo import EchoFormat
 from llm_collapse.backends.device import resolve_device, resolve_dtype
 from llm_collapse.backends.weights import load_config, resolve_weights
 from llm_collapse.bench.flops import FlopModel
@@ -82,14 +81,14 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
     prefix_texts, longest = inputs.prefix_sweep()  # the prefix design and the -start tasks' documents
     for name, (spec, _) in specs.items():
         config_json = load_config(weights[name])
-        echo = isinstance(spec.input_format, EchoFormat)
+        copies = spec.input_format.text_copies  # echo and its twice control read the text twice
         stacks = {method: parse_interventions(method) for method in config.methods}
         widens = {
             method: bool(config_json.get("sliding_window")) and _switches_window_off(stack)
             for method, stack in stacks.items()
         }
         costs = {
-            window_off: _costs(config_json, window_off, texts, (prefix_texts, longest), tokenizer, echo=echo)
+            window_off: _costs(config_json, window_off, texts, (prefix_texts, longest), tokenizer, copies=copies)
             for window_off in {False, *widens.values()}
         }  # window switched off -> (FLOPs of every text, with prefix sharing)
         if not prefix_texts:
@@ -193,18 +192,18 @@ def _tokenizer(weights, first, first_tokenizer):
 
 
 def _costs(
-    config_json: dict, window_off: bool, texts: list[str], sweep: tuple, tokenizer, *, echo: bool
+    config_json: dict, window_off: bool, texts: list[str], sweep: tuple, tokenizer, *, copies: int
 ) -> tuple[float, float]:
     """FLOPs of every text, and with the prefix sweep's texts read from one forward per document
     (``sweep`` = `RunInputs.prefix_sweep`); ``window_off`` widens every sliding layer to full attention
     (window:off, LongEmbed's presets)."""
     model_config = {**config_json, "sliding_window": None} if window_off else config_json
-    every = _flops(model_config, texts, tokenizer, echo=echo)
+    every = _flops(model_config, texts, tokenizer, copies=copies)
     prefix_texts, longest = sweep
     if not prefix_texts:
         return every, every
-    shared = every - _flops(model_config, sorted(prefix_texts), tokenizer, echo=echo)
-    return every, shared + _flops(model_config, longest, tokenizer, echo=echo)  # one forward per document
+    shared = every - _flops(model_config, sorted(prefix_texts), tokenizer, copies=copies)
+    return every, shared + _flops(model_config, longest, tokenizer, copies=copies)  # one forward per document
 
 
 def _switches_window_off(stack) -> bool:
@@ -212,7 +211,7 @@ def _switches_window_off(stack) -> bool:
     return any("window" in part.kinds for part in stack.parts)
 
 
-def _flops(config: dict, texts: list[str], tokenizer, *, echo: bool) -> float:
-    """Forward FLOPs of ``texts`` (echo: each text twice, the template's few tokens left out)."""
+def _flops(config: dict, texts: list[str], tokenizer, *, copies: int) -> float:
+    """Forward FLOPs of ``texts``, each read ``copies`` times (echo: twice), the template's few tokens left out."""
     counter = FlopModel.from_config(config)
-    return sum(counter.flops(2 * n if echo else n) for n in count_tokens(texts, tokenizer))
+    return sum(counter.flops(copies * n) for n in count_tokens(texts, tokenizer))
