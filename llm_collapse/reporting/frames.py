@@ -51,6 +51,7 @@ from llm_collapse.tasks.registry import (  # noqa: F401
     MORE_COLLAPSE_IF_LOWER,
     PAIRED_METRICS,
     VS_BASE,
+    VS_REFERENCE,
     VS_SHORTEST,
     MetricInfo,
     metric_info,
@@ -71,9 +72,9 @@ KEY_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "length", "
 
 
 def is_contrast(metric: str) -> bool:
-    """Whether ``metric`` is a paired difference (against ``base`` or against the shortest length), not a
-    value on the metric's own scale."""
-    return metric.endswith((VS_BASE, VS_SHORTEST))
+    """Whether ``metric`` is a paired difference (against ``base``, the shortest length or the reference
+    model), not a value on the metric's own scale."""
+    return metric.endswith((VS_BASE, VS_SHORTEST, VS_REFERENCE))
 
 
 # Metrics of the summary table and the temperature sweep, in this order.

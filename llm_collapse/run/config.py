@@ -33,6 +33,7 @@ _HASHED_IF_SET: tuple[str, ...] = (
     "quants",
     "embedder_specs",
     "retrieval_pool",
+    "reference_model",
 )
 
 
@@ -116,6 +117,13 @@ class CompareConfig:
     label: str | None = field(
         default=None, metadata={"help": "document label for the kNN probe (sotu: party)"}
     )
+    reference_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "one of --models that every other model is compared with, method by method, paired over "
+            "the same items (`*_vs_reference` rows: echo against classical on the same texts and queries)"
+        },
+    )
     batch_size: int = field(default=16, metadata={"help": "most texts per forward pass"})
     seed: int = field(default=0, metadata={"help": "sampling and generation seed"})
     out: str = field(default="reports/default", metadata={"help": "run directory"})
@@ -145,6 +153,16 @@ class CompareConfig:
                     f"--models names {spec.name!r} twice ({canonical[spec.name]!r} and {name!r}); list each once"
                 )
             canonical[spec.name] = name
+        if self.reference_model is not None and self.reference_model not in self.models:
+            raise ConfigError(
+                f"--reference-model {self.reference_model!r} is not in --models {self.models}; name one of them "
+                "(the others are compared with it) or leave it unset"
+            )
+        if self.reference_model is not None and len(self.models) < 2:
+            raise ConfigError(
+                f"--reference-model compares the other --models with {self.reference_model!r}, but there is no "
+                "other; add a model or leave it unset"
+            )
         for path_name in self.model_paths:
             if path_name not in self.models:
                 raise ConfigError(f"--model-path names {path_name!r}, which is not in --models {self.models}")

@@ -12,6 +12,8 @@ every method of the model has run; then each non-base method gets ``*_vs_base`` 
 is held: collapse embeddings (n x d per bin per method) and 0/1 vectors.
 Where a task's items are the same at every length (``--design prefix``, or a task with nested lengths),
 each cell also gets ``*_vs_shortest`` rows: every length against the shortest, paired over the items.
+With ``reference_model`` set, that model runs first and its per-item data is kept to the end, so every other
+model gets ``*_vs_reference`` rows: the same method on the same items, this model minus the reference.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from llm_collapse.tasks.base import (
     length_contrast_rows,
     paired_task,
 )
-from llm_collapse.tasks.registry import TASKS, length_paired_tasks
+from llm_collapse.tasks.registry import TASKS, VS_REFERENCE, length_paired_tasks
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +83,8 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
             if not main_process:
                 return out
             overwrite = False  # every embedding was just (re)computed by the processes
-        for model_name in config.models:
+        reference: dict[str, dict] | None = None  # the reference model's per-item data, per method
+        for model_name in _reference_first(config):
             clock = time.perf_counter()
             embedder = load_for_run(model_name, config)
             state.wall_time_s[f"load:{model_name}"] = time.perf_counter() - clock
@@ -94,6 +97,10 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
             for method in config.methods:
                 _run_cell(embedder, model_name, method, config, inputs, state, overwrite, paired)
             state.rows += _contrasts(model_name, config, paired)
+            if model_name == config.reference_model:
+                reference = paired
+            elif reference is not None:
+                state.rows += _reference_contrasts(model_name, config, paired, reference)
             del embedder, paired
             gc.collect()
         clock = time.perf_counter()
@@ -127,6 +134,26 @@ def _contrasts(model_name: str, config: CompareConfig, paired: dict[str, dict]) 
     for method, items in paired.items():
         if method != BASE_METHOD:
             rows += contrast_rows(model_name, method, config.corpus, items, base, seed=config.seed)
+    return rows
+
+
+def _reference_first(config: CompareConfig) -> list[str]:
+    """The models in config order, the reference model (if any) moved first so the others can be paired with it."""
+    ref = config.reference_model
+    return [ref, *(m for m in config.models if m != ref)] if ref else list(config.models)
+
+
+def _reference_contrasts(
+    model_name: str, config: CompareConfig, paired: dict[str, dict], reference: dict[str, dict]
+) -> list[dict]:
+    """``*_vs_reference`` rows: each method of this model against the same method of the reference model,
+    paired over the same items (the texts and queries do not depend on the model)."""
+    rows = []
+    for method, items in paired.items():
+        if method in reference:
+            rows += contrast_rows(
+                model_name, method, config.corpus, items, reference[method], seed=config.seed, suffix=VS_REFERENCE
+            )
     return rows
 
 

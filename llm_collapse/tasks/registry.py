@@ -23,6 +23,9 @@ VS_BASE = "_vs_base"
 VS_SHORTEST = "_vs_shortest"
 """Suffix of the paired length contrasts (`llm_collapse.tasks.base.length_contrast_rows`): length L - the
 shortest length on the same items (prefix design, or a task with nested lengths)."""
+VS_REFERENCE = "_vs_reference"
+"""Suffix of the paired model contrasts (``reference_model`` in the run config): a model - the reference model,
+the same method on the same items."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,7 @@ METRICS.update(
         f"{metric}{suffix}": MetricInfo(
             f"{METRICS[metric].label} − {what} (paired)", METRICS[metric].direction
         )
-        for suffix, what in ((VS_BASE, "base"), (VS_SHORTEST, "shortest length"))
+        for suffix, what in ((VS_BASE, "base"), (VS_SHORTEST, "shortest length"), (VS_REFERENCE, "reference model"))
         for metric in PAIRED_METRICS
     }
 )

