@@ -14,7 +14,8 @@ runs=(
   layerwise32k                          # Q3 to 32k
   echo8k echo_position                  # Q4
   quant32k                              # Q6 to 32k: nf4 and int8 against fp32
-  rope echo pooling_last  # the earlier length-bin runs to 2k (superseded as they are replaced)
+  rope                                  # Q5 by length bin to 2k: the RoPE baselines and the matched temperature control
+  echo pooling_last                     # the earlier length-bin runs to 2k (bf16 where AMX; retired as they are replaced)
 )
 for name in "${runs[@]}"; do
   python -m llm_collapse.compare --config "experiments/study/${name}.yaml"
