@@ -138,3 +138,21 @@ def test_layers_may_differ_per_model(study_root):
         StudyError, match="model 'synth-encoder' has no entry in the question's layers mapping"
     ):
         build_study(study_root, study_root / "missing.yaml")
+
+
+def test_figures_may_come_from_an_extra_run(study_root):
+    """``run/name`` embeds a figure of one of the question's extra runs; any other run is a one-line error."""
+    other = write_synthetic_run(study_root / "other")
+    (other / "figures").mkdir()
+    (other / "figures" / "other-figure.png").write_bytes(PNG)
+    extra = QUESTIONS.replace(
+        "    figures: [collapse-pairwise-cosine-synthetic.png]",
+        "    extra_runs: [other]\n    figures: [collapse-pairwise-cosine-synthetic.png, other/other-figure.png]",
+    )
+    (study_root / "extra.yaml").write_text(extra)
+    text = build_study(study_root, study_root / "extra.yaml")["md"].read_text()
+    assert "](other/figures/other-figure.png)" in text
+    assert "](sweep/figures/collapse-pairwise-cosine-synthetic.png)" in text
+    (study_root / "stranger.yaml").write_text(extra.replace("    extra_runs: [other]\n", ""))
+    with pytest.raises(StudyError, match="names run 'other', which is not among the question's runs"):
+        build_study(study_root, study_root / "stranger.yaml")

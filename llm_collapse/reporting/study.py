@@ -4,7 +4,8 @@ The questions file (YAML; the project's is ``experiments/study/questions.yaml``)
 folder under the study root, the command that made it, the (task, metric) pairs that answer it, optional
 model/method/layer filters (``layers``: one list for every model, or a mapping from model to its list,
 since models differ in depth and layer types), tasks to split by depth (``by_depth``: the position task's
-early/late), a baseline method, figures from the run's ``figures/`` and an optional ``reading`` (the
+early/late), a baseline method, figures from the run's ``figures/`` (``run/name`` for one of the
+question's ``extra_runs``) and an optional ``reading`` (the
 authors' wording; it may quote no number: every number in the report comes from the results). Each question
 becomes one section: the command, its figures, and per metric one table of
 ``value [CI]`` by length with the change from the shortest to the longest length and, with a baseline, the
@@ -324,12 +325,26 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
             blocks.append(Paragraph(legend))
         if is_contrast(metric):
             blocks.append(Paragraph(SURVIVOR_LEGEND))
-    for name in q.figures:
-        path = root / q.run / "figures" / name
+    for entry in q.figures:
+        run, name = _figure_source(q, entry)
+        path = root / run / "figures" / name
         if not path.is_file():
             raise StudyError(f"{q.id}: figure {str(path)!r} not found (rebuild the run report)")
-        blocks.append(Image(path, f"{q.run}/figures/{name}", name, f"{q.run}: {name}"))
+        blocks.append(Image(path, f"{run}/figures/{name}", name, f"{run}: {name}"))
     return blocks
+
+
+def _figure_source(q: Question, entry: str) -> tuple[str, str]:
+    """``name`` is a figure of the question's run; ``run/name`` one of its ``extra_runs``."""
+    run, _, name = entry.rpartition("/")
+    if not run:
+        return q.run, name
+    if run not in (q.run, *q.extra_runs):
+        raise StudyError(
+            f"{q.id}: figure {entry!r} names run {run!r}, which is not among the question's runs "
+            f"{[q.run, *q.extra_runs]}; name one of them or add it to extra_runs"
+        )
+    return run, name
 
 
 def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]:
