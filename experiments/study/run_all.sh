@@ -12,10 +12,9 @@ runs=(
   start32k needle_start32k start_rope32k  # Q2, Q5: key at the start, haystack grows, to 32k (paired across lengths)
   retrieval2k retrieval32k              # Q2: LongEmbed's passkey and needle protocol to 32k
   layerwise32k                          # Q3 to 32k
-  echo8k echo_position echo             # Q4
+  echo8k echo_position echo pooling_last  # Q4
   quant32k                              # Q6 to 32k: nf4 and int8 against fp32
   rope                                  # Q5 by length bin to 2k: the RoPE baselines and the matched temperature control
-  pooling_last                          # the earlier length-bin run to 512 (bf16 where AMX; retired once rerun in fp32)
 )
 for name in "${runs[@]}"; do
   python -m llm_collapse.compare --config "experiments/study/${name}.yaml"
