@@ -91,6 +91,22 @@ def test_default_cpu_dtype_is_bf16_only_with_amx(tiny_e5_dir):
     assert embedder.describe()["dtype"] in {"bf16", "fp32"}
 
 
+def test_run_json_names_the_cpu_kind():
+    """Timings are quoted with the CPU kind: run.json's hardware carries the model name and bf16 instructions."""
+    import re
+    from pathlib import Path
+
+    from llm_collapse.run.results import environment
+
+    hardware = environment()["hardware"]
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    names = re.findall(r"^model name\s*:\s*(.*?)\s*$", cpuinfo, flags=re.M)
+    assert hardware["cpu_model"] == (names[0] if names else None)
+    first_flags = re.search(r"^flags\s*:(.*)$", cpuinfo, flags=re.M)
+    flags = first_flags.group(1).split() if first_flags else []
+    assert set(hardware["cpu_bf16"]) == {f for f in ("amx_bf16", "avx512_bf16") if f in flags}
+
+
 def test_no_lm_head_is_loaded_for_causal_checkpoints(tiny_mistral_instruct_dir):
     embedder = lc.load_embedder("echo-mistral", path=tiny_mistral_instruct_dir, dtype="fp32")
     assert type(embedder.model).__name__ == "MistralModel"

@@ -41,12 +41,32 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 
 @functools.cache
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
 def cpu_has_amx_bf16() -> bool:
     """True when /proc/cpuinfo lists AMX-BF16 (the CPUs where bf16 beats fp32; module docstring)."""
-    try:
-        return "amx_bf16" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+    return "amx_bf16" in _cpuinfo()
+
+
+def cpu_kind() -> dict[str, object]:
+    """The CPU's model name and its bf16 instruction sets, for run.json: timings depend on both.
+
+    ``{"cpu_model": "AMD EPYC", "cpu_bf16": ["avx512_bf16"]}``; ``cpu_model`` is None where /proc/cpuinfo is
+    missing (not Linux), and ``cpu_bf16`` empty on CPUs without bf16 instructions.
+    """
+    info = _cpuinfo()
+    model = next(
+        (line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), None
+    )
+    flags = set(
+        next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), ())
+    )
+    return {"cpu_model": model, "cpu_bf16": [f for f in ("amx_bf16", "avx512_bf16") if f in flags]}
 
 
 def default_dtype(device: torch.device) -> torch.dtype:

@@ -113,6 +113,8 @@ def environment() -> dict:
     """Package versions, git commit and hardware, for run.json."""
     import torch
 
+    from llm_collapse.backends.device import cpu_kind
+
     packages = ("llm-collapse", "torch", "transformers", "accelerate", "tokenizers", "numpy", "pandas",
                 "bitsandbytes", "vllm")  # fmt: skip
     versions = {package: package_version(package) for package in packages}
@@ -123,6 +125,7 @@ def environment() -> dict:
             "platform": platform.platform(),
             "python": platform.python_version(),
             "cpu_count": os.cpu_count(),
+            **cpu_kind(),
             "torch_threads": torch.get_num_threads(),
             "cuda": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
         },
