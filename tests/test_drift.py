@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from llm_collapse.metrics.drift import cosine_drift, paired_cosine
+from llm_collapse.reporting.frames import HEADLINE
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -98,6 +99,12 @@ def tiny_run(tiny_gemma3_dir, corpus, tmp_path_factory) -> Path:
         args = _tiny_args(tiny_gemma3_dir, corpus, out, "--lengths", "32,64", "--max-per-bin", "4")
         assert script["main"](args) == 0
     return out
+
+
+def test_the_summary_table_headlines_the_drift_whatever_the_reference_dtype():
+    """A run has one reference dtype (bf16 where the CPU has it, fp32 when pinned); its drift is a headline."""
+    for dtype in ("bf16", "fp16", "fp32"):
+        assert ("quantization", f"cosine_to_{dtype}") in HEADLINE
 
 
 def test_run_rows_cover_every_variant_and_length(tiny_run):

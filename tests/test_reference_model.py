@@ -30,9 +30,11 @@ def test_models_are_paired_with_the_reference_model(tiny_gemma3_dir, tmp_path, m
     frame = pd.read_parquet(out / "results.parquet")
     vs = frame[frame.metric.str.endswith("_vs_reference")]
     assert set(vs.model) == {"echo-gemma3-270m"} and set(vs.method) == {"base", "tempscale-0.8"}
-    assert {"pairwise_cosine_vs_reference", "global_centroid_distance_vs_reference", "acc@1_vs_reference"} <= set(
-        vs.metric
-    )
+    assert {
+        "pairwise_cosine_vs_reference",
+        "global_centroid_distance_vs_reference",
+        "acc@1_vs_reference",
+    } <= set(vs.metric)
     for metric, group in vs.groupby("metric"):
         plain = frame[frame.metric == metric.removesuffix("_vs_reference")]
         wide = plain.pivot_table(index=KEYS, columns="model", values="value", dropna=False).reset_index()
@@ -41,7 +43,9 @@ def test_models_are_paired_with_the_reference_model(tiny_gemma3_dir, tmp_path, m
         diff = merged["echo-gemma3-270m"] - merged["gemma3-270m"]
         assert (merged["value"] - diff).abs().max() == pytest.approx(0, abs=1e-9), metric
     position = vs[vs.task == "position"]
-    assert position.p_value.between(0, 1).all() and len(position) == 2 * 2 * 3  # methods x lengths x (2 + all)
+    assert (
+        position.p_value.between(0, 1).all() and len(position) == 2 * 2 * 3
+    )  # methods x lengths x (2 + all)
     assert "reference model (paired)" in (out / "report.md").read_text()
 
 
@@ -56,4 +60,6 @@ def test_reference_model_must_be_one_of_several_models():
 def test_reference_model_enters_the_run_id_only_when_set():
     """Set, it changes the id; unset, older runs keep theirs (test_drift pins a committed run's id)."""
     plain = CompareConfig(models=["minilm", "gemma3-270m"])
-    assert plain.run_id() != CompareConfig(models=["minilm", "gemma3-270m"], reference_model="minilm").run_id()
+    assert (
+        plain.run_id() != CompareConfig(models=["minilm", "gemma3-270m"], reference_model="minilm").run_id()
+    )

@@ -50,6 +50,7 @@ from llm_collapse.tasks.registry import (  # noqa: F401
     MORE_COLLAPSE_IF_HIGHER,
     MORE_COLLAPSE_IF_LOWER,
     PAIRED_METRICS,
+    TASKS,
     VS_BASE,
     VS_REFERENCE,
     VS_SHORTEST,
@@ -89,7 +90,8 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("passkey-start", "acc@1"),
     ("needle-start", "acc@1"),
     ("position", "acc@1"),
-    ("quantization", "cosine_to_bf16"),
+    # the drift against whichever dtype the unquantized reference ran in (a run has one of them)
+    *(("quantization", metric) for metric in TASKS["quantization"].metrics),
 )
 
 

@@ -88,7 +88,9 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             for method, stack in stacks.items()
         }
         costs = {
-            window_off: _costs(config_json, window_off, texts, (prefix_texts, longest), tokenizer, copies=copies)
+            window_off: _costs(
+                config_json, window_off, texts, (prefix_texts, longest), tokenizer, copies=copies
+            )
             for window_off in {False, *widens.values()}
         }  # window switched off -> (FLOPs of every text, with prefix sharing)
         if not prefix_texts:

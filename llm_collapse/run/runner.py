@@ -152,7 +152,13 @@ def _reference_contrasts(
     for method, items in paired.items():
         if method in reference:
             rows += contrast_rows(
-                model_name, method, config.corpus, items, reference[method], seed=config.seed, suffix=VS_REFERENCE
+                model_name,
+                method,
+                config.corpus,
+                items,
+                reference[method],
+                seed=config.seed,
+                suffix=VS_REFERENCE,
             )
     return rows
 

@@ -155,7 +155,11 @@ METRICS.update(
         f"{metric}{suffix}": MetricInfo(
             f"{METRICS[metric].label} − {what} (paired)", METRICS[metric].direction
         )
-        for suffix, what in ((VS_BASE, "base"), (VS_SHORTEST, "shortest length"), (VS_REFERENCE, "reference model"))
+        for suffix, what in (
+            (VS_BASE, "base"),
+            (VS_SHORTEST, "shortest length"),
+            (VS_REFERENCE, "reference model"),
+        )
         for metric in PAIRED_METRICS
     }
 )
