@@ -212,7 +212,8 @@ class Embedder:
         input is a prefix of another) batches are planned over the longest inputs only, and each yield holds
         every text read from its forwards: rows of ``attention_mask`` / ``pool_mask`` then mark each text's
         positions in its root's row (left padding included), and a yield has at most
-        ``max(batch, max_tokens_per_batch // width)`` rows.
+        ``max(batch, max_tokens_per_batch // width)`` rows. A backend whose forward mixes rows
+        (`Backend.mixes_rows`: bitsandbytes int8) runs one text per forward and shares nothing.
         """
         if batch_size is not None:
             check_count("batch_size", batch_size)
@@ -237,6 +238,8 @@ class Embedder:
                 n_empty,
             )
         share = self.share_prefixes if share_prefixes is None else share_prefixes
+        if self.backend.mixes_rows:  # one text per forward, so each vector is the text's own
+            batch_size, share = 1, False
         groups = None
         if share and not output_hidden_states and not pooled_backend and len(encoded) > 1:
             groups = sharing_groups(self, encoded, kind=kind)

@@ -12,6 +12,8 @@ When it is not (`supports_prefix_sharing` says which, and why)
     - Bidirectional attention (NV-Embed's backbone, BERT): every state reads later tokens.
     - Anything appended after the text: e5's exactly-one EOS, NV-Embed's EOS-as-text, a template with text
       after ``{text}``, or a tokenizer that adds special tokens after the text (BERT's [SEP]).
+    - A backend whose forward mixes rows (`Backend.mixes_rows`: bitsandbytes int8 picks outlier columns over
+      every token of the forward, later ones included).
     - Length-dependent position handling: an active intervention whose slug starts with one of
       `LENGTH_DEPENDENT_INTERVENTIONS` (dynamic NTK rescales RoPE by the input length; ``tempscale-log`` and
       the LongEmbed presets with their log factor, SelfExtend switch or PI switch read the text's length), or
@@ -93,6 +95,8 @@ def supports_prefix_sharing(embedder, *, kind: Kind = "document") -> tuple[bool,
     Returns:
         ``(True, "")`` or ``(False, reason)`` with a one-line reason.
     """
+    if embedder.backend.mixes_rows:
+        return False, embedder.backend.mixes_rows
     return prefix_sharing(
         embedder.spec, embedder.model, embedder.tokenizer, embedder.interventions, kind=kind
     )

@@ -51,6 +51,7 @@ def test_protocol_lists_what_embedder_and_the_runs_read():
         "dtype",
         "tokenizer",
         "returns_pooled",
+        "mixes_rows",
         "hidden_size",
         "max_positions",
         "has_rope",
@@ -95,6 +96,7 @@ class _PooledStub:
 
     name = "stub"
     returns_pooled = True
+    mixes_rows = ""
     has_rope = True
     torch_model = None
     max_positions = 64

@@ -115,6 +115,7 @@ def test_run_rows_cover_every_variant_and_length(tiny_run):
     paired = collapse[collapse.metric == "pairwise_cosine_vs_base"]
     assert set(paired.method) == {"quant-nf4", "quant-int8"} and sorted(paired.length.unique()) == [32, 64]
     drift = frame[frame.task == "quantization"]
+    # length bins hold different texts at each length: no *_vs_shortest rows
     assert set(drift.method) == {"quant-nf4", "quant-int8"} and set(drift.metric) == {"cosine_to_bf16"}
     assert sorted(drift.length.unique()) == [32, 64] and (drift.n == 4).all()
     assert ((drift.value > 0.5) & (drift.value < 1.0)).all()  # quantization moves the vectors, a little
@@ -160,6 +161,83 @@ def test_drift_equals_the_cosine_of_separately_encoded_texts(
     row = frame[(frame.task == "quantization") & (frame.method == "quant-int8") & (frame.length == 64)]
     # a mis-paired row would compare different texts (cosine ~0.5 on this tiny model)
     assert row.value.item() == pytest.approx(expected, abs=1e-4)
+
+
+def test_prefix_design_tests_the_drift_and_the_variants_collapse_across_lengths(
+    tiny_gemma3_dir, corpus, tmp_path, monkeypatch
+):
+    """Under --design prefix the same texts sit at every length: the drift's change with length is a paired
+    t-test over the per-text cosines (`*_vs_shortest`), and each variant gets the collapse task's paired rows
+    (against the shortest length and against the reference, the paper's global-centroid distance included)."""
+    _needs_quant()
+    from scipy.stats import ttest_rel
+
+    from llm_collapse.cli.compare import main
+    from llm_collapse.data import load_corpus
+    from llm_collapse.data.prefixes import nested_prefixes
+
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    args = _tiny_args(tiny_gemma3_dir, corpus, out, "--tasks", "collapse,quantization", "--quants", "int8")
+    args += [
+        "--design",
+        "prefix",
+        "--prefix-docs",
+        "5",
+        "--lengths",
+        "16,48",
+        "--dtype",
+        "fp32",
+        "--no-report",
+    ]
+    assert main(args) == 0
+    frame = pd.read_parquet(out / "results.parquet")
+    int8 = frame[frame.method == "quant-int8"]
+    drift = int8[int8.task == "quantization"].set_index("metric")
+    change = drift.loc["cosine_to_fp32_vs_shortest"]
+    assert change.length == 48 and change.n == 5
+    levels = drift.loc["cosine_to_fp32"].set_index("length").value
+    assert change.value == pytest.approx(levels[48] - levels[16], abs=1e-12)  # a mean of per-text differences
+
+    # the p-value from an independent computation: plain loads of both models on the run's texts
+    import llm_collapse as lc
+
+    reference = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32")
+    variant = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32", quantization="int8")
+    items = nested_prefixes(load_corpus(corpus), reference.tokenizer, [16, 48], n_docs=5, seed=0)
+    cosines = {}
+    for length in (16, 48):
+        texts = [t.text for t in items if t.target_tokens == length]
+        cosines[length] = _loop_cosines(reference.encode(texts), variant.encode(texts))
+    assert change.p_value == pytest.approx(ttest_rel(cosines[48], cosines[16]).pvalue, rel=1e-3)
+
+    collapse = int8[int8.task == "collapse"]
+    assert {"pairwise_cosine_vs_shortest", "global_centroid_distance_vs_shortest"} <= set(collapse.metric)
+    vs_base = collapse[collapse.metric == "global_centroid_distance_vs_base"]
+    assert sorted(vs_base.length) == [16, 48] and vs_base.p_value.between(0, 1).all()
+
+
+def test_int8_embeds_one_text_per_forward_so_a_vector_is_the_texts_own(tiny_gemma3_dir):
+    """LLM.int8 picks outlier columns over every token of a forward, so batch mates and the tokens after a
+    shared prefix would move a text's vector; int8 runs each text alone (and says so in its cache key)."""
+    _needs_quant()
+    import llm_collapse as lc
+    from llm_collapse.cache import cache_key
+
+    rng = np.random.default_rng(1)
+    words = "state union nation people economy law war peace tax work school health trade".split()
+    texts = [" ".join(rng.choice(words, size=n)) for n in (60, 45, 70)]
+    short = " ".join(texts[0].split()[:12])  # a token prefix of texts[0] (whole words, no special tokens after)
+    for quant in ("int8", "nf4", None):
+        embedder = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32", quantization=quant)
+        together = embedder.encode([*texts, short], batch_size=4)
+        alone = np.stack([embedder.encode([t], batch_size=1)[0] for t in [*texts, short]])
+        if quant == "int8":
+            np.testing.assert_array_equal(together, alone)  # the same single-text forwards
+            assert cache_key(embedder)["one_text_per_forward"] is True
+        else:  # weights-only quantization or none: rows stay independent (to float rounding), the key as before
+            np.testing.assert_allclose(together, alone, atol=1e-5)
+            assert "one_text_per_forward" not in cache_key(embedder)
 
 
 def test_missing_bitsandbytes_and_other_methods_are_not_applicable(

@@ -248,9 +248,9 @@ def test_dry_run_adds_the_layerwise_recorder_and_the_quantization_variants(
     monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("LLM_COLLAPSE_PLAN_GFLOPS", "100")
 
-    def estimate(tasks: list[str], **extra) -> tuple[str, float]:
+    def estimate(tasks: list[str], methods=("base",), **extra) -> tuple[str, float]:
         config = CompareConfig(
-            models=["gemma3-270m"], model_paths={"gemma3-270m": str(tiny_gemma3_dir)}, methods=["base"],
+            models=["gemma3-270m"], model_paths={"gemma3-270m": str(tiny_gemma3_dir)}, methods=list(methods),
             tasks=tasks, lengths=[64, 256], design="prefix", prefix_docs=4, out=str(tmp_path / "run"), **extra,
         ).validate()  # fmt: skip
         return planning.plan(config)
@@ -261,6 +261,11 @@ def test_dry_run_adds_the_layerwise_recorder_and_the_quantization_variants(
     assert "layerwise: 2 texts per length through the entropy recorder" in text and "instead of" in text
     text, quantized = estimate(["collapse", "quantization"], quants=["nf4", "int8"])
     on_cpu = resolve_device(None).type == "cpu"
-    factors = [planning.QUANT_ON_CPU[q] if on_cpu else 1.0 for q in ("nf4", "int8")]
-    assert quantized == pytest.approx(plain * (1 + sum(factors)))
+    nf4, int8 = (planning.QUANT_ON_CPU[q] if on_cpu else 1.0 for q in ("nf4", "int8"))
+    # int8 runs one text per forward (its forward mixes rows): costed like a method that shares no prefix
+    _, both = estimate(["collapse"], methods=("base", "tempscale-log:4096"))
+    unshared = both - plain
+    assert unshared > 1.2 * plain  # the 64-token prefixes cost a forward of their own (~1/4 of 256's)
+    assert quantized == pytest.approx(plain * (1 + nf4) + unshared * int8)
     assert "quantization: the nf4 variant embeds the same texts" in text
+    assert "the int8 variant embeds the same texts" in text and "one text per forward" in text

@@ -47,6 +47,9 @@ class Backend(Protocol):
         tokenizer: The checkpoint's transformers tokenizer.
         returns_pooled: True when `Embedder` must call `embed` (pooled vectors from our pool masks) instead of
             `forward` (token states it pools itself); such a backend has no hidden states.
+        mixes_rows: Why a text's states depend on the other tokens of its forward (its batch mates, and tokens
+            after it), or ``""`` when they do not. When set, `Embedder` runs one text per forward and shares
+            no prefixes, so a text's vector is its own.
     """
 
     name: str
@@ -55,6 +58,7 @@ class Backend(Protocol):
     dtype: torch.dtype
     tokenizer: Any
     returns_pooled: bool
+    mixes_rows: str
 
     @property
     def hidden_size(self) -> int:

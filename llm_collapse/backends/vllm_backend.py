@@ -207,6 +207,8 @@ class VLLMBackend(Backend):
     name = "vllm"
     returns_pooled = True
     """`Embedder` calls `embed` (pooled vectors) instead of ``forward`` (token states)."""
+    mixes_rows = ""
+    """vLLM runs no bitsandbytes int8 here (the config refuses ``--quant`` with vLLM)."""
     spec: EmbedderSpec
     weights: WeightsLocation
     dtype: torch.dtype

@@ -128,7 +128,8 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             lines.append(
                 f"  {name} x {method}: {how}{window}; ~{flops / 1e12:.2f} TFLOP, ~{seconds / 60:.1f} min"
             )
-            added, said = _task_costs(config, method, seconds, n_docs, device.type)
+            alone = every / (gflops * 1e9)  # a variant whose forward mixes rows shares no prefix
+            added, said = _task_costs(config, method, seconds, n_docs, device.type, unshared=alone)
             total += added
             lines += [f"  {name} x {method}: {line}" for line in said]
     lines.append(
@@ -139,10 +140,17 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
 
 
 def _task_costs(
-    config: CompareConfig, method: str, seconds: float, per_length: int, device: str
+    config: CompareConfig,
+    method: str,
+    seconds: float,
+    per_length: int,
+    device: str,
+    unshared: float | None = None,
 ) -> tuple[float, list[str]]:
     """Seconds the ``layerwise`` and ``quantization`` tasks add to a method whose plain forwards take
     ``seconds`` for ``per_length`` texts per length, and a line for each (the variants run under base only).
+    ``unshared``: the seconds without prefix sharing, which an int8 variant costs (`MIXES_ROWS`: one text
+    per forward; its batch of one costs about the same FLOPs as the batched forwards).
     A run of ``layerwise`` alone runs no plain forward: its recorder's seconds replace them (the returned
     seconds are then net of them)."""
     added, lines = 0.0, []
@@ -156,14 +164,19 @@ def _task_costs(
             f"recorder, ~{LAYERWISE_RECORDER:g}x a plain forward each: ~{recorder / 60:.1f} min"
             + (" (instead of the plain forwards above: layerwise is the only task)" if alone else "")
         )
+    from llm_collapse.backends.hf import MIXES_ROWS
+
     quants = config.quants if "quantization" in config.tasks and method == BASE_METHOD else None
     for quant in quants or ():
         factor = QUANT_ON_CPU[quant] if device == "cpu" else 1.0
-        added += factor * seconds
+        alone = quant in MIXES_ROWS and unshared is not None and unshared != seconds
+        cost = factor * (unshared if alone else seconds)
+        added += cost
         lines.append(
             f"quantization: the {quant} variant embeds the same texts, ~{factor:g}x the reference's time "
-            f"({'bitsandbytes on CPU, measured' if device == 'cpu' else 'costed like the reference'}): "
-            f"~{factor * seconds / 60:.1f} min"
+            f"({'bitsandbytes on CPU, measured' if device == 'cpu' else 'costed like the reference'})"
+            + (", one text per forward (no prefix sharing: its forward mixes rows)" if alone else "")
+            + f": ~{cost / 60:.1f} min"
         )
     return added, lines
 

@@ -42,12 +42,15 @@ class PairedItems:
             (``global_centroid_distance``, the TempScale paper's collapse distance) get paired contrasts too.
         per_layer: ``values`` is (n, layers) of continuous per-item statistics (layerwise): one contrast per
             layer, a paired t-test over the items where neither side is NaN.
+        continuous: ``values`` is (n,) of continuous per-item values (the quantization drift's per-text
+            cosines), not 0/1 outcomes: a paired t-test instead of McNemar.
     """
 
     metric: str
     values: np.ndarray
     reference: np.ndarray | None = None
     per_layer: bool = False
+    continuous: bool = False
 
 
 def paired_key(task: str, length: int, depth: float = math.nan, metric: str = "") -> PairedKey:
@@ -146,9 +149,9 @@ def contrast_rows(
 
     Embeddings give ``pairwise_cosine_vs_base`` (paired duplicate-aware bootstrap, the seed of the
     per-method rows) and ``centroid_distance_vs_base`` (paired jackknife); correctness gives
-    ``<metric>_vs_base`` (paired bootstrap of the mean difference, and the exact McNemar p-value); per-layer
-    statistics give one ``<metric>_vs_base`` row per layer (`paired_t_contrast`). Bins absent from either side
-    are skipped.
+    ``<metric>_vs_base`` (paired bootstrap of the mean difference, and the exact McNemar p-value); continuous
+    per-item values give one ``<metric>_vs_base`` row and per-layer statistics one per layer
+    (`paired_t_contrast`). Bins absent from either side are skipped.
     """
     from llm_collapse.metrics.collapse import centroid_distance
     from llm_collapse.metrics.stats import (
@@ -185,6 +188,10 @@ def contrast_rows(
                 contrast = _global_distance_contrast(items[key], base[key], seed)
                 contrast["metric"] += suffix
                 rows.append(result_row(**row, **contrast))
+        elif items[key].continuous:
+            point, low, high, p_value = paired_t_contrast(mine, theirs, seed)
+            metric = items[key].metric + suffix
+            rows.append(result_row(**row, metric=metric, value=point, ci=(low, high), p_value=p_value))
         else:
             point, low, high = paired_mean_diff_ci(mine, theirs, seed=seed)
             p_value = mcnemar_exact_p(mine, theirs)

@@ -8,10 +8,14 @@ variant in turn and embeds the same texts through the cache. Rows per length (re
 - task ``quantization``, method ``quant-<q>``, metric ``cosine_to_<dtype>``: mean cosine between each text's
   variant and reference embeddings, percentile bootstrap CI over texts (`llm_collapse.metrics.drift`).
 - task ``collapse``, method ``quant-<q>``: the collapse task's rows for the variant (`run_collapse`), and its
-  ``pairwise_cosine_vs_base`` / ``centroid_distance_vs_base`` paired over the same texts against the
-  reference (`contrast_rows`), so collapse-metric drift has a paired interval.
+  ``pairwise_cosine_vs_base`` / ``centroid_distance_vs_base`` / ``global_centroid_distance_vs_base`` paired
+  over the same texts against the reference (`contrast_rows`), so collapse-metric drift has a paired interval.
 - task ``collapse``, method ``base``: the reference's rows, only when the run does not ask for ``collapse``
   (otherwise that task writes them).
+- Under ``--design prefix`` (the same texts at every length): ``cosine_to_<dtype>_vs_shortest`` (paired
+  t-test over the per-text cosines) and the variant's collapse ``*_vs_shortest`` rows, so a change of drift
+  with length is tested on the same texts. The runner writes such rows for the run's methods; a variant is
+  not one of them, so this task writes its own.
 
 Decisions:
 
@@ -46,16 +50,19 @@ import numpy as np
 
 from llm_collapse.cache import cache_for
 from llm_collapse.interventions import NotApplicable
-from llm_collapse.metrics.drift import cosine_drift
+from llm_collapse.metrics.collapse import centroid
+from llm_collapse.metrics.drift import cosine_drift, paired_cosine
 from llm_collapse.tasks.base import (
     BASE_METHOD,
     EMBEDDINGS,
     PairedItems,
     TaskContext,
     contrast_rows,
+    length_contrast_rows,
     paired_key,
 )
 from llm_collapse.tasks.collapse import run_collapse
+from llm_collapse.tasks.registry import length_paired_tasks
 
 logger = logging.getLogger(__name__)
 
@@ -108,21 +115,25 @@ def _variant_rows(
     )
     rows = run_collapse(cell)  # embeds the texts in the order of `reference`; cached afterwards
     vectors = cell.encode([t.text for length in sorted(groups) for t in groups[length]])
-    base_items, start = {}, 0
+    metric, base_items, start = f"cosine_to_{dtype}", {}, 0
+    global_centroid = centroid(reference)  # as `run_collapse` keeps it, for global_centroid_distance_vs_base
     for length in sorted(groups):
         n = len(groups[length])
-        base_items[paired_key("collapse", length)] = PairedItems(EMBEDDINGS, reference[start : start + n])
-        point, low, high = cosine_drift(
-            reference[start : start + n],
-            vectors[start : start + n],
-            seed=ctx.config.seed,
-            label=f"{ctx.model}/{method}/{length}",
+        mine, theirs = vectors[start : start + n], reference[start : start + n]
+        base_items[paired_key("collapse", length)] = PairedItems(
+            EMBEDDINGS, theirs, reference=global_centroid
+        )
+        label = f"{ctx.model}/{method}/{length}"
+        point, low, high = cosine_drift(theirs, mine, seed=ctx.config.seed, label=label)
+        cell.paired[paired_key(TASK, length)] = PairedItems(
+            metric, paired_cosine(theirs, mine), continuous=True
         )
         start += n
-        rows.append(
-            cell.row(task=TASK, length=length, metric=f"cosine_to_{dtype}", value=point, ci=(low, high), n=n)
-        )
-    rows += contrast_rows(ctx.model, method, ctx.config.corpus, cell.paired, base_items, seed=ctx.config.seed)
+        rows.append(cell.row(task=TASK, length=length, metric=metric, value=point, ci=(low, high), n=n))
+    seed, corpus = ctx.config.seed, ctx.config.corpus
+    rows += contrast_rows(ctx.model, method, corpus, cell.paired, base_items, seed=seed)
+    nested = length_paired_tasks(ctx.config.design) & {"collapse", TASK}
+    rows += length_contrast_rows(ctx.model, method, corpus, cell.paired, nested, seed=seed)
     for retry in cell.record.get("oom_retries", []):
         ctx.record.setdefault("oom_retries", []).append(f"{method}: {retry}")
     ctx.record.setdefault("extra", {}).setdefault("variants", {})[method] = {

@@ -142,7 +142,9 @@ METRICS: dict[str, MetricInfo] = {
     "attention_entropy": MetricInfo("attention entropy (nats)", "", paired=True),
     "attention_entropy_normalized": MetricInfo("attention entropy / ln(#keys)", "", paired=True),
     **{
-        f"cosine_to_{dtype}": MetricInfo(f"mean cosine to the {dtype} embedding", CLOSER_IF_HIGHER, digits=5)
+        f"cosine_to_{dtype}": MetricInfo(
+            f"mean cosine to the {dtype} embedding", CLOSER_IF_HIGHER, paired=True, digits=5
+        )
         for dtype in ("bf16", "fp16", "fp32")  # llm_collapse.tasks.quantization (drift of a quantized model)
     },
 }
