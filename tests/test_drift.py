@@ -227,7 +227,9 @@ def test_int8_embeds_one_text_per_forward_so_a_vector_is_the_texts_own(tiny_gemm
     rng = np.random.default_rng(1)
     words = "state union nation people economy law war peace tax work school health trade".split()
     texts = [" ".join(rng.choice(words, size=n)) for n in (60, 45, 70)]
-    short = " ".join(texts[0].split()[:12])  # a token prefix of texts[0] (whole words, no special tokens after)
+    short = " ".join(
+        texts[0].split()[:12]
+    )  # a token prefix of texts[0] (whole words, no special tokens after)
     for quant in ("int8", "nf4", None):
         embedder = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32", quantization=quant)
         together = embedder.encode([*texts, short], batch_size=4)
