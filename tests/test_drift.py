@@ -1,11 +1,10 @@
-"""Quantization drift: the paired-cosine metric, the quantization task of the one runner on a tiny random model
-(through experiments/quantization.py), its config and preflight checks."""
+"""Quantization drift: the paired-cosine metric, the quantization task of the one runner on a tiny random model,
+its config and preflight checks."""
 
 from __future__ import annotations
 
 import json
 import math
-import runpy
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,6 @@ import pytest
 from llm_collapse.metrics.drift import cosine_drift, paired_cosine
 from llm_collapse.reporting.frames import HEADLINE
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
@@ -89,15 +87,18 @@ def _tiny_args(tiny_gemma3_dir, corpus, out, *extra) -> list[str]:
 
 @pytest.fixture(scope="module")
 def tiny_run(tiny_gemma3_dir, corpus, tmp_path_factory) -> Path:
-    """experiments/quantization.py (its YAML: bf16 against nf4 and int8, tasks collapse and quantization) on the
-    tiny Gemma 3, lengths 32 and 64, 4 texts each, with the report; shared by the tests below."""
+    """bf16 against nf4 and int8 by length bin (tasks collapse and quantization) on the tiny Gemma 3, lengths
+    32 and 64, 4 texts each, with the report; shared by the tests below."""
     _needs_quant()
+    from llm_collapse.cli.compare import main
+
     out = tmp_path_factory.mktemp("quant") / "run"
-    script = runpy.run_path(str(ROOT / "experiments/quantization.py"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path_factory.mktemp("cache")))
-        args = _tiny_args(tiny_gemma3_dir, corpus, out, "--lengths", "32,64", "--max-per-bin", "4")
-        assert script["main"](args) == 0
+        args = _tiny_args(
+            tiny_gemma3_dir, corpus, out, "--tasks", "collapse,quantization", "--quants", "nf4,int8"
+        )
+        assert main([*args, "--dtype", "bf16", "--lengths", "32,64", "--max-per-bin", "4"]) == 0
     return out
 
 

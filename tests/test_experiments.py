@@ -42,19 +42,6 @@ def test_collapse_by_length_rejects_lengths_beyond_the_model():
     assert "do not fit minilm" in result.stderr.strip().splitlines()[-1]
 
 
-def test_quantization_yaml_made_the_committed_quantization_run():
-    """reports/study/quantization comes from `compare --config experiments/quantization.yaml` (run ids match);
-    experiments/quantization.py runs that config (tests/test_drift.py runs it on a tiny model)."""
-    import json
-
-    from llm_collapse.run.config import CompareConfig
-
-    config = CompareConfig.from_sources({}, str(ROOT / "experiments/quantization.yaml"))
-    assert config.tasks == ["collapse", "quantization"] and config.quants == ["nf4", "int8"]
-    run = json.loads((ROOT / "reports/study/quantization/run.json").read_text())
-    assert run["run_id"] == config.run_id()
-
-
 STUDY_RUNS = sorted(
     p.stem
     for p in (ROOT / "experiments/study").glob("*.yaml")

@@ -13,11 +13,10 @@ runs=(
   retrieval2k retrieval32k              # Q2: LongEmbed's passkey and needle protocol to 32k
   layerwise32k                          # Q3 to 32k
   echo8k echo_position echo pooling_last  # Q4
-  quant32k                              # Q6 to 32k: nf4 and int8 against fp32
+  quant_minilm quant32k                 # Q6: nf4 and int8 against fp32 (minilm to 512, gemma3-270m to 32k)
   rope                                  # Q5 by length bin to 2k: the RoPE baselines and the matched temperature control
 )
 for name in "${runs[@]}"; do
   python -m llm_collapse.compare --config "experiments/study/${name}.yaml"
 done
-python experiments/quantization.py
 python -m llm_collapse.study reports/study
