@@ -98,7 +98,10 @@ def tiny_run(tiny_gemma3_dir, corpus, tmp_path_factory) -> Path:
         args = _tiny_args(
             tiny_gemma3_dir, corpus, out, "--tasks", "collapse,quantization", "--quants", "nf4,int8"
         )
-        assert main([*args, "--dtype", "bf16", "--lengths", "32,64", "--max-per-bin", "4"]) == 0
+        assert (
+            main([*args, "--methods", "base", "--dtype", "bf16", "--lengths", "32,64", "--max-per-bin", "4"])
+            == 0
+        )
     return out
 
 

@@ -155,7 +155,9 @@ PAIRED_METRICS: tuple[str, ...] = tuple(name for name, info in METRICS.items() i
 METRICS.update(
     {
         f"{metric}{suffix}": MetricInfo(
-            f"{METRICS[metric].label} − {what} (paired)", METRICS[metric].direction
+            f"{METRICS[metric].label} − {what} (paired)",
+            METRICS[metric].direction,
+            digits=METRICS[metric].digits,
         )
         for suffix, what in (
             (VS_BASE, "base"),
