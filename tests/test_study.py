@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 
@@ -9,7 +11,7 @@ from llm_collapse import study
 from llm_collapse.reporting import write_synthetic_run
 from llm_collapse.reporting.study import StudyError, build_study
 
-# A 1x1 PNG: the study only embeds figures the run report drew.
+# A 1x1 PNG: the study only links figures the run report drew.
 PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
     "1f15c4890000000d49444154789c63000100000500010d0a2db40000000049454e44ae426082"
@@ -84,7 +86,11 @@ def test_tables_quote_the_results(study_root):
     q3 = text.split("## Q3")[1]
     assert "| position |" in q3 and "depth 0." in q3  # passkey split by depth, collapse not
     assert q3.count("| synth-encoder | `base` |") == 1 + q3.count("| synth-encoder | `base` | depth")
-    assert out["html"].read_text().count("data:image/png;base64,") == 1
+    page = out["html"].read_text()
+    assert "data:image/png;base64," not in page  # the study links its runs' figures, it does not inline them
+    srcs = re.findall(r'<img src="([^"]+)"', page)
+    assert srcs == ["sweep/figures/collapse-pairwise-cosine-synthetic.png"]
+    assert all((study_root / src).is_file() for src in srcs)
 
 
 def test_bad_input_is_one_line_and_writes_nothing(study_root, capsys):

@@ -130,8 +130,8 @@ def render_markdown(blocks: Sequence[Block]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def render_html(blocks: Sequence[Block], title: str) -> str:
-    """The blocks as one self-contained HTML page (images inlined as base64)."""
+def render_html(blocks: Sequence[Block], title: str, *, embed_images: bool = True) -> str:
+    """The blocks as one HTML page: images inlined as base64 (self-contained), or linked by their ``rel`` path."""
     body = []
     for block in blocks:
         if isinstance(block, Heading):
@@ -143,9 +143,12 @@ def render_html(blocks: Sequence[Block], title: str) -> str:
         elif isinstance(block, Table):
             body.append(block.to_html())
         elif isinstance(block, Image):
-            data = base64.b64encode(block.path.read_bytes()).decode("ascii")
+            if embed_images:
+                src = "data:image/png;base64," + base64.b64encode(block.path.read_bytes()).decode("ascii")
+            else:
+                src = html.escape(block.rel)
             body.append(
-                f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(block.alt)}">'
+                f'<figure><img src="{src}" alt="{html.escape(block.alt)}">'
                 f"<figcaption>{inline_html(block.caption)}</figcaption></figure>"
             )
     return (

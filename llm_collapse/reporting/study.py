@@ -11,13 +11,16 @@ becomes one section: the command, its figures, and per metric one table of
 ``value [CI]`` by length with the change from the shortest to the longest length and, with a baseline, the
 difference to the baseline at the longest length. Each change is tested (paired where the run has the paired
 row, `llm_collapse.reporting.significance`), Holm-adjusted across the table, and read ("more collapse",
-"better") only where it survives. The study writes ``report.md`` and a self-contained
-``report.html`` into the study root, atomically.
+"better") only where it survives. The study writes ``report.md`` and ``report.html`` into the study root,
+atomically.
 
 Decisions:
     - Nothing is recomputed: tables read ``results.parquet`` of each run, so the study report can never
       disagree with the run reports.
     - A missing run, metric or figure is an error (one line), not a silently shorter report.
+    - report.html links the runs' PNGs (``run/figures/name``, relative to the study root) instead of
+      inlining them like a run report does: the study report lives beside its runs, and with every run's
+      figures inlined it neared 2 MB (1.9 MB with twelve runs), the project's limit for a tracked file.
     - Tiny random models are refused: a study is about real models only.
 """
 
@@ -375,7 +378,7 @@ def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]
     for number, q in enumerate(questions, start=1):
         blocks += _question_blocks(root, q, number)
     markdown = render_markdown(blocks)
-    page = render_html(blocks, title)
+    page = render_html(blocks, title, embed_images=False)
     out = {"md": root / "report.md", "html": root / "report.html"}
     atomic_write(out["md"], lambda tmp: Path(tmp).write_text(markdown, encoding="utf-8"))
     atomic_write(out["html"], lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
