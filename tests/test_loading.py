@@ -129,10 +129,31 @@ def test_bitsandbytes_quantization_on_cpu(tiny_e5_dir, quantization):
     assert embedder.describe()["quantization"] == quantization
 
 
-def test_gguf_path_is_converted_once_and_cached(tiny_gemma3_dir, tmp_path, monkeypatch):
+def test_int8_cast_warning_is_logged_once_not_per_matmul(tiny_e5_dir, caplog):
+    """bitsandbytes warns on every int8 matmul of fp32 inputs; a run logs it once."""
+    pytest.importorskip("bitsandbytes", reason="pip install 'llm-collapse[quant]'")
+    import logging
+
+    from llm_collapse.backends import hf
+
+    cast_logger = logging.getLogger(hf.BNB_CAST_LOGGER)
+    for old in [f for f in cast_logger.filters if isinstance(f, hf._FirstOfEach)]:
+        cast_logger.removeFilter(old)  # an earlier test's filter has already seen the message
+    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32", quantization="int8")
+    with caplog.at_level(logging.WARNING, logger=hf.BNB_CAST_LOGGER):
+        for text in ["one text", "another text", "a third text"]:
+            embedder.encode([text])
+    casts = [r for r in caplog.records if r.name == hf.BNB_CAST_LOGGER]
+    # without the filter: one record per int8 matmul of every forward (fp32 inputs on every device)
+    assert len(casts) <= 1
+    other = logging.LogRecord(hf.BNB_CAST_LOGGER, logging.WARNING, "", 0, "another message %s", ("x",), None)
+    assert cast_logger.filters[-1].filter(other) and not cast_logger.filters[-1].filter(other)
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_gguf_path_is_converted_once_and_cached(tiny_gemma3_dir, tmp_path):
     gguf = pytest.importorskip("gguf")
     del gguf
-    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     from llm_collapse.backends.gguf import converted_gguf_dir
 
     with pytest.raises(FileNotFoundError, match="GGUF file not found"):

@@ -54,6 +54,32 @@ so its rows stay independent; measured on the tiny Gemma 3: 1 - cosine 4e-5 betw
 alone and in a batch of three (nf4: 1e-7, float rounding), 7e-5 for a 16-token prefix alone vs shared."""
 
 
+BNB_CAST_LOGGER = "bitsandbytes.autograd._functions"
+"""bitsandbytes logs "MatMul8bitLt: inputs will be cast from ... to float16" at WARNING on every int8 matmul
+(15,120 lines in one quant32k log); `_FirstOfEach` keeps the first of each."""
+
+
+class _FirstOfEach(logging.Filter):
+    """Passes each distinct message template once, drops its repeats."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = str(record.msg)
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+def _log_bnb_cast_once() -> None:
+    cast_logger = logging.getLogger(BNB_CAST_LOGGER)
+    if not any(isinstance(f, _FirstOfEach) for f in cast_logger.filters):
+        cast_logger.addFilter(_FirstOfEach())
+
+
 class HFBackend(Backend):
     """Loads ``spec`` from ``weights`` with transformers and runs batches through it (a `Backend` that returns
     token states; interventions act on its torch module).
@@ -223,6 +249,7 @@ def _bnb_config(quantization: str, dtype: torch.dtype, *, skip_modules: list[str
             bnb_4bit_use_double_quant=True,
             llm_int8_skip_modules=skip_modules,
         )
+    _log_bnb_cast_once()
     return transformers.BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=skip_modules)
 
 
