@@ -169,7 +169,7 @@ def test_drift_equals_the_cosine_of_separately_encoded_texts(
 
 @pytest.mark.usefixtures("private_cache")
 def test_prefix_design_tests_the_drift_and_the_variants_collapse_across_lengths(
-    tiny_gemma3_dir, corpus, tmp_path, monkeypatch
+    tiny_gemma3_dir, corpus, tmp_path
 ):
     """Under --design prefix the same texts sit at every length: the drift's change with length is a paired
     t-test over the per-text cosines (`*_vs_shortest`), and each variant gets the collapse task's paired rows
