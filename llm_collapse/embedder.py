@@ -283,9 +283,11 @@ class Embedder:
                     bar.update(len(indices))
                     yield EmbeddedBatch(indices, embeddings, items, attention_mask, pool_mask, hidden_states)
                     continue
-                for shared in self._shared_rows(indices, groups, encoded, states, embeddings, attention_mask):
-                    bar.update(len(shared.indices))
-                    yield shared
+                # One update per forward: a long forward hands its rows on one at a time, and tqdm refreshes
+                # only the first of those quick updates, so the bar showed 1 text per forward (ETA ~10x long).
+                rows = list(self._shared_rows(indices, groups, encoded, states, embeddings, attention_mask))
+                bar.update(sum(len(shared.indices) for shared in rows))
+                yield from rows
 
     def _shared_rows(
         self,

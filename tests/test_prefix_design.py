@@ -141,6 +141,36 @@ def test_prefix_design_shares_one_forward_per_document(sotu, tiny_gemma3_dir, mo
     assert cosines.min() >= 0.99999, cosines
 
 
+def test_progress_bar_moves_once_per_forward_by_every_text_it_embedded(sotu, tiny_gemma3_dir, monkeypatch):
+    import llm_collapse.embedder as embedder_module
+
+    updates = []
+
+    class Bar:  # records what the embedder tells tqdm
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n):
+            updates.append(n)
+
+        def set_postfix_str(self, *args, **kwargs):
+            pass
+
+    monkeypatch.setattr(embedder_module, "tqdm", Bar)
+    embedder = llm_collapse.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32")
+    lengths = [32, 64, 128]
+    items = nested_prefixes(sotu, embedder.tokenizer, lengths, n_docs=3, seed=0, corpus="sotu")
+    embedder.max_tokens_per_batch = 1  # rows are handed on one at a time, as from one 32k forward
+    embedder.encode([t.text for t in items], batch_size=1, show_progress_bar=True)
+    assert updates == [len(lengths)] * 3  # one update per forward (one per document), by all its prefixes
+
+
 @pytest.mark.usefixtures("private_cache")
 def test_dry_run_states_forward_passes_of_the_prefix_sweep(tiny_gemma3_dir, tmp_path, capsys):
     from llm_collapse.cli.compare import main
