@@ -229,8 +229,8 @@ def run_summary(data: ReportData) -> list[Block]:
 
 
 def _design_lines(data: ReportData) -> list[str]:
-    """How each run chose its corpus texts (bins or nested prefixes) and, where lengths are nested (the prefix
-    design, the ``-start`` tasks), how each model x method embedded them."""
+    """How each run chose its corpus texts (bins or nested prefixes), where lengths are nested (the prefix
+    design, the ``-start`` tasks) how each model x method embedded them, and its matched controls."""
     lines = []
     multi = len(data.runs) > 1
     for run in data.runs:
@@ -257,6 +257,13 @@ def _design_lines(data: ReportData) -> list[str]:
                         lines.append(
                             f"{where}Nested lengths embedded: {model} / `{method}`: {paths[method]}."
                         )
+                controls = (record.extra or {}).get("controls") if record is not None else None
+                if model_run is run and isinstance(controls, dict) and controls:
+                    pairs = ", ".join(f"`{m}` − `{c}`" for m, c in sorted(controls.items()))
+                    lines.append(
+                        f"{where}Matched controls (`*_vs_control` rows, paired over the same items): "
+                        f"{model}: {pairs}."
+                    )
     return lines
 
 

@@ -52,6 +52,7 @@ from llm_collapse.tasks.registry import (  # noqa: F401
     PAIRED_METRICS,
     TASKS,
     VS_BASE,
+    VS_CONTROL,
     VS_REFERENCE,
     VS_SHORTEST,
     MetricInfo,
@@ -73,9 +74,9 @@ KEY_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "length", "
 
 
 def is_contrast(metric: str) -> bool:
-    """Whether ``metric`` is a paired difference (against ``base``, the shortest length or the reference
-    model), not a value on the metric's own scale."""
-    return metric.endswith((VS_BASE, VS_SHORTEST, VS_REFERENCE))
+    """Whether ``metric`` is a paired difference (against ``base``, the shortest length, the reference
+    model or a matched control method), not a value on the metric's own scale."""
+    return metric.endswith((VS_BASE, VS_SHORTEST, VS_REFERENCE, VS_CONTROL))
 
 
 # Metrics of the summary table and the temperature sweep, in this order.

@@ -34,6 +34,7 @@ _HASHED_IF_SET: tuple[str, ...] = (
     "embedder_specs",
     "retrieval_pool",
     "reference_model",
+    "controls",
 )
 
 
@@ -124,6 +125,14 @@ class CompareConfig:
             "the same items (`*_vs_reference` rows: echo against classical on the same texts and queries)"
         },
     )
+    controls: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "help": "METHOD=CONTROL pairs of --methods: each method is also compared with its matched control, "
+            "paired over the same items (`*_vs_control` rows: YaRN against its temperature alone); repeat "
+            "the flag for several"
+        },
+    )
     batch_size: int = field(default=16, metadata={"help": "most texts per forward pass"})
     seed: int = field(default=0, metadata={"help": "sampling and generation seed"})
     out: str = field(default="reports/default", metadata={"help": "run directory"})
@@ -174,6 +183,7 @@ class CompareConfig:
                     f"--methods {slugs[slug]!r} and {method!r} are the same intervention ({slug}); list it once"
                 )
             slugs[slug] = method
+        self._validate_controls()
         for task in self.tasks:
             if task not in TASKS:
                 raise ConfigError(f"Unknown task {task!r}; available: {', '.join(TASKS)}")
@@ -224,6 +234,24 @@ class CompareConfig:
         self.lengths = sorted(set(self.lengths))
         return self
 
+    def _validate_controls(self) -> None:
+        """Each ``controls`` pair names two different --methods, neither of them base (every method already
+        has its ``*_vs_base`` rows)."""
+        for method, control in self.controls.items():
+            for name in (method, control):
+                if name not in self.methods:
+                    raise ConfigError(
+                        f"--control {method}={control}: {name!r} is not in --methods {self.methods}; add it "
+                        "there or drop the pair"
+                    )
+            if parse_interventions(method).slug == parse_interventions(control).slug:
+                raise ConfigError(f"--control {method}={control} pairs a method with itself; name another")
+            if "base" in (parse_interventions(method).slug, parse_interventions(control).slug):
+                raise ConfigError(
+                    f"--control {method}={control}: every method is already paired with base (`*_vs_base`); "
+                    "name two non-base methods"
+                )
+
     def _validate_quants(self) -> None:
         """``quants`` belongs to the quantization task, which needs base, hf and an unquantized reference;
         unset, it becomes every quantization when the task is asked for."""
@@ -268,7 +296,7 @@ class CompareConfig:
 
         Options added later (`_HASHED_IF_SET`) count only when set: older runs keep their id.
         """
-        unset = (None, "bins")
+        unset = (None, "bins", {})
         data = {
             k: v for k, v in asdict(self).items() if k != "out" and not (k in _HASHED_IF_SET and v in unset)
         }
@@ -374,7 +402,7 @@ _FIELD_TYPES = {
     "str": ("a string", _is_str),
     "str | None": ("a string (or null for the default)", lambda v: v is None or _is_str(v)),
     "dict[str, str]": (
-        "a mapping of name: path",
+        "a mapping of strings, e.g. {name: path} or {method: control}",
         lambda v: isinstance(v, dict) and all(_is_str(k) and _is_str(x) for k, x in v.items()),
     ),
 }
@@ -389,6 +417,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if f.name == "model_paths":
             parser.add_argument(
                 "--model-path", dest="model_paths", action="append", metavar="NAME=PATH", help=help_text
+            )
+        elif f.name == "controls":
+            parser.add_argument(
+                "--control", dest="controls", action="append", metavar="METHOD=CONTROL", help=help_text
             )
         elif f.name == "embedder_specs":
             parser.add_argument(
@@ -421,11 +453,24 @@ def cli_values(namespace: argparse.Namespace) -> dict:
                 f"--lengths must be comma-separated integers, got {values['lengths']!r}"
             ) from None
     if values["model_paths"] is not None:
-        pairs = {}
-        for item in values["model_paths"]:
-            name, sep, path = item.partition("=")
-            if not sep or not name or not path:
-                raise ConfigError(f"--model-path {item!r} must look like NAME=PATH, e.g. mistral=/models/e5")
-            pairs[name] = path
-        values["model_paths"] = pairs
+        values["model_paths"] = _pairs(
+            values["model_paths"], "--model-path", "NAME=PATH, e.g. mistral=/models/e5"
+        )
+    if values["controls"] is not None:
+        values["controls"] = _pairs(
+            values["controls"], "--control", "METHOD=CONTROL, e.g. yarn:8=tempscale:0.68534:full_attention"
+        )
     return values
+
+
+def _pairs(items: list[str], flag: str, shape: str) -> dict[str, str]:
+    """``KEY=VALUE`` flags (repeated) -> a mapping; a malformed or repeated key is one `ConfigError` line."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not key or not value:
+            raise ConfigError(f"{flag} {item!r} must look like {shape}")
+        if key in pairs:
+            raise ConfigError(f"{flag} names {key!r} twice ({pairs[key]!r} and {value!r}); give it once")
+        pairs[key] = value
+    return pairs

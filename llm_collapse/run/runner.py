@@ -14,6 +14,8 @@ Where a task's items are the same at every length (``--design prefix``, or a tas
 each cell also gets ``*_vs_shortest`` rows: every length against the shortest, paired over the items.
 With ``reference_model`` set, that model runs first and its per-item data is kept to the end, so every other
 model gets ``*_vs_reference`` rows: the same method on the same items, this model minus the reference.
+With ``controls`` set, each named method also gets ``*_vs_control`` rows against its matched control method
+(the same model and items); run.json records the pairs by slug (``models.<model>.controls``).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from llm_collapse.tasks.base import (
     length_contrast_rows,
     paired_task,
 )
-from llm_collapse.tasks.registry import TASKS, VS_REFERENCE, length_paired_tasks
+from llm_collapse.tasks.registry import TASKS, VS_CONTROL, VS_REFERENCE, length_paired_tasks
 
 logger = logging.getLogger(__name__)
 
@@ -94,9 +96,12 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
                 n_texts=inputs.n_texts(),
             )
             paired: dict[str, dict] = {}
-            for method in config.methods:
-                _run_cell(embedder, model_name, method, config, inputs, state, overwrite, paired)
+            slugs = {
+                method: _run_cell(embedder, model_name, method, config, inputs, state, overwrite, paired)
+                for method in config.methods
+            }
             state.rows += _contrasts(model_name, config, paired)
+            state.rows += _control_contrasts(model_name, config, paired, slugs, state.models[model_name])
             if model_name == config.reference_model:
                 reference = paired
             elif reference is not None:
@@ -137,6 +142,25 @@ def _contrasts(model_name: str, config: CompareConfig, paired: dict[str, dict]) 
     return rows
 
 
+def _control_contrasts(
+    model_name: str, config: CompareConfig, paired: dict[str, dict], slugs: dict, record: ModelRecord
+) -> list[dict]:
+    """``*_vs_control`` rows: each ``controls`` method against its control, paired over the same items.
+    A pair with a side not applicable to this model has none (run.json already says which side)."""
+    rows, pairs = [], {}
+    for method, control in config.controls.items():
+        mine, theirs = slugs.get(method), slugs.get(control)
+        if mine is None or theirs is None:
+            continue
+        pairs[mine] = theirs
+        rows += contrast_rows(
+            model_name, mine, config.corpus, paired[mine], paired[theirs], seed=config.seed, suffix=VS_CONTROL
+        )
+    if pairs:
+        record.extra["controls"] = pairs
+    return rows
+
+
 def _reference_first(config: CompareConfig) -> list[str]:
     """The models in config order, the reference model (if any) moved first so the others can be paired with it."""
     ref = config.reference_model
@@ -165,8 +189,10 @@ def _reference_contrasts(
 
 def _run_cell(
     embedder, model_name, method, config, inputs, state: RunState, overwrite: bool, paired: dict | None = None
-) -> None:
-    """Runs every task of one (model, method) cell; its per-item data goes to ``paired[slug]``."""
+) -> str | None:
+    """Runs every task of one (model, method) cell; its per-item data goes to ``paired[slug]``.
+
+    Returns the method's slug, or None where it is not applicable to the model."""
     record = state.models[model_name]
     try:
         context = embedder.intervene(method)
@@ -175,7 +201,7 @@ def _run_cell(
         record.not_applicable[method] = str(err)
         state.notes.append(f"{model_name} x {method}: not applicable ({err})")
         logger.warning("%s x %s: not applicable: %s", model_name, method, err)
-        return
+        return None
     try:
         cache = cache_for(embedder)
         cell = TaskContext(embedder, model_name, stack.slug, config, inputs, cache, overwrite=overwrite)
@@ -210,6 +236,7 @@ def _run_cell(
             record.oom_retries[stack.slug] = cell.record["oom_retries"]
     finally:
         context.__exit__(None, None, None)
+    return stack.slug
 
 
 def _prefix_path(embedder) -> str:

@@ -26,6 +26,9 @@ shortest length on the same items (prefix design, or a task with nested lengths)
 VS_REFERENCE = "_vs_reference"
 """Suffix of the paired model contrasts (``reference_model`` in the run config): a model - the reference model,
 the same method on the same items."""
+VS_CONTROL = "_vs_control"
+"""Suffix of the paired method contrasts (``controls`` in the run config): a method - its matched control
+method, the same model on the same items (YaRN against its hidden temperature alone)."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,7 @@ METRICS.update(
             (VS_BASE, "base"),
             (VS_SHORTEST, "shortest length"),
             (VS_REFERENCE, "reference model"),
+            (VS_CONTROL, "matched control"),
         )
         for metric in PAIRED_METRICS
     }

