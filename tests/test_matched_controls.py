@@ -89,8 +89,10 @@ def test_controls_enter_the_run_id_only_when_set():
     """Unset, a committed run (written before the option existed) keeps its id, so it still resumes."""
     from pathlib import Path
 
-    record = json.loads((Path(__file__).parents[1] / "reports/study/yarn32k/run.json").read_text())
+    record = json.loads((Path(__file__).parents[1] / "reports/study/tau32k/run.json").read_text())
     config = CompareConfig(**record["config"])
     assert config.controls == {} and config.run_id() == record["run_id"]
-    config.controls = {"yarn:8": "tempscale:0.68534:full_attention"}
-    assert config.validate().run_id() != record["run_id"]
+    config.methods = [*config.methods, "tempscale:0.9"]
+    without = config.validate().run_id()
+    config.controls = {"tempscale:1.1": "tempscale:0.9"}
+    assert config.validate().run_id() != without
