@@ -151,7 +151,8 @@ def test_out_dir_with_another_run_is_refused_unless_overwrite(tiny_e5_dir, tiny_
     assert main(base) == 0  # the same run resumes
     other = [*base, "--seed", "1"]
     assert main(other) == 2
-    assert "holds a different run" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "holds a different run" in err and "remove the folder to run from the embedding cache" in err
     assert main([*other, "--overwrite"]) == 0
 
 

@@ -79,7 +79,8 @@ def check_run_dir(out: str | Path, run_id: str, *, overwrite: bool) -> Path:
         )
     if (state == COMPLETE or alive is None) and not overwrite:
         raise RunDirectoryError(
-            f"{out} holds a different run ({previous}); pass --overwrite to replace it or choose another --out"
+            f"{out} holds a different run ({previous}); choose another --out, remove the folder to run from the "
+            "embedding cache, or pass --overwrite to replace it and recompute every embedding"
         )
     if state != COMPLETE:
         logger.info("%s: replacing run %s, which did not finish (%s)", out, previous, state)
