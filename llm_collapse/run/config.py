@@ -183,7 +183,7 @@ class CompareConfig:
                     f"--methods {slugs[slug]!r} and {method!r} are the same intervention ({slug}); list it once"
                 )
             slugs[slug] = method
-        self._validate_controls()
+        self._validate_controls({method: slug for slug, method in slugs.items()})
         for task in self.tasks:
             if task not in TASKS:
                 raise ConfigError(f"Unknown task {task!r}; available: {', '.join(TASKS)}")
@@ -234,19 +234,19 @@ class CompareConfig:
         self.lengths = sorted(set(self.lengths))
         return self
 
-    def _validate_controls(self) -> None:
-        """Each ``controls`` pair names two different --methods, neither of them base (every method already
-        has its ``*_vs_base`` rows)."""
+    def _validate_controls(self, slug_of: dict[str, str]) -> None:
+        """Each ``controls`` pair names two different --methods (``slug_of``: method -> its slug), neither of
+        them base (every method already has its ``*_vs_base`` rows)."""
         for method, control in self.controls.items():
             for name in (method, control):
-                if name not in self.methods:
+                if name not in slug_of:
                     raise ConfigError(
                         f"--control {method}={control}: {name!r} is not in --methods {self.methods}; add it "
                         "there or drop the pair"
                     )
-            if parse_interventions(method).slug == parse_interventions(control).slug:
+            if slug_of[method] == slug_of[control]:
                 raise ConfigError(f"--control {method}={control} pairs a method with itself; name another")
-            if "base" in (parse_interventions(method).slug, parse_interventions(control).slug):
+            if "base" in (slug_of[method], slug_of[control]):
                 raise ConfigError(
                     f"--control {method}={control}: every method is already paired with base (`*_vs_base`); "
                     "name two non-base methods"
