@@ -55,3 +55,25 @@ def test_each_committed_study_run_came_from_its_config(name):
     config = CompareConfig.from_sources({}, str(ROOT / f"experiments/study/{name}.yaml"))
     assert json.loads((ROOT / f"reports/study/{name}/run.json").read_text())["run_id"] == config.run_id()
     assert f" {name} " in " ".join((ROOT / "experiments/study/run_all.sh").read_text().split()) + " "
+
+
+def _wall_time_rows() -> dict[str, list[str]]:
+    """experiments/README.md's Wall times table: run folder -> its cells (header included as "run")."""
+    text = (ROOT / "experiments/README.md").read_text().split("## Wall times", 1)[1]
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[cells[0].strip("`")] = cells
+    return rows
+
+
+@pytest.mark.parametrize("name", STUDY_RUNS)
+def test_each_committed_study_run_has_its_wall_time_and_cpu_kind(name):
+    rows = _wall_time_rows()
+    row = rows.get(f"reports/study/{name}")
+    assert row is not None, f"experiments/README.md's Wall times table has no row for reports/study/{name}"
+    assert len(row) == len(rows["run"]) == 4, row
+    assert row[1] == f"`experiments/study/{name}.yaml`"
+    assert "min" in row[2] or " h" in row[2], row[2]
+    assert row[3].endswith("(2 cores)") and any(kind in row[3] for kind in ("Intel Xeon", "AMD EPYC")), row[3]
