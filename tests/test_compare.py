@@ -131,6 +131,7 @@ def test_not_applicable_methods_are_recorded(tiny_e5_dir, tiny_gemma3_dir, tmp_p
         (["--lengths", "32,abc"], "--lengths must be comma-separated integers"),
         (["--model-path", "nv-embed=/x"], "not in --models"),
         (["--model-path", "mistral"], "must look like NAME=PATH"),
+        (["--model-path", "mistral=/other"], "--model-path names 'mistral' twice"),
         (["--max-per-bin", "0"], "--max-per-bin must be >= 1"),
     ],
 )
@@ -142,6 +143,16 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_model_path_pairs_are_stripped():
+    from llm_collapse.cli.compare import build_parser
+    from llm_collapse.run.config import cli_values
+
+    args = build_parser().parse_args(
+        ["--model-path", " mistral = /models/e5 ", "--model-path", "gemma3-270m=/g"]
+    )
+    assert cli_values(args)["model_paths"] == {"mistral": "/models/e5", "gemma3-270m": "/g"}
 
 
 def test_out_dir_with_another_run_is_refused_unless_overwrite(tiny_e5_dir, tiny_gemma3_dir, tmp_path, capsys):
