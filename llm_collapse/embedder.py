@@ -124,14 +124,18 @@ class Embedder:
         """Slug of the interventions currently applied (``"base"`` when none)."""
         return Stack(list(self.active_interventions)).slug
 
+    @property
+    def model_context(self) -> ModelContext:
+        """What interventions are told about the model (its name, the trained length they default to)."""
+        return ModelContext(name=self.name, trained_length=self.spec.trained_length)
+
     @contextlib.contextmanager
     def intervene(self, interventions) -> Iterator[Stack]:
         """Applies interventions (a spec such as ``"tempscale:0.8+ntk:1e5"``, objects, or a list) for the
         ``with`` block; the model is restored exactly afterwards."""
         stack = parse_interventions(interventions)
         Stack([*self.active_interventions, *stack.parts])  # one RoPE / window change
-        context = ModelContext(name=self.name, trained_length=self.spec.trained_length)
-        with self.backend.intervene(stack, context):
+        with self.backend.intervene(stack, self.model_context):
             self._active.append(stack)
             try:
                 yield stack

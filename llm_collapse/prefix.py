@@ -19,7 +19,9 @@ When it is not (`supports_prefix_sharing` says which, and why)
       the LongEmbed presets with their log factor, SelfExtend switch or PI switch read the text's length), or
       a model config whose RoPE type is ``dynamic`` or ``longrope``.
     Static RoPE changes (NTK base, YaRN, PI), SelfExtend (a function of position ids only), constant
-    temperatures and switching the sliding window off keep sharing exact.
+    temperatures and switching the sliding window off keep sharing exact. So do ``tempscale-log`` and the
+    LongEmbed presets among inputs of at most L0 tokens, where their factor is 1 and their switches are off
+    (`Intervention.length_free_up_to`): `sharing_limit` says up to which length, and longer inputs run alone.
 
 Decisions
     - Prefix means are computed as one (K, L) pool-mask matrix times the (L, H) states in float32, the same
@@ -53,6 +55,7 @@ import torch
 
 from llm_collapse.adapters.inputs import EncodedText, Kind, TemplateFormat
 from llm_collapse.interventions.attention import attention_modules
+from llm_collapse.interventions.base import Intervention, ModelContext, Stack
 from llm_collapse.pooling import last_token_pool
 
 logger = logging.getLogger(__name__)
@@ -65,7 +68,9 @@ __all__ = [
     "pool_prefixes",
     "prefix_groups",
     "prefix_sharing",
+    "prefix_sharing_limit",
     "sharing_groups",
+    "sharing_limit",
     "supports_prefix_sharing",
 ]
 
@@ -146,6 +151,54 @@ def prefix_sharing(
         if slug.startswith(LENGTH_DEPENDENT_INTERVENTIONS):
             return False, f"intervention {slug!r} depends on the input length"
     return True, ""
+
+
+def prefix_sharing_limit(embedder, *, kind: Kind = "document") -> tuple[int | None, str]:
+    """`sharing_limit` of a loaded `Embedder` (its active interventions count)."""
+    if embedder.backend.mixes_rows:
+        return 0, embedder.backend.mixes_rows
+    return sharing_limit(
+        embedder.spec,
+        embedder.model,
+        embedder.tokenizer,
+        embedder.active_interventions,
+        embedder.model_context,
+        kind=kind,
+    )
+
+
+def sharing_limit(
+    spec,
+    model,
+    tokenizer,
+    parts: Sequence[Intervention],
+    context: ModelContext,
+    *,
+    kind: Kind = "document",
+) -> tuple[int | None, str]:
+    """The longest input that may root a prefix group: None for any length, 0 for none, with the reason.
+
+    Where every obstacle to sharing is a length-dependent intervention that acts the same on all inputs of at
+    most L0 tokens (`Intervention.length_free_up_to`: LongEmbed's log factor and switches), sharing stays
+    exact among those inputs; longer ones run alone.
+
+    Args:
+        spec: The `EmbedderSpec`, as for `prefix_sharing`.
+        model: The torch model, as for `prefix_sharing` (a meta model will do).
+        tokenizer: The model's tokenizer.
+        parts: The active interventions (`Stack.parts`).
+        context: The model's `ModelContext` (the trained length L0 defaults to).
+        kind: ``"document"`` or ``"query"``.
+    """
+    ok, reason = prefix_sharing(spec, model, tokenizer, Stack(list(parts)).slug, kind=kind)
+    if ok:
+        return None, ""
+    bounded = [p for p in parts if p.slug.startswith(LENGTH_DEPENDENT_INTERVENTIONS)]
+    rest = Stack([p for p in parts if p not in bounded]).slug
+    if not bounded or not prefix_sharing(spec, model, tokenizer, rest, kind=kind)[0]:
+        return 0, reason
+    limit = min(p.length_free_up_to(model, context) for p in bounded)
+    return (limit, f"{reason} above {limit} tokens") if limit > 0 else (0, reason)
 
 
 def embed_prefixes(
@@ -233,7 +286,8 @@ def sharing_groups(
     """The prefix groups of ``encoded`` when sharing is exact for ``embedder`` and saves a forward, else None.
 
     What `Embedder.iter_batches` asks before planning batches: the keys are the inputs to run, each member is
-    read from its root's forward. Logs the reason for no sharing at DEBUG and the saving at INFO.
+    read from its root's forward. Under a `sharing_limit` only inputs up to it are grouped; longer ones are
+    their own roots. Logs the reason for no sharing at DEBUG and the saving at INFO.
 
     Args:
         embedder: A loaded `Embedder` with an in-process model.
@@ -243,11 +297,20 @@ def sharing_groups(
     Returns:
         ``{root: members}`` as `prefix_groups` returns it, or None.
     """
-    ok, reason = supports_prefix_sharing(embedder, kind=kind)
-    if not ok:
+    limit, reason = prefix_sharing_limit(embedder, kind=kind)
+    if limit == 0:
         logger.debug("%s: no prefix sharing (%s); encoding every text separately", embedder.name, reason)
         return None
-    groups = prefix_groups([e.input_ids for e in encoded])
+    if limit is not None:
+        logger.debug(
+            "%s: no prefix sharing (%s); inputs of at most %d tokens share", embedder.name, reason, limit
+        )
+    short = [i for i, e in enumerate(encoded) if limit is None or len(e) <= limit]
+    groups = {
+        short[root]: [short[m] for m in members]
+        for root, members in prefix_groups([encoded[i].input_ids for i in short]).items()
+    }
+    groups.update({i: [i] for i in sorted(set(range(len(encoded))) - set(short))})
     if len(groups) == len(encoded):
         return None
     logger.info(

@@ -18,6 +18,7 @@ from llm_collapse.prefix import (
     encode_with_prefix_sharing,
     pool_prefixes,
     prefix_groups,
+    prefix_sharing_limit,
     supports_prefix_sharing,
 )
 
@@ -203,6 +204,30 @@ def test_length_independent_interventions_keep_sharing_exact(spec, request):
     texts = [*_char_prefixes(DOC, embedder, 3), DOC]
     separate = embedder.encode(texts, share_prefixes=False)
     assert _cosines(encode_with_prefix_sharing(embedder, texts), separate).min() >= 0.99999
+
+
+@pytest.mark.parametrize(
+    "spec", ["tempscale-log:{L0}", "longembed-ntk:1e5:{L0}", "longembed-se:2:4:{L0}", "longembed-pi:2:{L0}"]
+)
+def test_length_dependent_interventions_share_up_to_their_base_length(spec, request):
+    """Up to L0 input tokens their factor is 1 and their switches are off, so inputs that short share one
+    forward; longer ones run alone. Sharing everything would pool the long prefixes from DOC's forward with
+    DOC's factor, which this checks against separate forwards."""
+    embedder = _gemma3(request)
+    texts = [*_char_prefixes(DOC, embedder, 6), DOC]
+    lengths = sorted(len(e) for e in embedder.tokenize(texts))
+    base_length = lengths[
+        3
+    ]  # the four shortest inputs share (the longest of them at exactly L0), three do not
+    embedder.apply_interventions(spec.format(L0=base_length))
+    limit, why = prefix_sharing_limit(embedder)
+    assert limit == base_length and why.endswith(f"depends on the input length above {base_length} tokens")
+    assert supports_prefix_sharing(embedder)[0] is False  # not at every length
+    separate = embedder.encode(texts, share_prefixes=False)
+    counter = _Counter(embedder)
+    shared = embedder.encode(texts, batch_size=1)
+    assert _cosines(shared, separate).min() >= 0.99999
+    assert counter.calls == 1 + 3
 
 
 def test_with_chunked_attention(request):

@@ -176,12 +176,17 @@ def test_dry_run_states_forward_passes_of_the_prefix_sweep(tiny_gemma3_dir, tmp_
     from llm_collapse.cli.compare import main
 
     args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods",
-            "base,tempscale-log:64", "--tasks", "collapse", "--lengths", "32,64,128", "--design", "prefix",
+            "base,tempscale-log:100,dynamic:2", "--tasks", "collapse", "--lengths", "32,64,128", "--design", "prefix",
             "--prefix-docs", "4", "--out", str(tmp_path / "run"), "--dry-run"]  # fmt: skip
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "gemma3-270m x base: 4 prefix-sweep forwards (one per document: sharing is exact)" in printed
-    assert "gemma3-270m x tempscale-log:64: 12 prefix-sweep forwards (4 documents x 3 lengths:" in printed
+    assert "gemma3-270m x dynamic:2: 12 prefix-sweep forwards (4 documents x 3 lengths:" in printed
+    # the log factor is 1 up to 100 input tokens: the 32- and 64-token prefixes share one forward per document
+    assert (
+        "gemma3-270m x tempscale-log:100: 8 prefix-sweep forwards (4 documents: one per document up to 100 "
+        "tokens, one per length above: intervention 'tempscale-log100' depends on the input length above 100"
+    ) in printed
     assert not (tmp_path / "run").exists()
 
 
@@ -291,7 +296,7 @@ def test_dry_run_adds_the_layerwise_recorder_and_the_quantization_variants(
     on_cpu = resolve_device(None).type == "cpu"
     nf4, int8 = (planning.QUANT_ON_CPU[q] if on_cpu else 1.0 for q in ("nf4", "int8"))
     # int8 runs one text per forward (its forward mixes rows): costed like a method that shares no prefix
-    _, both = estimate(["collapse"], methods=("base", "tempscale-log:4096"))
+    _, both = estimate(["collapse"], methods=("base", "dynamic:2"))
     unshared = both - plain
     assert unshared > 1.2 * plain  # the 64-token prefixes cost a forward of their own (~1/4 of 256's)
     assert quantized == pytest.approx(plain * (1 + nf4) + unshared * int8)

@@ -109,6 +109,16 @@ class Intervention:
         mapping is refused rather than ignored."""
         raise not_on_vllm(self.slug, f"no vLLM mapping for {type(self).__name__}")
 
+    def length_free_up_to(self, model: nn.Module, context: ModelContext) -> int:
+        """For an intervention whose effect depends on the input length (`llm_collapse.prefix`'s
+        ``LENGTH_DEPENDENT_INTERVENTIONS`` say which): the longest input, in model-input tokens, on which it acts
+        the same as on any shorter one, so that prefix sharing stays exact among inputs no longer than that.
+
+        0 (the default): none. LongEmbed's log factor and switches return their L0 (off up to L0 tokens).
+        Never asked of a length-independent intervention. Reads ``model.config`` only (a meta model will do).
+        """
+        return 0
+
     def describe(self) -> dict:
         return {"slug": self.slug, "kind": self.kind, **self.params()}
 

@@ -28,8 +28,8 @@ from llm_collapse.bench.flops import FlopModel
 from llm_collapse.bench.throughput import planning_gflops
 from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
-from llm_collapse.interventions import parse_interventions
-from llm_collapse.prefix import prefix_sharing
+from llm_collapse.interventions import ModelContext, parse_interventions
+from llm_collapse.prefix import prefix_groups, sharing_limit
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.tasks.base import BASE_METHOD
 
@@ -113,17 +113,22 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             _meta_model(spec, weights[name]),
             _tokenizer(weights[name], weights[first], tokenizer),
         )
+        context = ModelContext(name=name, trained_length=spec.trained_length)
         for method in config.methods:
-            exact, why = prefix_sharing(spec, model, model_tokenizer, stacks[method].slug)
+            limit, why = sharing_limit(spec, model, model_tokenizer, stacks[method].parts, context)
             every, shared = costs[widens[method]]
-            flops = shared if exact else every
+            flops = shared if limit is None else every
+            if limit is None:
+                how = f"{n_docs} prefix-sweep forwards (one per document: sharing is exact)"
+            elif limit:
+                flops, runs = _bounded_cost(
+                    config_json, widens[method], texts, prefix_texts, tokenizer, copies=copies, limit=limit
+                )
+                how = f"{runs} prefix-sweep forwards ({n_docs} documents: one per document up to {limit} tokens, one per length above: {why})"
+            else:
+                how = f"{n_docs * n_lengths} prefix-sweep forwards ({n_docs} documents x {n_lengths} lengths: {why})"
             seconds = flops / (gflops * 1e9)
             total += seconds
-            how = (
-                f"{n_docs} prefix-sweep forwards (one per document: sharing is exact)"
-                if exact
-                else f"{n_docs * n_lengths} prefix-sweep forwards ({n_docs} documents x {n_lengths} lengths: {why})"
-            )
             window = "; sliding window off: full attention in every layer" if widens[method] else ""
             lines.append(
                 f"  {name} x {method}: {how}{window}; ~{flops / 1e12:.2f} TFLOP, ~{seconds / 60:.1f} min"
@@ -219,6 +224,31 @@ def _costs(
         return every, every
     shared = every - _flops(model_config, sorted(prefix_texts), tokenizer, copies=copies)
     return every, shared + _flops(model_config, longest, tokenizer, copies=copies)  # one forward per document
+
+
+def _bounded_cost(
+    config_json: dict,
+    window_off: bool,
+    texts: list[str],
+    prefix_texts: set[str],
+    tokenizer,
+    *,
+    copies: int,
+    limit: int,
+) -> tuple[float, int]:
+    """FLOPs of every text when prefix sharing holds only among inputs of at most ``limit`` tokens
+    (`llm_collapse.prefix.sharing_limit`), and the prefix-sweep forwards run. ``limit`` counts model-input
+    tokens, so the tokenizer's special tokens (Gemma's BOS) count here; a template's words do not."""
+    model_config = {**config_json, "sliding_window": None} if window_off else config_json
+    swept = sorted(prefix_texts)
+    ids = tokenizer(swept, add_special_tokens=True)["input_ids"]
+    short = [i for i, x in enumerate(ids) if len(x) <= limit]
+    roots = [short[r] for r in prefix_groups([ids[i] for i in short])]
+    run = [swept[i] for i in roots] + [swept[i] for i, x in enumerate(ids) if len(x) > limit]
+    every = _flops(model_config, texts, tokenizer, copies=copies)
+    return every - _flops(model_config, swept, tokenizer, copies=copies) + _flops(
+        model_config, run, tokenizer, copies=copies
+    ), len(run)
 
 
 def _switches_window_off(stack) -> bool:

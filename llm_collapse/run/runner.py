@@ -31,7 +31,7 @@ from pathlib import Path
 from llm_collapse.backends.weights import is_tiny_random
 from llm_collapse.cache import cache_for
 from llm_collapse.interventions import InterventionError, NotApplicable
-from llm_collapse.prefix import supports_prefix_sharing
+from llm_collapse.prefix import prefix_sharing_limit
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.directory import open_run_dir
 from llm_collapse.run.distributed import embed_share, world
@@ -243,5 +243,9 @@ def _prefix_path(embedder) -> str:
     """How the prefix design's lengths are embedded for this cell: one forward per document, or separately."""
     if embedder.backend.returns_pooled:
         return f"separate forwards: backend {embedder.backend.name!r} pools itself"
-    exact, why = supports_prefix_sharing(embedder)
-    return "one forward per document (prefix sharing is exact)" if exact else f"separate forwards: {why}"
+    limit, why = prefix_sharing_limit(embedder)
+    if limit is None:
+        return "one forward per document (prefix sharing is exact)"
+    if limit:
+        return f"one forward per document up to {limit} tokens (prefix sharing is exact there), one per length above: {why}"
+    return f"separate forwards: {why}"
