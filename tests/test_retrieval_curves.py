@@ -164,13 +164,13 @@ def test_start_task_embeds_every_length_from_one_forward_per_document(tiny_gemma
 @pytest.mark.usefixtures("private_cache")
 def test_dry_run_counts_one_forward_per_start_document(tiny_gemma3_dir, tmp_path, capsys):
     args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods",
-            "base,tempscale-log:64", "--tasks", "passkey-start", "--lengths", "64,128,256",
+            "base,dynamic:2", "--tasks", "passkey-start", "--lengths", "64,128,256",
             "--retrieval-docs", "4", "--retrieval-queries", "2", "--out", str(tmp_path / "run"),
             "--dry-run"]  # fmt: skip
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "gemma3-270m x base: 4 prefix-sweep forwards (one per document: sharing is exact)" in printed
-    assert "gemma3-270m x tempscale-log:64: 12 prefix-sweep forwards (4 documents x 3 lengths:" in printed
+    assert "gemma3-270m x dynamic:2: 12 prefix-sweep forwards (4 documents x 3 lengths:" in printed
     assert "14 distinct texts" in printed  # 12 documents + 2 queries, the same at every length
     assert not (tmp_path / "run").exists()
 
