@@ -117,15 +117,15 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
         for method in config.methods:
             limit, why = sharing_limit(spec, model, model_tokenizer, stacks[method].parts, context)
             every, shared = costs[widens[method]]
-            flops = shared if limit is None else every
             if limit is None:
-                how = f"{n_docs} prefix-sweep forwards (one per document: sharing is exact)"
+                flops, how = shared, f"{n_docs} prefix-sweep forwards (one per document: sharing is exact)"
             elif limit:
                 flops, runs = _bounded_cost(
-                    config_json, widens[method], texts, prefix_texts, tokenizer, copies=copies, limit=limit
+                    every, config_json, widens[method], prefix_texts, tokenizer, copies=copies, limit=limit
                 )
                 how = f"{runs} prefix-sweep forwards ({n_docs} documents: one per document up to {limit} tokens, one per length above: {why})"
             else:
+                flops = every
                 how = f"{n_docs * n_lengths} prefix-sweep forwards ({n_docs} documents x {n_lengths} lengths: {why})"
             seconds = flops / (gflops * 1e9)
             total += seconds
@@ -227,28 +227,29 @@ def _costs(
 
 
 def _bounded_cost(
+    every: float,
     config_json: dict,
     window_off: bool,
-    texts: list[str],
     prefix_texts: set[str],
     tokenizer,
     *,
     copies: int,
     limit: int,
 ) -> tuple[float, int]:
-    """FLOPs of every text when prefix sharing holds only among inputs of at most ``limit`` tokens
-    (`llm_collapse.prefix.sharing_limit`), and the prefix-sweep forwards run. ``limit`` counts model-input
-    tokens, so the tokenizer's special tokens (Gemma's BOS) count here; a template's words do not."""
+    """FLOPs when prefix sharing holds only among inputs of at most ``limit`` tokens
+    (`llm_collapse.prefix.sharing_limit`), from ``every`` (no sharing), and the prefix-sweep forwards run.
+    ``limit`` counts model-input tokens, so the tokenizer's special tokens (Gemma's BOS) count here; a
+    template's words do not."""
     model_config = {**config_json, "sliding_window": None} if window_off else config_json
     swept = sorted(prefix_texts)
     ids = tokenizer(swept, add_special_tokens=True)["input_ids"]
     short = [i for i, x in enumerate(ids) if len(x) <= limit]
     roots = [short[r] for r in prefix_groups([ids[i] for i in short])]
     run = [swept[i] for i in roots] + [swept[i] for i, x in enumerate(ids) if len(x) > limit]
-    every = _flops(model_config, texts, tokenizer, copies=copies)
-    return every - _flops(model_config, swept, tokenizer, copies=copies) + _flops(
+    saved = _flops(model_config, swept, tokenizer, copies=copies) - _flops(
         model_config, run, tokenizer, copies=copies
-    ), len(run)
+    )
+    return every - saved, len(run)
 
 
 def _switches_window_off(stack) -> bool:
