@@ -14,14 +14,16 @@ When it is not (`supports_prefix_sharing` says which, and why)
       after ``{text}``, or a tokenizer that adds special tokens after the text (BERT's [SEP]).
     - A backend whose forward mixes rows (`Backend.mixes_rows`: bitsandbytes int8 picks outlier columns over
       every token of the forward, later ones included).
-    - Length-dependent position handling: an active intervention whose slug starts with one of
-      `LENGTH_DEPENDENT_INTERVENTIONS` (dynamic NTK rescales RoPE by the input length; ``tempscale-log`` and
-      the LongEmbed presets with their log factor, SelfExtend switch or PI switch read the text's length), or
-      a model config whose RoPE type is ``dynamic`` or ``longrope``.
+    - Length-dependent position handling: an active intervention that says so
+      (`Intervention.length_free_up_to` is not None: dynamic NTK rescales RoPE by the input length;
+      ``tempscale-log``, PI with ``keep_trained``, SelfExtend with ``min_length`` and the LongEmbed presets
+      built from them read the text's length), or a model config whose RoPE type is ``dynamic`` or
+      ``longrope``. Each intervention declares this itself, so one built directly from its class is judged
+      the same as one parsed from a slug.
     Static RoPE changes (NTK base, YaRN, PI), SelfExtend (a function of position ids only), constant
     temperatures and switching the sliding window off keep sharing exact. So do ``tempscale-log`` and the
-    LongEmbed presets among inputs of at most L0 tokens, where their factor is 1 and their switches are off
-    (`Intervention.length_free_up_to`): `sharing_limit` says up to which length, and longer inputs run alone.
+    LongEmbed presets among inputs of at most L0 tokens, where their factor is 1 and their switches are off:
+    `sharing_limit` says up to which length, and longer inputs run alone.
 
 Decisions
     - Prefix means are computed as one (K, L) pool-mask matrix times the (L, H) states in float32, the same
@@ -55,13 +57,12 @@ import torch
 
 from llm_collapse.adapters.inputs import EncodedText, Kind, TemplateFormat
 from llm_collapse.interventions.attention import attention_modules
-from llm_collapse.interventions.base import Intervention, ModelContext, Stack
+from llm_collapse.interventions.base import Intervention, ModelContext
 from llm_collapse.pooling import last_token_pool
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "LENGTH_DEPENDENT_INTERVENTIONS",
     "LENGTH_DEPENDENT_ROPE_TYPES",
     "embed_prefixes",
     "encode_with_prefix_sharing",
@@ -74,15 +75,6 @@ __all__ = [
     "supports_prefix_sharing",
 ]
 
-LENGTH_DEPENDENT_INTERVENTIONS: tuple[str, ...] = (
-    "dynamic",
-    "tempscale-log",
-    "longembed-ntk-log",
-    "longembed-se",
-    "longembed-pi",
-)
-"""Slug prefixes of interventions whose effect depends on the input length."""
-
 LENGTH_DEPENDENT_ROPE_TYPES: tuple[str, ...] = ("dynamic", "longrope")
 """RoPE types that rescale with the input length (``longrope`` switches factors past the trained length)."""
 
@@ -91,33 +83,29 @@ _PROBE = "prefix sharing probe"
 
 
 def supports_prefix_sharing(embedder, *, kind: Kind = "document") -> tuple[bool, str]:
-    """Whether prefixes of one input can be embedded from a single forward of the longest.
+    """Whether prefixes of one input can be embedded from a single forward of the longest, at any length.
 
     Args:
         embedder: A loaded `Embedder` (its active interventions count).
         kind: ``"document"`` or ``"query"``: the template that applies.
 
     Returns:
-        ``(True, "")`` or ``(False, reason)`` with a one-line reason.
+        ``(True, "")`` or ``(False, reason)`` with a one-line reason (`prefix_sharing_limit` says whether
+        short inputs may still share).
     """
-    if embedder.backend.mixes_rows:
-        return False, embedder.backend.mixes_rows
-    return prefix_sharing(
-        embedder.spec, embedder.model, embedder.tokenizer, embedder.interventions, kind=kind
-    )
+    limit, reason = prefix_sharing_limit(embedder, kind=kind)
+    return (True, "") if limit is None else (False, reason)
 
 
-def prefix_sharing(
-    spec, model, tokenizer, interventions: str, *, kind: Kind = "document"
-) -> tuple[bool, str]:
-    """`supports_prefix_sharing` from its parts, so a plan can ask it of a model built on the meta device.
+def prefix_sharing(spec, model, tokenizer, *, kind: Kind = "document") -> tuple[bool, str]:
+    """Whether the model and its input format allow prefix sharing, before any intervention (`sharing_limit`
+    adds those); asked of parts, so a plan can ask it of a model built on the meta device.
 
     Args:
         spec: The `EmbedderSpec` (format, pooling, loader).
         model: The torch model (its config and attention modules are read; meta tensors do); not touched
             for echo and NV-Embed, which are decided by the spec alone.
         tokenizer: The model's tokenizer (special tokens appended after the text).
-        interventions: The active interventions' slug (``"base"`` for none).
         kind: ``"document"`` or ``"query"``.
     """
     fmt = spec.input_format
@@ -147,9 +135,6 @@ def prefix_sharing(
     rope_types = _rope_types(model)
     if bad := sorted(rope_types & set(LENGTH_DEPENDENT_ROPE_TYPES)):
         return False, f"RoPE type {bad[0]!r} rescales positions with the input length"
-    for slug in interventions.split("+"):
-        if slug.startswith(LENGTH_DEPENDENT_INTERVENTIONS):
-            return False, f"intervention {slug!r} depends on the input length"
     return True, ""
 
 
@@ -178,9 +163,10 @@ def sharing_limit(
 ) -> tuple[int | None, str]:
     """The longest input that may root a prefix group: None for any length, 0 for none, with the reason.
 
-    Where every obstacle to sharing is a length-dependent intervention that acts the same on all inputs of at
-    most L0 tokens (`Intervention.length_free_up_to`: LongEmbed's log factor and switches), sharing stays
-    exact among those inputs; longer ones run alone.
+    Beyond the model and its format (`prefix_sharing`), each active intervention says whether its effect
+    depends on the input length (`Intervention.length_free_up_to`). One that acts the same on every input of
+    at most L0 tokens (LongEmbed's log factor and switches) keeps sharing exact among those inputs; longer ones
+    run alone.
 
     Args:
         spec: The `EmbedderSpec`, as for `prefix_sharing`.
@@ -190,14 +176,15 @@ def sharing_limit(
         context: The model's `ModelContext` (the trained length L0 defaults to).
         kind: ``"document"`` or ``"query"``.
     """
-    ok, reason = prefix_sharing(spec, model, tokenizer, Stack(list(parts)).slug, kind=kind)
-    if ok:
-        return None, ""
-    bounded = [p for p in parts if p.slug.startswith(LENGTH_DEPENDENT_INTERVENTIONS)]
-    rest = Stack([p for p in parts if p not in bounded]).slug
-    if not bounded or not prefix_sharing(spec, model, tokenizer, rest, kind=kind)[0]:
+    ok, reason = prefix_sharing(spec, model, tokenizer, kind=kind)
+    if not ok:
         return 0, reason
-    limit = min(p.length_free_up_to(model, context) for p in bounded)
+    bounds = [(p.length_free_up_to(model, context), p.slug) for p in parts]
+    known = [(limit, slug) for limit, slug in bounds if limit is not None]
+    if not known:
+        return None, ""
+    limit, slug = min(known)
+    reason = f"intervention {slug!r} depends on the input length"
     return (limit, f"{reason} above {limit} tokens") if limit > 0 else (0, reason)
 
 

@@ -25,7 +25,7 @@ from llm_collapse.interventions import (
 from llm_collapse.interventions.attention import attention_modules
 from llm_collapse.interventions.longembed import LongEmbedNTK, LongEmbedPI, LongEmbedSelfExtend
 from llm_collapse.interventions.rope import rotary_modules
-from llm_collapse.prefix import LENGTH_DEPENDENT_INTERVENTIONS, supports_prefix_sharing
+from llm_collapse.prefix import supports_prefix_sharing
 from llm_collapse.testing.checkpoints import save_tiny_e5_mistral
 
 LONG = (
@@ -99,8 +99,6 @@ def test_parse_round_trip(spec, slug, cls):
     assert parse_interventions(spec).slug == slug  # stable
     described = part.describe()
     assert described["slug"] == slug and json.loads(json.dumps(described)) == described  # plain data
-    length_dependent = slug.startswith(LENGTH_DEPENDENT_INTERVENTIONS)
-    assert length_dependent == (slug != "longembed-ntk-nolog-theta1e5")
 
 
 def test_params_say_what_each_preset_contains():
@@ -386,7 +384,24 @@ def test_prefix_sharing_is_off_exactly_for_length_dependent_presets(tiny_gemma3_
     for spec in ("longembed-ntk:1e5", "longembed-se:9:512", "longembed-pi:8", "tempscale-log"):
         with embedder.intervene(spec) as stack:
             exact, why = supports_prefix_sharing(embedder)
-        assert not exact and why == f"intervention {stack.slug!r} depends on the input length"
+        assert not exact and why.startswith(f"intervention {stack.slug!r} depends on the input length above ")
+
+
+def test_length_bounds_come_from_the_components(tiny_gemma3_dir, tiny_nv_embed_dir):
+    """Each preset is length-free up to its tightest component: L0 for the log factor and the PI switch, L0 for
+    SelfExtend's causal switch (n > L0) but L0 - 1 for its bidirectional one (n >= L0); nolog NTK at every
+    length. A Stack takes its tightest part."""
+    context = ModelContext()
+    causal = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32", device="cpu").model
+    bidirectional = lc.load_embedder("nv-embed", path=tiny_nv_embed_dir, dtype="fp32", device="cpu").model
+    se = LongEmbedSelfExtend(2, 4, 64)
+    assert se.length_free_up_to(causal, context) == 64
+    assert se.length_free_up_to(bidirectional, context) == 63
+    assert LongEmbedNTK(1e5, 64).length_free_up_to(causal, context) == 64
+    assert LongEmbedNTK(1e5, log_scale=False).length_free_up_to(causal, context) is None
+    assert LongEmbedPI(2, 48).length_free_up_to(causal, context) == 48
+    assert parse_interventions("tempscale:0.9+ntk:1e5").length_free_up_to(causal, context) is None
+    assert parse_interventions("tempscale-log:100+longembed-pi:2:48").length_free_up_to(causal, context) == 48
 
 
 def test_absolute_positions_are_not_applicable():

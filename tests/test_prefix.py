@@ -12,6 +12,8 @@ import torch
 
 import llm_collapse
 from llm_collapse.adapters.inputs import EncodedText, TemplateFormat
+from llm_collapse.interventions.rope import PositionInterpolation
+from llm_collapse.interventions.selfextend import SelfExtend
 from llm_collapse.pooling import pool
 from llm_collapse.prefix import (
     embed_prefixes,
@@ -207,7 +209,24 @@ def test_length_independent_interventions_keep_sharing_exact(spec, request):
 
 
 @pytest.mark.parametrize(
-    "spec", ["tempscale-log:{L0}", "longembed-ntk:1e5:{L0}", "longembed-se:2:4:{L0}", "longembed-pi:2:{L0}"]
+    "spec",
+    [
+        "tempscale-log:{L0}",
+        "longembed-ntk:1e5:{L0}",
+        "longembed-se:2:4:{L0}",
+        "longembed-pi:2:{L0}",
+        # Built from their classes rather than parsed: each declares its own length dependence.
+        lambda L0: PositionInterpolation(2, keep_trained=True, trained_length=L0, layer_types="all"),
+        lambda L0: SelfExtend(2, 4, min_length=L0 + 1),
+    ],
+    ids=[
+        "tempscale-log",
+        "longembed-ntk",
+        "longembed-se",
+        "longembed-pi",
+        "PI-keep_trained",
+        "SE-min_length",
+    ],
 )
 def test_length_dependent_interventions_share_up_to_their_base_length(spec, request):
     """Up to L0 input tokens their factor is 1 and their switches are off, so inputs that short share one
@@ -219,7 +238,7 @@ def test_length_dependent_interventions_share_up_to_their_base_length(spec, requ
     base_length = lengths[
         3
     ]  # the four shortest inputs share (the longest of them at exactly L0), three do not
-    embedder.apply_interventions(spec.format(L0=base_length))
+    embedder.apply_interventions(spec(base_length) if callable(spec) else spec.format(L0=base_length))
     limit, why = prefix_sharing_limit(embedder)
     assert limit == base_length and why.endswith(f"depends on the input length above {base_length} tokens")
     assert supports_prefix_sharing(embedder)[0] is False  # not at every length

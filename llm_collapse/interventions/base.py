@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from torch import nn
@@ -109,15 +109,15 @@ class Intervention:
         mapping is refused rather than ignored."""
         raise not_on_vllm(self.slug, f"no vLLM mapping for {type(self).__name__}")
 
-    def length_free_up_to(self, model: nn.Module, context: ModelContext) -> int:
-        """For an intervention whose effect depends on the input length (`llm_collapse.prefix`'s
-        ``LENGTH_DEPENDENT_INTERVENTIONS`` say which): the longest input, in model-input tokens, on which it acts
-        the same as on any shorter one, so that prefix sharing stays exact among inputs no longer than that.
+    def length_free_up_to(self, model: nn.Module, context: ModelContext) -> int | None:
+        """Whether its effect depends on the input length, which decides prefix sharing (`llm_collapse.prefix`).
 
-        0 (the default): none. LongEmbed's log factor and switches return their L0 (off up to L0 tokens).
-        Never asked of a length-independent intervention. Reads ``model.config`` only (a meta model will do).
+        None (the default): it does not (static RoPE changes, constant temperatures, a window switch), so a
+        prefix's states are the first states of the long input's. Otherwise the longest input, in model-input
+        tokens, on which it acts the same as on any shorter one (0: none), so that sharing stays exact among
+        inputs no longer than that. Reads ``model.config`` and module attributes only (a meta model will do).
         """
-        return 0
+        return None
 
     def describe(self) -> dict:
         return {"slug": self.slug, "kind": self.kind, **self.params()}
@@ -154,6 +154,12 @@ def trained_length(config, context: ModelContext) -> int:
     return int(length)
 
 
+def tightest(bounds: Iterable[int | None]) -> int | None:
+    """The smallest of several `Intervention.length_free_up_to` answers (None: none depends on the length)."""
+    known = [b for b in bounds if b is not None]
+    return min(known) if known else None
+
+
 def format_number(value: float) -> str:
     """Compact, stable number formatting for slugs: 0.8 -> '0.8', 100000 -> '1e5', 4096 -> '4096'."""
     if float(value).is_integer():
@@ -182,6 +188,9 @@ class Stack(Intervention):
 
     def params(self) -> dict:
         return {"parts": [p.describe() for p in self.parts]}
+
+    def length_free_up_to(self, model: nn.Module, context: ModelContext) -> int | None:
+        return tightest(p.length_free_up_to(model, context) for p in self.parts)
 
     @contextlib.contextmanager
     def _apply(self, model: nn.Module, context: ModelContext) -> Iterator[None]:

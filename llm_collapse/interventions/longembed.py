@@ -66,6 +66,7 @@ from llm_collapse.interventions.base import (
     check_positive_finite,
     format_number,
     not_on_vllm,
+    tightest,
     trained_length,
 )
 from llm_collapse.interventions.rope import NTK, PositionInterpolation, rotary_modules
@@ -115,10 +116,11 @@ class LongEmbedPreset(Intervention):
         """The interventions this preset is made of on ``model``."""
         raise NotImplementedError
 
-    def length_free_up_to(self, model: nn.Module, context: ModelContext) -> int:
-        """L0: up to L0 tokens the log factor is 1 and the SelfExtend and PI switches are off, so what is left
-        (the RoPE base, the window, SelfExtend's per-position factor) does not depend on the length."""
-        return self.base(model, context)
+    def length_free_up_to(self, model: nn.Module, context: ModelContext) -> int | None:
+        """Its components' tightest bound: L0 for the log factor and the PI switch, L0 or L0 - 1 for the
+        SelfExtend switch (causal or bidirectional rule); the RoPE base, the window and SelfExtend's per-position
+        factor do not depend on the length."""
+        return tightest(p.length_free_up_to(model, context) for p in self.components(model, context))
 
     def _window(self, model: nn.Module) -> list[Intervention]:
         return [SlidingWindowOff()] if has_sliding_window(model) else []
@@ -233,11 +235,6 @@ class LongEmbedSelfExtend(LongEmbedPreset):
         else:
             parts = [SelfExtend(g, w, min_length=base), TempScaleLog(base)]
         return [*parts, *self._window(model)]
-
-    def length_free_up_to(self, model: nn.Module, context: ModelContext) -> int:
-        """L0 for causal attention (grouping when n > L0); L0 - 1 for bidirectional (grouping when n >= L0)."""
-        causal = all(getattr(m, "is_causal", True) for _, m in attention_modules(model))
-        return self.base(model, context) - (0 if causal else 1)
 
     def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
         raise not_on_vllm(self.slug, "it computes attention itself (grouped and neighbour logits)")

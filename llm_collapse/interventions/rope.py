@@ -211,6 +211,11 @@ class DynamicNTK(RopeIntervention):
     def updated(self, rope: dict, config, context: ModelContext) -> dict:
         return {**rope, "rope_type": "dynamic", "factor": self.factor}
 
+    def length_free_up_to(self, model: nn.Module, context: ModelContext) -> int | None:
+        """0: transformers' dynamic rule recomputes the base from each forward's length (not bounded here,
+        though it leaves the base alone up to the trained length: not relied on, its caching is internal)."""
+        return 0
+
     def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
         raise not_on_vllm(
             self.slug,
@@ -315,6 +320,10 @@ class PositionInterpolation(RopeIntervention):
 
     def updated(self, rope: dict, config, context: ModelContext) -> dict:
         return {**rope, "rope_type": "linear", "factor": self.factor}
+
+    def length_free_up_to(self, model: nn.Module, context: ModelContext) -> int | None:
+        """L0 with ``keep_trained`` (texts of at most L0 tokens keep their positions), else None."""
+        return self.trained_length(model.config, context) if self.keep_trained else None
 
     @contextlib.contextmanager
     def _apply(self, model: nn.Module, context: ModelContext) -> Iterator[None]:

@@ -122,6 +122,11 @@ class SelfExtend(Intervention):
             params["min_length"] = self.min_length
         return params
 
+    def length_free_up_to(self, model: nn.Module, context: ModelContext) -> int | None:
+        """``min_length - 1`` under the switch (shorter texts keep plain attention), else None: grouping reads
+        position ids only, so a prefix's states are the long input's."""
+        return None if self.min_length is None else self.min_length - 1
+
     def vllm_settings(self, config, context: ModelContext) -> VLLMSettings:
         raise not_on_vllm(self.slug, "it computes attention itself (grouped and neighbour logits)")
 

@@ -222,7 +222,7 @@ class TempScaleLog(Intervention):
             "layers": list(self.layers) if self.layers is not None else "all",
         }
 
-    def length_free_up_to(self, model: nn.Module, context: ModelContext) -> int:
+    def length_free_up_to(self, model: nn.Module, context: ModelContext) -> int | None:
         """L0 (rounded down): the factor max(1, ln n / ln L0) is 1 for every text of at most L0 tokens."""
         return math.floor(_resolved_base(self.base_length, model, context, self.slug))
 

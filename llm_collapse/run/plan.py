@@ -13,7 +13,7 @@ embed the reference's texts again (bitsandbytes on CPU is slower than fp32, int8
 
 Under ``--design prefix`` and for the ``-start`` retrieval tasks (their documents are a prefix sweep too) it
 states the forward passes per model and method: one per document where prefix
-sharing is exact (`llm_collapse.prefix.prefix_sharing`, asked of the model built on the meta device: no
+sharing is exact (`llm_collapse.prefix.sharing_limit`, asked of the model built on the meta device: no
 weights are read), else one per document and length, with the reason.
 """
 
