@@ -162,3 +162,11 @@ def test_figures_may_come_from_an_extra_run(study_root):
     (study_root / "stranger.yaml").write_text(extra.replace("    extra_runs: [other]\n", ""))
     with pytest.raises(StudyError, match="names run 'other', which is not among the question's runs"):
         build_study(study_root, study_root / "stranger.yaml")
+
+
+@pytest.mark.parametrize(("field", "typo"), [("methods", "tempscale-0.08"), ("models", "synth-decodr")])
+def test_a_method_or_model_in_no_run_is_an_error_not_a_silent_filter(study_root, field, typo):
+    listed = "methods: [base, tempscale-0.8]" if field == "methods" else "models: [synth-decoder]"
+    (study_root / "typo.yaml").write_text(QUESTIONS.replace(listed, listed[:-1] + f", {typo}]", 1))
+    with pytest.raises(StudyError, match=rf"{field} \['{typo}'\] appear in none of its runs"):
+        build_study(study_root, study_root / "typo.yaml")

@@ -288,6 +288,12 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
     if data.tiny_models:
         raise StudyError(f"{q.id}: tiny random models {sorted(data.tiny_models)} cannot be study findings")
     results = data.results
+    for field_name, column in (("methods", "method"), ("models", "model")):
+        if unknown := sorted(set(getattr(q, field_name)) - set(results[column])):
+            raise StudyError(
+                f"{q.id}: {field_name} {unknown} appear in none of its runs {[q.run, *q.extra_runs]}; "
+                f"they have {sorted(results[column].dropna().unique())}"
+            )
     blocks: list = [
         Heading(2, f"Q{number}. {q.title}"),
         Paragraph(
