@@ -251,6 +251,33 @@ def _capture(attn):
     ],
 )
 def test_matches_independent_reference(name, layer, request):
+    _check_against_reference(name, layer, request)
+
+
+@pytest.mark.parametrize("layer", [0, 5])
+def test_chunks_smaller_than_the_sliding_window_match_the_reference(layer, request, monkeypatch):
+    """Chunks of 4 query rows on gemma3-270m (sliding window 16) compute their logits only over their key span
+    (`_key_span`: a band on the sliding layer, the causal past on the full one); the reference sees all keys."""
+    from llm_collapse.interventions import selfextend
+
+    monkeypatch.setattr(selfextend, "_MAX_QUERY_CHUNK", 4)
+    _check_against_reference("gemma3-270m", layer, request)
+
+
+def test_key_span_is_the_attendable_columns():
+    from llm_collapse.interventions.selfextend import _key_span
+    from llm_collapse.metrics.attention import attendable
+
+    band = attendable(40, slice(20, 24), causal=True, sliding_window=16)
+    assert _key_span(band) == slice(5, 24)
+    assert _key_span(attendable(40, slice(0, 4), causal=True)) == slice(0, 4)
+    padded = torch.zeros(2, 1, 3, 9, dtype=torch.bool)
+    padded[1, 0, 2, 6] = True
+    assert _key_span(padded) == slice(6, 7)
+    assert _key_span(torch.zeros(1, 1, 3, 9, dtype=torch.bool)) == slice(0, 9)
+
+
+def _check_against_reference(name, layer, request):
     embedder = _load(name, request)
     backbone = _backbone(embedder)
     attn = backbone.layers[layer].self_attn
