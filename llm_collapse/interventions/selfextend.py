@@ -42,8 +42,8 @@ Memory and speed
     take O(L x chunk) memory per layer, never O(L^2) at once. Each chunk's logits are computed only over the
     span of keys that some pair of the chunk may attend to (the causal past; a sliding-window layer's band), which
     is exact: the keys left out would get probability 0. On an 8k text of gemma3-270m (15 of its 18 layers slide
-    over 512 keys) all keys took 2.27x the time of the span (`experiments/bench_selfextend.py`). The grouped logits of a chunk are only
-    computed when some unmasked pair of that chunk lies beyond the window.
+    over 512 keys) all keys took 2.27x the time of the span (`experiments/bench_selfextend.py`). The grouped
+    logits of a chunk are only computed when some unmasked pair of that chunk lies beyond the window.
 
 Composition
     SelfExtend is a ``"rope"`` intervention (it changes positions): `Stack` refuses it together with another RoPE
