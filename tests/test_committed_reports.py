@@ -43,3 +43,47 @@ def test_committed_study_report_rebuilds_identically(tmp_path):
     assert rebuilt("html") == page
     srcs = re.findall(r'<img src="([^"]+)"', page)
     assert srcs and all((study / src).is_file() for src in srcs)
+
+
+RETRIEVAL_TASKS = {"passkey", "needle"}
+SAME_DOCUMENTS = ("models", "backend", "corpus", "dtype", "seed", "design", "prefix_docs", "retrieval_docs", "retrieval_queries", "retrieval_pool")  # fmt: skip
+
+
+def _retrieval_runs_by_documents() -> dict[tuple, list[Path]]:
+    """Committed retrieval runs grouped by the config fields that fix their documents and queries: each length
+    draws from its own seed, so runs in one group embed the same documents wherever their lengths overlap."""
+    import json
+
+    groups: dict[tuple, list[Path]] = {}
+    for run in RUNS:
+        config = json.loads((run / "run.json").read_text())["config"]
+        if set(config["tasks"]) <= RETRIEVAL_TASKS:
+            key = tuple(json.dumps(config.get(field), sort_keys=True) for field in SAME_DOCUMENTS)
+            groups.setdefault(key, []).append(run)
+    return {key: runs for key, runs in groups.items() if len(runs) > 1}
+
+
+def test_runs_on_the_same_documents_agree_on_base():
+    """Base's retrieval rows are reproducible across runs: retrieval16k_rope and retrieval32k_tau computed base
+    on an empty cache, and where their lengths overlap retrieval32k's they must match it exactly."""
+    import itertools
+
+    import pandas as pd
+
+    groups = _retrieval_runs_by_documents()
+    names = {run.name for runs in groups.values() for run in runs}
+    assert {"retrieval32k", "retrieval16k_rope", "retrieval32k_tau"} <= names
+    keys = ["model", "task", "corpus", "length", "depth", "metric"]
+    for runs in groups.values():
+        frames = {}
+        for run in runs:
+            rows = pd.read_parquet(run / "results.parquet")
+            rows = rows[(rows["method"] == "base") & rows["metric"].isin(["acc@1", "ndcg@10"])]
+            frames[run.name] = rows.set_index(keys)[["value", "n"]].sort_index()
+        compared = set()
+        for a, b in itertools.combinations(frames, 2):
+            common = frames[a].index.intersection(frames[b].index)
+            if len(common):
+                compared |= {a, b}
+                pd.testing.assert_frame_equal(frames[b].loc[common], frames[a].loc[common], check_exact=True, obj=f"{b} vs {a}")  # fmt: skip
+        assert compared == set(frames), f"no shared length: {sorted(set(frames) - compared)}"
