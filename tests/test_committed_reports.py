@@ -50,16 +50,18 @@ SAME_DOCUMENTS = ("models", "backend", "corpus", "dtype", "seed", "design", "pre
 
 
 def _retrieval_runs_by_documents() -> dict[tuple, list[Path]]:
-    """Committed retrieval runs grouped by the config fields that fix their documents and queries: each length
-    draws from its own seed, so runs in one group embed the same documents wherever their lengths overlap."""
+    """Committed retrieval runs grouped by task and the config fields that fix its documents and queries (the
+    task is the key's last item): each length draws from its own seed, so runs in one group embed the same
+    documents wherever their lengths overlap."""
     import json
 
     groups: dict[tuple, list[Path]] = {}
     for run in RUNS:
         config = json.loads((run / "run.json").read_text())["config"]
         if set(config["tasks"]) <= RETRIEVAL_TASKS:
-            key = tuple(json.dumps(config.get(field), sort_keys=True) for field in SAME_DOCUMENTS)
-            groups.setdefault(key, []).append(run)
+            fields = tuple(json.dumps(config.get(field), sort_keys=True) for field in SAME_DOCUMENTS)
+            for task in config["tasks"]:
+                groups.setdefault((*fields, task), []).append(run)
     return {key: runs for key, runs in groups.items() if len(runs) > 1}
 
 
@@ -74,11 +76,11 @@ def test_runs_on_the_same_documents_agree_on_base():
     names = {run.name for runs in groups.values() for run in runs}
     assert {"retrieval32k", "retrieval16k_rope", "retrieval32k_tau"} <= names
     keys = ["model", "task", "corpus", "length", "depth", "metric"]
-    for runs in groups.values():
+    for key, runs in groups.items():
         frames = {}
         for run in runs:
             rows = pd.read_parquet(run / "results.parquet")
-            rows = rows[(rows["method"] == "base") & rows["metric"].isin(["acc@1", "ndcg@10"])]
+            rows = rows[(rows["task"] == key[-1]) & (rows["method"] == "base") & rows["metric"].isin(["acc@1", "ndcg@10"])]  # fmt: skip
             frames[run.name] = rows.set_index(keys)[["value", "n"]].sort_index()
         compared = set()
         for a, b in itertools.combinations(frames, 2):
