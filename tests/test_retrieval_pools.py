@@ -41,6 +41,25 @@ def test_pooled_scores_equal_scoring_each_pool_alone():
     assert whole_hits.sum() <= hits.sum()  # fewer candidates cannot lose a top-1 hit
 
 
+def test_a_hub_document_is_reported_per_pool(caplog):
+    """One document near every query wins most top-1s of its pool: warned, naming it; separable ones are not."""
+    documents = np.eye(8)
+    relevant = np.arange(8)
+    separable = documents.copy()
+    with caplog.at_level("WARNING", logger="llm_collapse.tasks.retrieval"):
+        score(separable, documents, relevant, pool=4, label="m x base: needle at 64 tokens")
+        assert not caplog.records
+        hubbed = _unit(separable + 2.0 * documents[5])  # document 5 outranks the right one for every query
+        _, hits = score(hubbed, documents, relevant, pool=4, label="m x base: needle at 64 tokens")
+        score(hubbed, documents, relevant, pool=4)  # no label: nothing logged
+    assert hits.tolist() == [1, 1, 1, 1, 0, 1, 0, 0]  # pool 0 is untouched; in pool 1 document 5 wins all
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        "m x base: needle at 64 tokens: document 5 is the top-1 of 4 of 4 queries "
+        "(a hub: Acc@1 measures it more than the keys)"
+    )
+
+
 @pytest.mark.parametrize("pool", ["1", "5"])
 def test_a_pool_that_does_not_divide_the_documents_is_refused(pool, tmp_path, capsys):
     args = ["--models", "minilm", "--tasks", "passkey", "--retrieval-docs", "8", "--retrieval-queries", "8",

@@ -10,6 +10,7 @@ not: the results are the same). No depth rows: every key sits at depth 0."""
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -19,21 +20,31 @@ from llm_collapse.metrics.probes import retrieval_scores
 from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key, wilson_interval
 
 DEPTH_BINS = 5
+HUB_SHARE = 0.5
+"""A document that is the top-1 of at least this share of its pool's queries is reported as a hub: the
+candidates of LongEmbed's protocol share one haystack, so their embeddings can be nearly equal and one
+document can outrank the right one for most queries; Acc@1 then says more about that document than about
+the keys."""
+HUB_MIN_QUERIES = 4
+
+logger = logging.getLogger(__name__)
 
 
 def retrieve(ctx: TaskContext, task: RetrievalTask) -> tuple[dict[str, float], np.ndarray]:
     """Embeds a task's queries and documents; returns `retrieval_scores` and the per-query top-1 hits (0/1)."""
     queries = ctx.encode(list(task.queries), kind="query")
-    return score(queries, ctx.encode(list(task.documents)), task.relevant, pool=ctx.config.retrieval_pool)
+    documents = ctx.encode(list(task.documents))
+    return score(queries, documents, task.relevant, pool=ctx.config.retrieval_pool, label=_label(ctx, task))
 
 
 def score(
-    queries: np.ndarray, documents: np.ndarray, relevant, pool: int | None = None
+    queries: np.ndarray, documents: np.ndarray, relevant, pool: int | None = None, label: str | None = None
 ) -> tuple[dict[str, float], np.ndarray]:
     """`retrieval_scores` (Acc@1, nDCG@10) and the per-query top-1 hits (0/1) of embedded queries/documents.
 
     With ``pool``, documents ``[k * pool, (k + 1) * pool)`` form pool k and a query ranks only the pool of its
     relevant document (chance 1 / pool whatever the number of documents); scores are means over all queries.
+    With ``label``, a hub (`HUB_SHARE`) is logged as a warning naming it.
     """
     relevant = np.asarray(relevant)
     pool = pool or len(documents)
@@ -49,7 +60,25 @@ def score(
             totals[name] = totals.get(name, 0.0) + scores[name] * len(mine)
         top1 = np.argmax(queries[mine] @ block.T, axis=1)  # encode returns unit vectors: cosine
         hits[mine] = (top1 == relevant[mine] - first).astype(int)
+        if label is not None:
+            _warn_if_hub(label, first + top1)
     return {name: total / len(relevant) for name, total in totals.items()}, hits
+
+
+def _label(ctx: TaskContext, task: RetrievalTask) -> str:
+    return f"{ctx.model} x {ctx.method}: {task.name} at {task.length} tokens"
+
+
+def _warn_if_hub(label: str, top1: np.ndarray) -> None:
+    """Logs a warning when one document is the top-1 of at least `HUB_SHARE` of a pool's queries."""
+    if len(top1) < HUB_MIN_QUERIES:
+        return
+    documents, counts = np.unique(top1, return_counts=True)
+    if counts.max() >= HUB_SHARE * len(top1):
+        logger.warning(
+            "%s: document %d is the top-1 of %d of %d queries (a hub: Acc@1 measures it more than the keys)",
+            label, documents[counts.argmax()], counts.max(), len(top1),
+        )  # fmt: skip
 
 
 def accuracy_row(ctx: TaskContext, name: str, length: int, hits: np.ndarray, depth: float = math.nan) -> dict:
@@ -102,7 +131,9 @@ def run_start(ctx: TaskContext, name: str) -> list[dict]:
     for task in tasks:
         block = documents[start : start + len(task.documents)]
         start += len(task.documents)
-        scores, hits = score(queries, block, task.relevant, pool=ctx.config.retrieval_pool)
+        scores, hits = score(
+            queries, block, task.relevant, pool=ctx.config.retrieval_pool, label=_label(ctx, task)
+        )
         rows.append(accuracy_row(ctx, name, task.length, hits))
         rows.append(
             ctx.row(task=name, length=task.length, metric="ndcg@10", value=scores["ndcg@10"], n=len(hits))
