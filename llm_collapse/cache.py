@@ -47,6 +47,9 @@ Decisions:
   temp file of a live process on this host is never touched, whatever its age (a reused PID keeps one
   until that process exits), and one that is not stale is skipped without a warning.
 - ``shards`` that is not a folder (a file, a broken link) is removed with a warning; everything is a miss.
+- A folder that may not be written (permissions, a read-only file system) makes the cache read-only for
+  the rest of the process, with one warning: vectors are computed and returned, only not stored. A full
+  disk is a one-line `llm_collapse.errors.DiskFullError` instead (a rerun after freeing space resumes).
 - ``key.json`` that differs from the key or cannot be read: if the folder is named after this key (as
   `cache_for` names it: the folder *is* this key's), the file was edited or damaged, so it is rewritten
   and the shards already there are removed (whoever edited the folder may have copied foreign vectors
@@ -58,6 +61,7 @@ Decisions:
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -73,10 +77,12 @@ import numpy as np
 
 from llm_collapse.adapters.inputs import Kind
 from llm_collapse.embedder import Embedder, as_text_list
+from llm_collapse.errors import disk_full
 from llm_collapse.utils.paths import cache_root
 from llm_collapse.utils.procs import host_tag, pid_state, remove_path
 
 logger = logging.getLogger(__name__)
+READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 CACHE_FORMAT = 1
 KEY_DIGITS = 20
@@ -190,6 +196,7 @@ class EmbeddingCache:
         self._rows: dict[str, tuple[np.ndarray, int]] = {}
         self._loaded: set[str] = set()
         self._load_done = False
+        self.read_only = False  # set by the first write that the folder refuses (permissions, read-only fs)
         if self.key is not None:
             self._check_key_file()
 
@@ -242,14 +249,34 @@ class EmbeddingCache:
             vectors = np.ascontiguousarray(vectors[finite])
             if not hashes:
                 return None
-        self._usable_shard_dir()
-        self.shard_dir.mkdir(parents=True, exist_ok=True)
-        self._write_key_file()
-        stamp = f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        final = self.shard_dir / f"{stamp}{SHARD_SUFFIX}"
-        _atomic_write_npz(final, self.shard_dir / f".{stamp}.{host_tag()}{TEMP_SUFFIX}", hashes, vectors)
-        self._loaded.add(final.name)
+        final = None if self.read_only else self._write_shard(hashes, vectors)
+        if final is not None:
+            self._loaded.add(final.name)
         self._index(np.array(hashes), vectors)
+        return final
+
+    def _write_shard(self, hashes: list[str], vectors: np.ndarray) -> Path | None:
+        """One new shard; None (and read-only from now on, one warning) where the folder may not be written."""
+        try:
+            self._usable_shard_dir()
+            self.shard_dir.mkdir(parents=True, exist_ok=True)
+            self._write_key_file()
+            stamp = f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            final = self.shard_dir / f"{stamp}{SHARD_SUFFIX}"
+            _atomic_write_npz(final, self.shard_dir / f".{stamp}.{host_tag()}{TEMP_SUFFIX}", hashes, vectors)
+        except OSError as err:
+            if (full := disk_full(err, self.directory.parent.parent, "the cache folder")) is not None:
+                raise full from None
+            if err.errno not in READ_ONLY_ERRNOS:
+                raise
+            self.read_only = True
+            logger.warning(
+                "cache: %s cannot be written (%s); embeddings are computed but no longer cached in this run "
+                "(make the folder writable to cache them)",
+                self.shard_dir,
+                err.strerror,
+            )
+            return None
         return final
 
     def reload(self) -> None:

@@ -24,7 +24,7 @@ from llm_collapse.adapters.inputs import KINDS, EncodedText, Kind
 from llm_collapse.adapters.spec import EmbedderSpec
 from llm_collapse.backends.base import Backend
 from llm_collapse.batching import MAX_PADDING, plan_batches
-from llm_collapse.interventions import ModelContext, Stack, parse_interventions
+from llm_collapse.interventions import InterventionError, ModelContext, Stack, parse_interventions
 from llm_collapse.pooling import pool
 from llm_collapse.prefix import pool_prefixes, sharing_groups
 
@@ -88,7 +88,7 @@ class Embedder:
         self.padding_side = "right"
         self.share_prefixes = True
         self.max_padding = MAX_PADDING
-        self._active: list[Stack] = []
+        self._blocks: list[InterventionBlock] = []
         self._persistent = contextlib.ExitStack()
 
     @property
@@ -120,6 +120,11 @@ class Embedder:
         return tuple(p for stack in self._active for p in stack.parts)
 
     @property
+    def _active(self) -> list[Stack]:
+        """The stacks of the open `intervene` blocks, innermost last."""
+        return [block.stack for block in self._blocks]
+
+    @property
     def interventions(self) -> str:
         """Slug of the interventions currently applied (``"base"`` when none)."""
         return Stack(list(self.active_interventions)).slug
@@ -129,18 +134,77 @@ class Embedder:
         """What interventions are told about the model (its name, the trained length they default to)."""
         return ModelContext(name=self.name, trained_length=self.spec.trained_length)
 
-    @contextlib.contextmanager
-    def intervene(self, interventions) -> Iterator[Stack]:
+    def intervene(self, interventions) -> InterventionBlock:
         """Applies interventions (a spec such as ``"tempscale:0.8+ntk:1e5"``, objects, or a list) for the
-        ``with`` block; the model is restored exactly afterwards."""
-        stack = parse_interventions(interventions)
-        Stack([*self.active_interventions, *stack.parts])  # one RoPE / window change
-        with self.backend.intervene(stack, self.model_context):
-            self._active.append(stack)
+        ``with`` block, which yields the parsed `Stack`; the model is restored exactly afterwards.
+
+        Blocks nest, and the model always runs exactly the interventions of the open blocks, applied in the
+        order they were entered: leaving a block that is not the innermost (a block entered and exited by
+        hand, a generator closed late, `clear_interventions` inside a ``with``) undoes the blocks entered
+        after it, then itself, and applies those again on the restored model. The returned block may be
+        entered again once exited, never while it is open (`InterventionBlock`).
+        """
+        return InterventionBlock(self, parse_interventions(interventions))
+
+    def _open(self, block: InterventionBlock) -> None:
+        """Enters ``block`` on the backend, innermost (`InterventionBlock.__enter__`)."""
+        if any(open_block is block for open_block in self._blocks):
+            raise InterventionError(
+                f"intervene({block.stack.slug!r}) is already open on {self.name}; exit it before entering it "
+                "again, or open a new intervene() block to stack it"
+            )
+        Stack([*self.active_interventions, *block.stack.parts])  # one RoPE / window change
+        block.applied, block.dropped = self._applied(block.stack), False
+        self._blocks.append(block)
+
+    def _close(self, block: InterventionBlock, exc_info: tuple) -> None:
+        """Undoes ``block``, exactly whatever the exit order (`InterventionBlock.__exit__`)."""
+        index = next((i for i, open_block in enumerate(self._blocks) if open_block is block), None)
+        if index is None:
+            if block.dropped:  # already undone when an earlier exit could not apply it again (raised there)
+                block.dropped = False
+                return
+            raise InterventionError(
+                f"intervene({block.stack.slug!r}) is not open on {self.name}; "
+                "exit a block once, after entering it"
+            )
+        later = self._blocks[index + 1 :]
+        del self._blocks[index:]
+        for open_block in later:  # until applied again below
+            open_block.dropped = True
+        try:
+            for open_block in reversed(later):  # innermost first, so each restores what it found
+                open_block.applied.__exit__(None, None, None)
+                open_block.applied = None
+        finally:
+            applied, block.applied = block.applied, None
+            applied.__exit__(*exc_info)
+        if later:
+            logger.info(
+                "%s: left intervene(%r) before the blocks entered after it; applied %s again on the restored "
+                "model",
+                self.name,
+                block.stack.slug,
+                " and ".join(repr(b.stack.slug) for b in later),
+            )
+        for position, open_block in enumerate(later):
             try:
-                yield stack
-            finally:
-                self._active.remove(stack)
+                open_block.applied = self._applied(open_block.stack)
+            except InterventionError as err:
+                lost = later[position:]
+                raise InterventionError(
+                    f"leaving intervene({block.stack.slug!r}) before the blocks entered after it: could not "
+                    f"apply {' and '.join(repr(b.stack.slug) for b in lost)} again ({err}); "
+                    "they are no longer applied"
+                ) from err
+            open_block.dropped = False
+            self._blocks.append(open_block)
+
+    def _applied(self, stack: Stack) -> contextlib.AbstractContextManager:
+        """The backend's context manager for ``stack``, entered."""
+        applied = self.backend.intervene(stack, self.model_context)
+        applied.__enter__()
+        return applied
 
     def apply_interventions(self, interventions) -> None:
         """Applies interventions until `clear_interventions` (what ``load_embedder(interventions=...)`` does)."""
@@ -382,6 +446,38 @@ class Embedder:
             attention[row, span] = 1
             pool_mask[row, span] = torch.tensor(item.pool_mask)
         return ids, attention, pool_mask
+
+
+class InterventionBlock:
+    """What `Embedder.intervene` returns: a context manager that applies ``stack`` to the embedder's model.
+
+    Reusable (enter it again after it exited) but not re-entrant: entering it while it is open raises
+    `InterventionError`, as does exiting it when it is not open. Exiting it out of order restores the model
+    exactly (`Embedder.intervene`).
+
+    Attributes:
+        embedder: The embedder it acts on.
+        stack: The parsed interventions (what ``with ... as stack`` gives).
+        applied: The backend's entered context manager while the block is open, else None.
+        dropped: True while an out-of-order exit has undone this open block and not yet applied it again.
+    """
+
+    def __init__(self, embedder: Embedder, stack: Stack) -> None:
+        self.embedder = embedder
+        self.stack = stack
+        self.applied: contextlib.AbstractContextManager | None = None
+        self.dropped = False
+
+    def __enter__(self) -> Stack:
+        self.embedder._open(self)
+        return self.stack
+
+    def __exit__(self, *exc_info) -> bool:
+        self.embedder._close(self, exc_info)
+        return False
+
+    def __repr__(self) -> str:
+        return f"InterventionBlock({self.stack.slug!r}, open={self.applied is not None})"
 
 
 def check_count(name: str, value) -> int:

@@ -7,6 +7,8 @@ builtin their callers historically caught (``ValueError``, ``KeyError``...), so 
 
 from __future__ import annotations
 
+import errno
+
 
 class UserError(Exception):
     """Bad input: ``str(err)`` is one line saying what was wrong, what is allowed and how to fix it."""
@@ -22,3 +24,20 @@ class OutputError(UserError, OSError):
 
 class MissingDependencyError(UserError, ImportError):
     """An optional package that the requested model, backend or output needs is not installed."""
+
+
+class DiskFullError(UserError, OSError):
+    """A folder the run writes (``--out``, the cache) is on a full file system; rerunning resumes the run."""
+
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})  # disk or quota full
+
+
+def disk_full(err: OSError, folder: object, what: str) -> DiskFullError | None:
+    """A `DiskFullError` naming ``folder`` when ``err`` says the disk (or quota) is full, else None."""
+    if err.errno not in DISK_FULL_ERRNOS:
+        return None
+    return DiskFullError(
+        f"{what} {folder} is on a full file system ({err.strerror}); free space there (or choose another "
+        "folder), then rerun the same command: it resumes from the embedding cache"
+    )

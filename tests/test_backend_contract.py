@@ -205,9 +205,8 @@ def test_vllm_mapping_of_what_vllm_expresses(configs):
     assert TempScale(0.5, placement="after").vllm_settings(text, context) == VLLMSettings(
         temperatures={0: (0.5, 2.0), 1: (0.5, 2.0)}
     )
-    plan = plan_interventions(
-        parse_interventions("tempscale:0.5+tempscale:0.8+yarn:4+window:off"), configs["bge"], context
-    )
+    stack = Stack([TempScale(0.5), TempScale(0.8), *parse_interventions("yarn:4+window:off").parts])
+    plan = plan_interventions(stack, configs["bge"], context)  # one spec may not stack tempscales: objects
     assert plan.scale == {0: (1.0 / 0.5 / 0.8, 1.0), 1: (1.0 / 0.5 / 0.8, 1.0)}
     assert plan.overrides["sliding_window"] is None
     assert json.dumps(plan.overrides["rope_parameters"], sort_keys=True) == json.dumps(

@@ -74,7 +74,7 @@ def _refused(args, capsys, *, tmp_path, out, message) -> None:
     ("extra", "message"),
     [
         (["--dtype", "int4"], "Unknown --dtype 'int4'"),
-        (["--tasks", "knn", "--label", "nosuch"], "--label 'nosuch'"),
+        (["--tasks", "knn", "--label", "nosuch", "--max-per-bin", "6"], "--label 'nosuch'"),
         (["--prefix-docs", "4"], "--prefix-docs applies to --design prefix only"),
         (["--corpus", "folder:/nonexistent/texts"], "is not a directory"),
         (["--lengths", "32,9000000"], "--lengths 9000000: corpus 'sotu' has no text that long"),

@@ -25,7 +25,7 @@ def _args(tiny_e5_dir, tiny_gemma3_dir, out, *extra):
         "--model-path", f"gemma3-270m={tiny_gemma3_dir}",
         "--methods", "base,tempscale:0.8,ntk:1e5",
         "--tasks", "collapse,knn,passkey",
-        "--lengths", "32,64",
+        "--lengths", "64,128",
         "--max-per-bin", "6",
         "--retrieval-docs", "6",
         "--retrieval-queries", "3",
@@ -71,7 +71,7 @@ def test_end_to_end_results_and_run_json(tiny_e5_dir, tiny_gemma3_dir, tmp_path)
     )
     assert frame.loc[frame.metric == "pairwise_cosine", "value"].between(-1, 1).all()
     run = json.loads((out / "run.json").read_text())
-    assert run["config"]["lengths"] == [32, 64]
+    assert run["config"]["lengths"] == [64, 128]
     assert run["models"]["mistral"]["tiny_random"] is True
     assert run["models"]["mistral"]["describe"]["dtype"] == "fp32"
     assert {"versions", "git_commit", "hardware", "wall_time_s"} <= set(run)
@@ -179,7 +179,7 @@ def test_yaml_config_with_cli_precedence(tiny_e5_dir, tiny_gemma3_dir, tmp_path)
     )
     resolved = json.loads((out / "run.json").read_text())["config"]
     assert resolved["seed"] == 5  # flag beats YAML
-    assert resolved["lengths"] == [32, 64]  # flag given in _args beats YAML too
+    assert resolved["lengths"] == [64, 128]  # flag given in _args beats YAML too
     assert resolved["max_per_bin"] == 6
 
 

@@ -20,7 +20,7 @@ def test_two_processes_equal_one(tiny_e5_dir, tiny_gemma3_dir, tmp_path):
     args = [
         "--models", "mistral,gemma3-270m", "--model-path", f"mistral={tiny_e5_dir}",
         "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods", "base,tempscale:0.8",
-        "--tasks", "collapse,passkey", "--lengths", "32,64", "--max-per-bin", "6", "--retrieval-docs", "6",
+        "--tasks", "collapse,passkey", "--lengths", "80,128", "--max-per-bin", "6", "--retrieval-docs", "6",
         "--retrieval-queries", "3", "--dtype", "fp32", "--no-report",
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -23,7 +23,7 @@ def test_a_method_is_paired_with_its_control(tiny_gemma3_dir, tmp_path, assert_p
     args = [
         "--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}",
         "--methods", "base,tempscale:0.8,tempscale:0.5", "--control", "tempscale:0.5=tempscale:0.8",
-        "--tasks", "collapse,position", "--lengths", "32,64", "--max-per-bin", "6", "--retrieval-docs", "6",
+        "--tasks", "collapse,position", "--lengths", "80,128", "--max-per-bin", "6", "--retrieval-docs", "6",
         "--retrieval-queries", "6", "--batch-size", "6", "--dtype", "fp32", "--out", str(out),
     ]  # fmt: skip
     assert main(args) == 0

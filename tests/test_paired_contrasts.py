@@ -139,7 +139,7 @@ def _args(tiny_e5_dir, out, methods, *extra):
         "--model-path", f"mistral={tiny_e5_dir}",
         "--methods", methods,
         "--tasks", "collapse,knn,passkey,position",
-        "--lengths", "32,64",
+        "--lengths", "80,128",
         "--max-per-bin", "8",
         "--retrieval-docs", "6",
         "--retrieval-queries", "4",

@@ -21,7 +21,7 @@ def test_models_are_paired_with_the_reference_model(tiny_gemma3_dir, tmp_path, a
     args = [
         "--models", "echo-gemma3-270m,gemma3-270m", "--reference-model", "gemma3-270m",
         "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--model-path", f"echo-gemma3-270m={tiny_gemma3_dir}",
-        "--methods", "base,tempscale:0.8", "--tasks", "collapse,position", "--lengths", "32,64",
+        "--methods", "base,tempscale:0.8", "--tasks", "collapse,position", "--lengths", "80,128",
         "--max-per-bin", "6", "--retrieval-docs", "6", "--retrieval-queries", "6", "--batch-size", "6",
         "--dtype", "fp32", "--out", str(out),
     ]  # fmt: skip

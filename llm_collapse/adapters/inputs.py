@@ -15,8 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from llm_collapse.errors import UserError
+
 Kind = Literal["query", "document"]
 KINDS: tuple[str, ...] = ("query", "document")
+
+
+class TokenNotFoundError(UserError, ValueError):
+    """A token a spec names (``eos_token``) that the tokenizer does not have."""
 
 
 @dataclass(frozen=True)
@@ -114,12 +120,12 @@ class TemplateFormat:
         """The EOS text and id this format appends: ``eos_token`` when set, else the tokenizer's."""
         if self.eos_token is None:
             return tokenizer.eos_token, tokenizer.eos_token_id
-        eos_id = tokenizer.convert_tokens_to_ids(self.eos_token)
-        if eos_id is None or eos_id == tokenizer.unk_token_id:
-            raise ValueError(
+        eos_id = token_id(tokenizer, self.eos_token)
+        if eos_id is None:
+            raise TokenNotFoundError(
                 f"eos_token {self.eos_token!r} is not a token of this tokenizer; name one of its special tokens"
             )
-        return self.eos_token, int(eos_id)
+        return self.eos_token, eos_id
 
     def _pool_mask(self, tokenizer, ids: list[int], prefix: str) -> list[int]:
         mask = [1] * len(ids)
@@ -136,6 +142,19 @@ class TemplateFormat:
         # eos_token appears only when set, so the formats written before it existed keep their cache keys.
         fields = {k: v for k, v in self.__dict__.items() if not (k == "eos_token" and v is None)}
         return {"type": "template", **fields}
+
+
+def token_id(tokenizer, token: str) -> int | None:
+    """The id of ``token`` when it is in the tokenizer's vocabulary (added tokens included), else None.
+
+    Membership, not ``id != unk_token_id``: Qwen-family tokenizers name ``<|endoftext|>`` as their unk token, so
+    their EOS has the unk id and is still a token. The vocabulary is read only when the id is the unk id.
+    """
+    found = tokenizer.convert_tokens_to_ids(token)
+    if found is not None and (found != tokenizer.unk_token_id or token == tokenizer.unk_token):
+        return int(found)
+    vocab = {**tokenizer.get_vocab(), **tokenizer.get_added_vocab()}
+    return int(vocab[token]) if token in vocab else None
 
 
 def _tokenize_capped(

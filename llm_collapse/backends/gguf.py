@@ -13,8 +13,14 @@ Decisions (several processes share one cache, e.g. every rank of ``torchrun`` on
   target, so an interrupted conversion never leaves a half-written target.
 - Conversions of one file are serialized by an exclusive lock on ``converted/<sha[:32]>.lock``
   (``fcntl.flock``; ``msvcrt.locking`` on Windows; no lock where neither exists). A second process logs
-  that it waits, then finds the finished folder and converts nothing. Lock files are left in place:
-  removing a lock file another process is about to lock would let two processes convert at once.
+  that it waits, then finds the finished folder and converts nothing.
+- The holder removes the lock file in a ``finally`` (success or failure) while it still holds the lock, so no
+  ``.lock`` is left in the cache. A process that was waiting then holds the lock of a removed file: after
+  locking, it checks that the path still names the file it locked (same inode) and otherwise locks the new
+  one, so removal never lets two processes convert at once. (On Windows an open file cannot be removed; the
+  lock file stays there, harmlessly.)
+- A file that does not start with the GGUF magic bytes (``GGUF``) is refused (`NotGGUFError`) before anything
+  is written to the cache.
 - Safety net for when locking is unavailable (or ignored, e.g. by an old version): if the final rename
   fails because the target now exists with ``config.json``, the loser removes its temp folder and returns
   the winner's folder.
@@ -40,6 +46,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from llm_collapse.errors import UserError
 from llm_collapse.utils.paths import cache_root
 from llm_collapse.utils.procs import host_tag, pid_state, remove_path
 
@@ -49,6 +56,29 @@ TEMP_PREFIX = ".tmp-"
 LOCK_SUFFIX = ".lock"
 STALE_AFTER_S = 3600.0
 SHA_DIGITS = 32
+GGUF_MAGIC = b"GGUF"
+
+
+class NotGGUFError(UserError, ValueError):
+    """A ``.gguf`` path whose content is not GGUF (wrong magic bytes)."""
+
+
+def is_gguf(path: str | Path) -> bool:
+    """Whether ``path`` is a readable file starting with the GGUF magic bytes (the name alone proves nothing)."""
+    try:
+        with Path(path).open("rb") as handle:
+            return handle.read(len(GGUF_MAGIC)) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def check_gguf(path: str | Path, *, what: str) -> None:
+    """Raises `NotGGUFError` (one line; ``what`` names the path as the user gave it) unless ``path`` is GGUF."""
+    if not is_gguf(path):
+        raise NotGGUFError(
+            f"{what} is not a GGUF file (GGUF files start with the bytes b'GGUF'); "
+            "give a real .gguf file or a model folder with config.json"
+        )
 
 
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
@@ -64,6 +94,7 @@ def converted_gguf_dir(gguf_path: str | Path, *, sha256: str | None = None) -> P
     gguf_path = Path(gguf_path)
     if not gguf_path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {gguf_path}")
+    check_gguf(gguf_path, what=str(gguf_path))
     sha256 = sha256 or file_sha256(gguf_path)
     target = _target(sha256)
     if is_converted(target):
@@ -201,19 +232,44 @@ def _exclusive_lock(path: Path, *, what: str) -> Iterator[bool]:
     """Holds an exclusive lock on the file ``path`` (created if needed); yields whether it is really locked.
 
     Tries without blocking first, so that a process that has to wait says so (INFO) before it waits. Where
-    locking fails (no fcntl or msvcrt, or a file system without locks) it yields False and does not wait.
+    locking fails (no fcntl or msvcrt, or a file system without locks) it yields False and does not wait. The
+    lock file is removed on exit, whatever happened inside, before the lock is released (module docstring).
     """
-    handle = open(path, "a+b")  # closed in the finally below
+    handle, unlock = _acquire(path, what)
     try:
-        unlock = _lock(handle, path, what)
-        try:
-            yield unlock is not None
-        finally:
-            if unlock is not None:
-                with contextlib.suppress(OSError):
-                    unlock()
+        yield unlock is not None
     finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # still locked: a waiter that gets this file's lock sees it gone and retries
+        if unlock is not None:
+            with contextlib.suppress(OSError):
+                unlock()
         handle.close()
+
+
+def _acquire(path: Path, what: str) -> tuple[BinaryIO, Callable[[], None] | None]:
+    """Opens and locks ``path``, again if the file locked was removed meanwhile by the previous holder."""
+    while True:
+        handle = open(path, "a+b")  # closed by the caller, or below
+        try:
+            unlock = _lock(handle, path, what)
+            if unlock is None or _still_at(handle, path):
+                return handle, unlock
+            with contextlib.suppress(OSError):
+                unlock()
+        except BaseException:
+            handle.close()
+            raise
+        handle.close()
+
+
+def _still_at(handle: BinaryIO, path: Path) -> bool:
+    """Whether ``path`` still names the open file ``handle`` (not removed or replaced since it was opened)."""
+    try:
+        mine, there = os.fstat(handle.fileno()), os.stat(path)
+    except OSError:
+        return False
+    return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _lock(handle: BinaryIO, path: Path, what: str) -> Callable[[], None] | None:

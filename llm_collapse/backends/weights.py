@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_collapse.backends.gguf import converted_gguf_dir, find_converted
+from llm_collapse.backends.gguf import check_gguf, converted_gguf_dir, find_converted
 from llm_collapse.errors import UserError
 from llm_collapse.utils.optional import require
 
@@ -96,6 +96,7 @@ def load_config(weights: WeightsLocation) -> dict:
 
 def _from_path(path: Path, *, convert: bool = True) -> WeightsLocation:
     if path.is_file() and path.suffix == ".gguf":
+        check_gguf(path, what=f"path={str(path)!r}")  # before hashing it or touching the cache
         return _from_gguf(path, f"gguf:{path}", convert=convert)
     if path.is_file():
         raise WeightsNotFoundError(

@@ -23,16 +23,34 @@ COMMANDS: dict[str, str] = {
 }
 
 
+PROG = "llm-collapse"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``llm-collapse COMMAND [ARGS...]``; ``llm-collapse COMMAND --help`` for a command's options."""
+    """``llm-collapse COMMAND [ARGS...]``; ``llm-collapse COMMAND --help`` for a command's options.
+
+    Each command gets ``prog="llm-collapse COMMAND"``, so its usage, errors and recorded command name the
+    program as it was invoked (``python -m llm_collapse.COMMAND`` when run that way). No command at all is bad
+    input like any other: one line on stderr, exit 2; ``--help`` lists the commands on stdout.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        say("usage: llm-collapse COMMAND [ARGS...]\n\ncommands:")
+    if argv and argv[0] in ("-h", "--help"):
+        say(f"usage: {PROG} COMMAND [ARGS...]\n\ncommands:")
         for name, what in COMMANDS.items():
             say(f"  {name:<9} {what}")
-        return 0 if argv else BAD_INPUT
+        return 0
+    if not argv:
+        say(
+            f"error: no command given; usage: {PROG} COMMAND [ARGS...] with COMMAND one of {', '.join(COMMANDS)} "
+            f"(see {PROG} --help)",
+            error=True,
+        )
+        return BAD_INPUT
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        say(f"error: unknown command {command!r}; available: {', '.join(COMMANDS)}", error=True)
+        say(
+            f"error: unknown command {command!r}; available: {', '.join(COMMANDS)} (see {PROG} --help)",
+            error=True,
+        )
         return BAD_INPUT
-    return importlib.import_module(f"llm_collapse.cli.{command}").main(rest)
+    return importlib.import_module(f"llm_collapse.cli.{command}").main(rest, prog=f"{PROG} {command}")

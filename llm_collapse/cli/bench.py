@@ -27,9 +27,12 @@ def _csv(kind: Callable[[str], object]) -> Callable[[str], tuple]:
     return parse
 
 
-def build_parser() -> argparse.ArgumentParser:
+PROG = "python -m llm_collapse.bench"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = ArgumentParser(
-        prog="python -m llm_collapse.bench",
+        prog=prog,
         description="Throughput, FLOP/s vs measured matmul peak, and long-document time/memory; "
         "writes bench.md and bench.json.",
     )
@@ -109,9 +112,10 @@ def _say(line: str, *, error: bool = False) -> None:
     print(line, file=sys.stderr if error else sys.stdout)  # noqa: T201
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
+    """Runs the command; ``prog`` names it in usage, errors and the recorded command, as invoked."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
@@ -122,12 +126,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = worker(spec)
         Path(spec["out_file"]).write_text(json.dumps(result))
         return 0
+    command = f"{prog} {shlex.join(argv)}" if argv else prog  # recorded in the output, as invoked
     if args.device_check:
-        return run_command(lambda: _device_check(args, argv))
-    return run_command(lambda: _bench(args, argv))
+        return run_command(lambda: _device_check(args, command))
+    return run_command(lambda: _bench(args, command))
 
 
-def _device_check(args: argparse.Namespace, argv: list[str]) -> int:
+def _device_check(args: argparse.Namespace, command: str) -> int:
     from llm_collapse.bench.device_check import REPLICAS, DeviceCheckConfig, lengths_from, run_device_check
 
     config = DeviceCheckConfig(
@@ -138,7 +143,7 @@ def _device_check(args: argparse.Namespace, argv: list[str]) -> int:
         quick=args.quick,
         out=args.out or Path("reports/bench"),
     )
-    result = run_device_check(config, command="python -m llm_collapse.bench " + shlex.join(argv))
+    result = run_device_check(config, command=command)
     _say(f"wrote {Path(config.out) / 'device_check.json'} ({result['device']}, {result['wall_s']:.0f} s)")
     for row in result["first_encode"]:
         timing = (
@@ -161,12 +166,11 @@ def _device_check(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-def _bench(args: argparse.Namespace, argv: list[str]) -> int:
+def _bench(args: argparse.Namespace, command: str) -> int:
     try:
         config = config_from_args(args)
     except ValueError as err:
         raise UserError(str(err)) from None
-    command = "python -m llm_collapse.bench" + (" " + shlex.join(argv) if argv else "")
     result = run_bench(config, command=command)
     out = Path(config.out)
     _say(f"wrote {out / 'bench.md'} and {out / 'bench.json'}")

@@ -21,10 +21,13 @@ import os
 
 from llm_collapse.cli.common import ArgumentParser, run_command, say, setup_logging
 from llm_collapse.run.config import CompareConfig, add_arguments, cli_values
+from llm_collapse.utils.logs import held_logs
+
+PROG = "python -m llm_collapse.compare"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog="python -m llm_collapse.compare", description=__doc__.split("\n\n")[0])
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     parser.add_argument("--config", help="YAML file with any of the options above")
     parser.add_argument(
@@ -38,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:
+    """Runs the command; ``prog`` names it in usage and errors as invoked (``llm-collapse compare``)."""
+    args = build_parser(prog).parse_args(argv)
     setup_logging(logging.DEBUG if args.verbose else logging.INFO, timestamps=True)
     return run_command(lambda: _compare(args))
 
@@ -47,13 +51,18 @@ def main(argv: list[str] | None = None) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from llm_collapse.run.runner import run_comparison
 
-    config = CompareConfig.from_sources(cli_values(args), args.config)
+    with held_logs():  # a refusal is one line: no warning about the inputs it refuses
+        config = CompareConfig.from_sources(cli_values(args), args.config)
     if args.dry_run:
         from llm_collapse.run.plan import describe_plan
         from llm_collapse.run.preflight import preflight
 
-        documents = preflight(config, overwrite=args.overwrite, report=not args.no_report)  # as the run would
-        say(describe_plan(config, documents))
+        with held_logs():
+            documents = preflight(
+                config, overwrite=args.overwrite, report=not args.no_report
+            )  # as the run would
+            plan = describe_plan(config, documents)
+        say(plan)
         return 0
     out = run_comparison(config, overwrite=args.overwrite, report=not args.no_report)
     if os.environ.get("RANK", "0") == "0":  # under torchrun/accelerate only rank 0 writes and reports

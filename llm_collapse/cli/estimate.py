@@ -28,9 +28,11 @@ from llm_collapse.run.estimate import (
 from llm_collapse.run.results import write_text
 from llm_collapse.utils.paths import check_writable_file
 
+PROG = "python -m llm_collapse.estimate"
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog="python -m llm_collapse.estimate", description=__doc__.split("\n\n")[0])
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     parser.add_argument(
         "--config", help="YAML file of a comparison (python -m llm_collapse.compare --config)"
@@ -50,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, *, prog: str = PROG) -> int:
+    """Runs the command; ``prog`` names it in usage and errors as invoked (``llm-collapse estimate``)."""
+    args = build_parser(prog).parse_args(argv)
     setup_logging(logging.WARNING)
     return run_command(lambda: _estimate(args))
 

@@ -17,10 +17,12 @@ from llm_collapse.cli.common import ArgumentParser, run_command, say, setup_logg
 from llm_collapse.errors import UserError
 from llm_collapse.utils.paths import check_writable_dir
 
+PROG = "python -m llm_collapse.report"
 
-def _parser() -> ArgumentParser:
+
+def _parser(prog: str) -> ArgumentParser:
     parser = ArgumentParser(
-        prog="python -m llm_collapse.report",
+        prog=prog,
         description="Build report.md, report.html and figures/ from one or more run directories.",
     )
     parser.add_argument(
@@ -36,16 +38,17 @@ def _parser() -> ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
     """Run the CLI.
 
     Args:
         argv: Arguments without the program name (default: ``sys.argv[1:]``).
+        prog: The command as invoked, named in usage and errors (``llm-collapse report`` from the console script).
 
     Returns:
         The exit code: 0 on success, 2 for bad input (a missing ``reports`` extra included), 130 on Ctrl-C.
     """
-    args = _parser().parse_args(argv)
+    args = _parser(prog).parse_args(argv)
     setup_logging(logging.INFO if args.verbose else logging.WARNING)
     return run_command(lambda: _report(args))
 

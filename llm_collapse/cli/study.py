@@ -17,10 +17,12 @@ from llm_collapse.utils.paths import PROJECT_ROOT, check_writable_dir, display_p
 DEFAULT_QUESTIONS = PROJECT_ROOT / "experiments" / "study" / "questions.yaml"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="python -m llm_collapse.study", description="Question-by-question report over several runs."
-    )
+PROG = "python -m llm_collapse.study"
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
+    """Runs the command; ``prog`` names it in usage and errors as invoked (``llm-collapse study``)."""
+    parser = ArgumentParser(prog=prog, description="Question-by-question report over several runs.")
     parser.add_argument("study_dir", type=Path, help="folder holding one run folder per ablation")
     parser.add_argument(
         "--questions", type=Path, default=DEFAULT_QUESTIONS, help=f"default {display_path(DEFAULT_QUESTIONS)}"

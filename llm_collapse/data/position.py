@@ -44,7 +44,14 @@ import re
 from typing import TYPE_CHECKING
 
 from llm_collapse.data.bins import count_tokens, tokenizer_name
-from llm_collapse.data.synthetic import WORDS_PER_TOKEN, RetrievalTask, corpus_sentences, fit_document
+from llm_collapse.data.synthetic import (
+    WORDS_PER_TOKEN,
+    RetrievalTask,
+    corpus_sentences,
+    fit_document,
+    too_short,
+)
+from llm_collapse.errors import UserError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -57,6 +64,10 @@ _KEY = re.compile(r"^[A-Z][^\"\[\]]*[a-z]\.$")
 
 
 @functools.lru_cache(maxsize=4)
+class PositionSizeError(UserError, ValueError):
+    """More documents per length than the corpus has usable key sentences."""
+
+
 def _key_pool(corpus: str) -> tuple[str, ...]:
     """Distinct plain sentences of ``KEY_WORDS`` words, in corpus order."""
     lo, hi = KEY_WORDS
@@ -112,10 +123,16 @@ def position_task(
         if len(keys) == n_docs:
             break
     if len(keys) < n_docs:
-        raise ValueError(f"corpus {corpus!r} has only {len(keys)} usable sentences for {n_docs} documents")
+        raise PositionSizeError(
+            f"position: corpus {corpus!r} has only {len(keys)} usable key sentences for {n_docs} documents per "
+            f"length; use --retrieval-docs <= {len(keys)}"
+        )
     relevant = rng.sample(range(n_docs), n_queries)
     if fit_to_tokens:
-        budget = length - max(count_tokens(keys, tokenizer))
+        key_tokens = max(count_tokens(keys, tokenizer))
+        if length < key_tokens + 2:  # no filler: every document would be its sentence alone
+            raise too_short("position", length, key_tokens, tokenizer_name(tokenizer), where="hold")
+        budget = length - key_tokens
         if budget > 0:
             filler, _, _ = fit_document(
                 lambda n: " ".join(words[:n]),

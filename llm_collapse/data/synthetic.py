@@ -84,6 +84,14 @@ LAST_NAMES = (
     "Kowalczyk Lindqvist Mbeki Nakamura Okonkwo Pellegrini Quintero Rasmussen Szabo Thorvaldsen Underwood "
     "Vasquez Whitcombe Xiong Yamamoto Zielinski Achterberg Bramwell Cordero Delacroix"
 ).split()
+MAX_DOCUMENTS: dict[str, int] = {
+    "passkey": len(FIRST_NAMES) * len(LAST_NAMES),  # one unique "First Last" name per document
+    "passkey-start": len(FIRST_NAMES) * len(LAST_NAMES),
+    "needle": len(NEEDLES),  # one fact per document
+    "needle-start": len(NEEDLES),
+}
+"""The most documents per length each generated task can make (``--retrieval-docs``); position depends on
+its corpus and is checked when its documents are built."""
 
 
 @dataclass(frozen=True)
@@ -242,6 +250,10 @@ def _assemble(
 ) -> RetrievalTask:
     if fit_to_tokens and tokenizer is None:
         raise ValueError("fit_to_tokens=True needs a tokenizer")
+    if tokenizer is not None:  # a shorter document would be the key line alone, labelled with this length
+        key_tokens = max(count_tokens(list(inserts), tokenizer))
+        if length < key_tokens + 2:
+            raise too_short(name, length, key_tokens, tokenizer_name(tokenizer), where="hold")
     budget = int(length * WORDS_PER_TOKEN)
     docs, guess = [], None
     for hay, insert, depth in zip(hays, inserts, depths, strict=True):
@@ -296,8 +308,8 @@ def passkey_task(
 
 
 def _check_passkey_sizes(n_docs: int, n_queries: int) -> None:
-    if not 0 < n_queries <= n_docs <= len(FIRST_NAMES) * len(LAST_NAMES):
-        raise ValueError(f"need 0 < n_queries <= n_docs <= {len(FIRST_NAMES) * len(LAST_NAMES)}")
+    if not 0 < n_queries <= n_docs <= MAX_DOCUMENTS["passkey"]:
+        raise ValueError(f"need 0 < n_queries <= n_docs <= {MAX_DOCUMENTS['passkey']}")
 
 
 def _passkey_keys(rng: random.Random, n_docs: int) -> tuple[list[str], list[str]]:
@@ -377,8 +389,10 @@ def _needle_sentences(
         sentences, hay_name = tuple(s for text in haystack for s in split_sentences(text)), "custom"
     if not sentences:
         raise ValueError(f"haystack {hay_name!r} has no text")
-    if not 0 < n_queries <= n_docs <= len(NEEDLES):
-        raise ValueError(f"need 0 < n_queries <= n_docs <= {len(NEEDLES)}, got {n_queries} and {n_docs}")
+    if not 0 < n_queries <= n_docs <= MAX_DOCUMENTS["needle"]:
+        raise ValueError(
+            f"need 0 < n_queries <= n_docs <= {MAX_DOCUMENTS['needle']}, got {n_queries} and {n_docs}"
+        )
     return sentences, hay_name
 
 
@@ -396,7 +410,8 @@ def needle_tasks(lengths: Sequence[int] = DEFAULT_LENGTHS, **kwargs: object) -> 
 
 
 class StartTaskError(UserError, ValueError):
-    """A length too short to hold every document's opening key line (or needle) whole."""
+    """A length too short to hold every document's key line (or needle) whole: at the start of the document
+    for the ``-start`` tasks, anywhere in it for passkey, needle and position."""
 
 
 def passkey_start_tasks(
@@ -492,7 +507,7 @@ def _start_tasks(
     key_tokens = max(count_tokens(list(inserts), tokenizer))
     tok_name = tokenizer_name(tokenizer)
     if shortest < key_tokens:  # refused before any long text is built; a cut inside the key line, below
-        raise _too_short(name, shortest, key_tokens, tok_name)
+        raise too_short(name, shortest, key_tokens, tok_name)
     texts, n_words = [], min(longest, len(hay.words))  # every word is at least one token: usually enough
     for insert in inserts:
         while True:
@@ -507,7 +522,7 @@ def _start_tasks(
     cuts = [token_prefixes(text, lengths, tokenizer) for text in texts]  # one tokenisation per document
     first = list(lengths).index(shortest)
     if any(insert not in row[first] for insert, row in zip(inserts, cuts, strict=True)):
-        raise _too_short(name, shortest, key_tokens, tok_name)
+        raise too_short(name, shortest, key_tokens, tok_name)
     out = []
     for column, length in enumerate(lengths):
         documents = tuple(row[column] for row in cuts)
@@ -529,8 +544,10 @@ def _start_tasks(
     return out
 
 
-def _too_short(name: str, shortest: int, key_tokens: int, tokenizer: str) -> StartTaskError:
+def too_short(
+    name: str, shortest: int, key_tokens: int, tokenizer: str, *, where: str = "open with"
+) -> StartTaskError:
     return StartTaskError(
-        f"length {shortest} is too short for {name}: its documents open with key lines of up to {key_tokens} "
+        f"length {shortest} is too short for {name}: its documents {where} key lines of up to {key_tokens} "
         f"tokens under {tokenizer!r}, which must fit whole; use lengths >= {key_tokens + 2} (--lengths)"
     )

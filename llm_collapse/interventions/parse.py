@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from llm_collapse.interventions.base import Intervention, InterventionError, Stack
+from llm_collapse.interventions.base import Intervention, InterventionError, Stack, format_number
 from llm_collapse.interventions.rope import NTK, DynamicNTK, PositionInterpolation, YaRN
 from llm_collapse.interventions.tempscale import PLACEMENTS, TempScale, TempScaleLog
 from llm_collapse.interventions.window import SlidingWindowOff
@@ -180,13 +180,18 @@ for _name, _parser in [
 
 
 def parse_interventions(text: str | Intervention | list | tuple | None) -> Stack:
-    """Parses ``"tempscale:0.8+ntk:1e5"`` (or takes Intervention objects) into one `Stack`."""
+    """Parses ``"tempscale:0.8+ntk:1e5"`` (or takes Intervention objects) into one `Stack`.
+
+    A spec (or list) may not stack two constant temperatures on the same layers (`check_one_tempscale`).
+    Intervention objects and `Stack` objects given as such are taken as they are.
+    """
     if text is None:
         return Stack([])
     if isinstance(text, Intervention):
         return text if isinstance(text, Stack) else Stack([text])
     if isinstance(text, (list, tuple)):
         parts = [p for item in text for p in parse_interventions(item).parts]
+        check_one_tempscale(parts)
         return Stack(parts)
     if not isinstance(text, str) or not text.strip():
         raise InterventionError(f"intervention spec must be a non-empty string, got {text!r}")
@@ -199,4 +204,51 @@ def parse_interventions(text: str | Intervention | list | tuple | None) -> Stack
             raise InterventionError(str(err)) from None
         if (intervention := parser([a.strip() for a in args])) is not None:
             parts.append(intervention)
+    check_one_tempscale(parts)
     return Stack(parts)
+
+
+def check_one_tempscale(parts: list[Intervention]) -> None:
+    """Refuses two `TempScale` parts that may act on the same layer (``tempscale:0.8+tempscale:0.9``).
+
+    Decision: refuse rather than normalise to one canonical ``tempscale:0.72``. Such a stack divides each
+    ``scaling`` by both taus, which is not bit-identical to one division by their product (``s / 0.8 / 0.9 !=
+    s / 0.72`` for ``s = 32 ** -0.5``), so one slug for both would label two different computations (slugs
+    are cache keys); and stacks with different placements (``:after``) or layer selections (all layers and
+    ``:full_attention``) have no single-tempscale equivalent at all. One tempscale per layer set keeps one
+    spec per computation, so a duplicate in ``--methods`` is caught by its slug. The error names the product
+    where one spec does say the same. Tempscales on provably disjoint layers (two different ``layer_type``
+    values, or disjoint ``layers``) stack; so do nested `Embedder.intervene` blocks, which are not one spec.
+    """
+    scales = [p for p in parts if type(p) is TempScale]
+    for i, first in enumerate(scales):
+        for second in scales[i + 1 :]:
+            if _disjoint(first, second):
+                continue
+            if _selection(first) == _selection(second) and first.layers is None and not first.include_pooler:
+                suffixes = [first.layer_type] if first.layer_type else []
+                suffixes += ["after"] if first.placement == "after" else []
+                product = ":".join([f"tempscale:{format_number(first.tau * second.tau)}", *suffixes])
+                fix = f"give one tempscale with their product, {product}"
+            else:
+                fix = (
+                    "give each layer one temperature "
+                    "(e.g. tempscale:0.8:full_attention+tempscale:0.9:sliding_attention)"
+                )
+            raise InterventionError(
+                f"{first.slug} and {second.slug} both scale the attention of the same layers "
+                f"(their taus multiply there); {fix}"
+            )
+
+
+def _selection(scale: TempScale) -> tuple:
+    return scale.layers, scale.layer_type, scale.placement, scale.include_pooler
+
+
+def _disjoint(first: TempScale, second: TempScale) -> bool:
+    """Whether two tempscales provably act on different layers (decidable without the model)."""
+    if first.layer_type is not None and second.layer_type is not None:
+        return first.layer_type != second.layer_type
+    if first.layers is not None and second.layers is not None:
+        return not set(first.layers) & set(second.layers)
+    return False

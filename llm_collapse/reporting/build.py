@@ -55,6 +55,7 @@ from llm_collapse.reporting.tables import (
     values_by_depth,
     values_by_length,
 )
+from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
 from llm_collapse.tasks.registry import TASKS
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,11 @@ logger = logging.getLogger(__name__)
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 FIGURES_DIR = "figures"
+# Why a task's metric can be NaN at every length (the caveat of a series left out of the report).
+EMPTY_WHY = {
+    "knn": f"the kNN probe needs at least two label classes and more than k = {KNN_K} labelled texts per length; "
+    "raise --max-per-bin or choose a label with two classes in the sample",
+}
 SECTION_TITLES = {**{name: spec.title for name, spec in TASKS.items()}, SWEEP_SECTION: "Temperature sweep"}
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
@@ -394,6 +400,7 @@ def caveats(data: ReportData) -> list[str]:
     lines += _truncation_caveats(data)
     lines += _window_caveats(data)
     lines += _skipped_caveats(data)
+    lines += _empty_caveats(data)
     lines += _merge_caveats(data)
     lines += _metadata_caveats(data)
     return lines
@@ -454,6 +461,18 @@ def _skipped_caveats(data: ReportData) -> list[str]:
                     lines.append(
                         f"{prefix}Out-of-memory retries: {model} / `{what}`: {retries[what]} (smaller batches)."
                     )
+    return lines
+
+
+def _empty_caveats(data: ReportData) -> list[str]:
+    """Series without a value at any length, left out of figures and tables (`ReportData.empty`)."""
+    lines = []
+    for model, method, task, corpus, metric in data.empty:
+        why = EMPTY_WHY.get(task, "the run's log says why")
+        lines.append(
+            f"No value: {model} / `{method}` / {task} `{metric}` on {corpus} is NaN at every length, so it is "
+            f"left out of the figures and tables ({why})."
+        )
     return lines
 
 

@@ -130,11 +130,14 @@ class ReportData:
         runs: The runs, in the order given.
         renamed: Display model name -> (run label, model name as written), for models renamed because the
             same measurement appeared in several runs.
+        empty: (model, method, task, corpus, metric) series with no value at any length (NaN everywhere: a
+            kNN probe with too few texts or classes): left out of ``results``, named in the caveats.
     """
 
     results: pd.DataFrame
     runs: list[RunInfo]
     renamed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    empty: list[tuple[str, str, str, str, str]] = field(default_factory=list)
 
     @property
     def models(self) -> list[str]:
@@ -331,7 +334,27 @@ def load_runs(run_dirs: Sequence[Path | str]) -> ReportData:
     if merged.empty:
         raise SchemaError(f"{', '.join(map(str, paths))}: results hold no rows")
     merged, renamed = _separate_collisions(merged)
-    return ReportData(results=sort_results(merged), runs=runs, renamed=renamed)
+    merged, empty = _without_empty_series(merged)
+    return ReportData(results=sort_results(merged), runs=runs, renamed=renamed, empty=empty)
+
+
+def _without_empty_series(merged: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[str, str, str, str, str]]]:
+    """Drops every (model, method, task, corpus, metric) series whose value is NaN at every length.
+
+    Such a series has nothing to draw or tabulate (seaborn cannot even draw an all-NaN column); the report
+    names it in its caveats instead. A series with a value at some lengths stays whole.
+    """
+    series = ["model", "method", "task", "corpus", "metric"]
+    has_value = merged["value"].notna().groupby([merged[c] for c in series]).transform("any")
+    if has_value.all():
+        return merged, []
+    empty = sorted(set(map(tuple, merged.loc[~has_value, series].to_numpy().tolist())))
+    if has_value.any():
+        return merged[has_value.to_numpy()].reset_index(drop=True), empty
+    raise SchemaError(
+        f"every result is NaN ({len(merged)} rows), so there is nothing to report; the run's log says why "
+        "(e.g. the kNN probe needs at least two classes and more than k texts per length)"
+    )
 
 
 def _separate_collisions(merged: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, tuple[str, str]]]:

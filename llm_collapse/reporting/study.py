@@ -17,7 +17,9 @@ atomically.
 Decisions:
     - Nothing is recomputed: tables read ``results.parquet`` of each run, so the study report can never
       disagree with the run reports.
-    - A missing run, metric or figure is an error (one line), not a silently shorter report.
+    - A missing run, metric or figure is an error (one line), not a silently shorter report; so is a malformed
+      questions file (`load_questions` checks every key and value; the YAML itself is read by
+      `llm_collapse.utils.yamlfile`, like ``compare --config``).
     - report.html links the runs' PNGs (``run/figures/name``, relative to the study root) instead of
       inlining them like a run report does: the study report lives beside its runs, and with every run's
       figures inlined it neared 2 MB (1.9 MB with twelve runs), the project's limit for a tracked file.
@@ -27,9 +29,12 @@ Decisions:
 from __future__ import annotations
 
 import logging
+import re
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import pandas as pd
 
@@ -48,6 +53,7 @@ from llm_collapse.reporting.frames import (
 from llm_collapse.reporting.significance import change_test, mark_survivors, read_changes, table_legend
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
 from llm_collapse.utils.paths import display_path
+from llm_collapse.utils.yamlfile import read_yaml_mapping, type_name
 
 logger = logging.getLogger(__name__)
 
@@ -84,51 +90,140 @@ class Question:
     extra_runs: tuple[str, ...] = field(default=())
 
 
+_TOP_KEYS = ("title", "intro", "questions")
+_REQUIRED = ("id", "title", "run", "command", "metrics")
+_STRING_LISTS = ("models", "methods", "figures", "by_depth", "extra_runs")
+_QUESTION_KEYS = (*_REQUIRED, *_STRING_LISTS, "baseline", "layers", "reading")
+_NAMED_LAYERS = ("first", "middle", "last")
+_QUESTION_EXAMPLE = (
+    "e.g. 'questions: [{id: q1, title: Does it collapse?, run: sweep, command: ..., "
+    "metrics: [collapse/pairwise_cosine]}]'"
+)
+
+
 def load_questions(path: Path | str) -> tuple[str, str, list[Question]]:
-    """Reads the questions file: ``(title, intro, questions)``."""
-    import yaml
+    """Reads the questions file: ``(title, intro, questions)``.
 
-    file = Path(path)
-    if not file.is_file():
-        raise StudyError(f"questions file {str(path)!r} does not exist")
-    data = yaml.safe_load(file.read_text()) or {}
-    questions = []
-    for i, item in enumerate(data.get("questions") or []):
-        try:
-            metrics = tuple(tuple(m.split("/", 1)) for m in item["metrics"])
-            if any(len(m) != 2 for m in metrics):
-                raise StudyError(
-                    f"{file}: question {i + 1}: metrics must be 'task/metric', got {item['metrics']}"
-                )
-            questions.append(
-                Question(
-                    id=str(item["id"]),
-                    title=str(item["title"]),
-                    run=str(item["run"]),
-                    command=str(item["command"]),
-                    metrics=metrics,
-                    models=tuple(item.get("models") or ()),
-                    methods=tuple(item.get("methods") or ()),
-                    baseline=item.get("baseline"),
-                    layers=_layers(item.get("layers")),
-                    figures=tuple(item.get("figures") or ()),
-                    reading=str(item.get("reading") or "").strip(),
-                    by_depth=tuple(item.get("by_depth") or ()),
-                    extra_runs=tuple(item.get("extra_runs") or ()),
-                )
-            )
-        except KeyError as err:
-            raise StudyError(f"{file}: question {i + 1} lacks the key {err.args[0]!r}") from None
-    if not questions:
-        raise StudyError(f"{file}: no questions")
-    return str(data.get("title") or "Study"), str(data.get("intro") or "").strip(), questions
+    Every key and value is checked here, so a malformed file is one `StudyError` line naming the file, the
+    question and the key, never a traceback later. Decisions: unknown keys are refused (a typo such as
+    ``baselin`` would otherwise drop a filter silently); values are not coerced (``title: [1]`` or
+    ``models: minilm`` are errors, not ``"[1]"`` or the letters of ``minilm``); an empty value (``models:``)
+    means the key's default.
+    """
+    what = f"questions file {str(path)!r}"
+    data = read_yaml_mapping(
+        path, what=what, example=f"title, intro and questions, {_QUESTION_EXAMPLE}", error=StudyError
+    )
+    _no_unknown_keys(data, _TOP_KEYS, what)
+    title = _optional_string(data, "title", what)
+    intro = _optional_string(data, "intro", what)
+    items = data.get("questions")
+    if items is None or items == []:
+        raise StudyError(f"{what} has no questions; list them under 'questions:' ({_QUESTION_EXAMPLE})")
+    if not isinstance(items, list):
+        raise StudyError(
+            f"{what} value questions: {_short(items)} ({type_name(items)}) must be a list of questions, each a "
+            "mapping ('- id: ...' lines)"
+        )
+    questions = [_question(item, f"{what} question {i}") for i, item in enumerate(items, start=1)]
+    return title or "Study", intro.strip(), questions
 
 
-def _layers(value) -> tuple[str, ...] | dict[str, tuple[str, ...]]:
+def _question(item: object, where: str) -> Question:
+    if not isinstance(item, dict) or not all(isinstance(k, str) for k in item):
+        raise StudyError(
+            f"{where} is {_short(item)} ({type_name(item)}), not a mapping; write each question as keys "
+            f"under '- ', e.g. '- id: q1' then 'title: ...' indented below it"
+        )
+    _no_unknown_keys(item, _QUESTION_KEYS, where)
+    missing = [key for key in _REQUIRED if key not in item]
+    if missing:
+        raise StudyError(f"{where} lacks the key {missing[0]!r}; every question needs {', '.join(_REQUIRED)}")
+    for key in ("id", "title", "run", "command"):
+        if not isinstance(item[key], str) or not item[key].strip():
+            _wrong(where, key, item[key], "a non-empty string (quote a number: '2024')")
+    metrics = item["metrics"]
+    if (
+        not isinstance(metrics, list)
+        or not metrics
+        or not all(isinstance(m, str) and all(m.partition("/")[::2]) for m in metrics)
+    ):
+        _wrong(
+            where,
+            "metrics",
+            metrics,
+            "a non-empty list of 'task/metric' strings, e.g. [collapse/pairwise_cosine]",
+        )
+    lists = {}
+    for key in _STRING_LISTS:
+        value = item.get(key)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            _wrong(where, key, value, "a list of strings, e.g. [a, b]")
+        lists[key] = tuple(value or ())
+    for key in ("baseline", "reading"):
+        if item.get(key) is not None and not isinstance(item[key], str):
+            _wrong(where, key, item[key], "a string")
+    return Question(
+        id=item["id"],
+        title=item["title"],
+        run=item["run"],
+        command=item["command"],
+        metrics=tuple(tuple(m.split("/", 1)) for m in metrics),
+        baseline=item.get("baseline"),
+        layers=_layers(item.get("layers"), where),
+        reading=(item.get("reading") or "").strip(),
+        **lists,
+    )
+
+
+def _layers(value, where: str) -> tuple[str, ...] | dict[str, tuple[str, ...]]:
     """``layers``: a list for every model, or ``{model: list}`` (models differ in depth and layer types)."""
     if isinstance(value, dict):
-        return {str(model): tuple(str(x) for x in wanted or ()) for model, wanted in value.items()}
-    return tuple(str(x) for x in value or ())
+        return {
+            str(model): _layer_list(wanted, where, f"layers[{model!r}]") for model, wanted in value.items()
+        }
+    return _layer_list(value, where, "layers")
+
+
+def _layer_list(value, where: str, key: str) -> tuple[str, ...]:
+    """Layer entries: ``first``/``middle``/``last`` or integers (kept as strings, as `_pick_layers` reads them)."""
+    if value is None:
+        return ()
+    if isinstance(value, list) and all(
+        (isinstance(x, int) and not isinstance(x, bool)) or x in _NAMED_LAYERS or _is_int_string(x)
+        for x in value
+    ):
+        return tuple(str(x) for x in value)
+    mapping = ", or a mapping from model to such a list" if key == "layers" else ""
+    _wrong(
+        where, key, value, f"a list of first, middle, last or layer numbers, e.g. [first, 5, last]{mapping}"
+    )
+
+
+def _is_int_string(value) -> bool:
+    return isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]+\s*", value) is not None
+
+
+def _optional_string(data: dict, key: str, where: str) -> str:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        _wrong(where, key, value, "a string")
+    return value or ""
+
+
+def _no_unknown_keys(data: dict, allowed: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise StudyError(f"{where} has unknown keys {unknown}; allowed: {', '.join(allowed)}")
+
+
+def _wrong(where: str, key: str, value, expected: str) -> NoReturn:
+    raise StudyError(f"{where} value {key}: {_short(value)} ({type_name(value)}) must be {expected}")
+
+
+def _short(value) -> str:
+    """``repr`` cut to a readable length for one-line messages."""
+    return reprlib.repr(value)
 
 
 # ------------------------------------------------------------------------------------------------ tables

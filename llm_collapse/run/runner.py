@@ -24,16 +24,18 @@ import contextlib
 import gc
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from llm_collapse.backends.weights import is_tiny_random
 from llm_collapse.cache import cache_for
+from llm_collapse.errors import DiskFullError, disk_full
 from llm_collapse.interventions import InterventionError, NotApplicable
 from llm_collapse.prefix import prefix_sharing_limit
 from llm_collapse.run.config import CompareConfig
-from llm_collapse.run.directory import open_run_dir
+from llm_collapse.run.directory import claim_run_dir, open_run_dir
 from llm_collapse.run.distributed import embed_share, world
 from llm_collapse.run.inputs import build_inputs
 from llm_collapse.run.models import load_for_run, reference_tokenizer
@@ -48,6 +50,8 @@ from llm_collapse.tasks.base import (
     paired_task,
 )
 from llm_collapse.tasks.registry import TASKS, VS_CONTROL, VS_REFERENCE, length_paired_tasks
+from llm_collapse.utils.logs import held_logs
+from llm_collapse.utils.paths import cache_root
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +67,10 @@ class RunState:
 def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bool = True) -> Path:
     """Runs everything ``config`` asks for and returns the run directory.
 
-    Order: `preflight` (folders, paths, packages, corpus) and the inputs under the first model's tokenizer
-    come first, so bad input fails before any model loads and before ``--out`` or the cache is touched;
-    only then is the run marker written (`llm_collapse.run.directory.open_run_dir`).
+    Order: `preflight` (folders, paths, packages, corpus) first, so bad input fails before any model loads
+    and before ``--out`` or the cache is touched; then the run claims ``--out`` (`claim_run_dir`: a second
+    run on the same folder is refused from here on) and builds its inputs under the first model's
+    tokenizer; only then is the run marker written (`llm_collapse.run.directory.open_run_dir`).
 
     Under torchrun/accelerate with several processes, every rank first embeds its share of the texts into the
     cache (`llm_collapse.run.distributed`); rank 0 then runs the comparison from the cache and writes everything.
@@ -74,60 +79,94 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
     main_process = processes is None or processes.is_main_process
     started, state = datetime.now(timezone.utc), RunState()
     clock = time.perf_counter()
-    documents = preflight(config, overwrite=overwrite, report=report)
-    inputs = build_inputs(config, reference_tokenizer(config), documents)
-    state.wall_time_s["inputs"] = time.perf_counter() - clock
-    marked = open_run_dir(config.out, config.run_id(), config.to_dict()) if main_process else None
-    with marked or contextlib.nullcontext(Path(config.out)) as out:
+    out = Path(config.out)
+    with _disk_full_in_one_line(config), contextlib.ExitStack() as held:
+        with held_logs():  # a refusal is one line: no warning about the inputs it refuses
+            documents = preflight(config, overwrite=overwrite, report=report)
+            if main_process:
+                held.enter_context(claim_run_dir(out, config.run_id(), overwrite=overwrite))
+            inputs = build_inputs(config, reference_tokenizer(config), documents)
+        state.wall_time_s["inputs"] = time.perf_counter() - clock
+        if main_process:
+            held.enter_context(open_run_dir(out, config.run_id(), config.to_dict()))
         if processes is not None:
             embed_share(config, inputs, processes, overwrite=overwrite)
             processes.wait_for_everyone()
             if not main_process:
                 return out
             overwrite = False  # every embedding was just (re)computed by the processes
-        reference: dict[str, dict] | None = None  # the reference model's per-item data, per method
-        for model_name in _reference_first(config):
-            clock = time.perf_counter()
-            embedder = load_for_run(model_name, config)
-            state.wall_time_s[f"load:{model_name}"] = time.perf_counter() - clock
-            state.models[model_name] = ModelRecord(
-                describe=embedder.describe(),
-                tiny_random=is_tiny_random(embedder.backend.weights.directory),
-                n_texts=inputs.n_texts(),
-            )
-            paired: dict[str, dict] = {}
-            slugs = {
-                method: _run_cell(embedder, model_name, method, config, inputs, state, overwrite, paired)
-                for method in config.methods
-            }
-            state.rows += _contrasts(model_name, config, paired)
-            state.rows += _control_contrasts(model_name, config, paired, slugs, state.models[model_name])
-            if model_name == config.reference_model:
-                reference = paired
-            elif reference is not None:
-                state.rows += _reference_contrasts(model_name, config, paired, reference)
-            del embedder, paired
-            gc.collect()
-        clock = time.perf_counter()
-        remove_report(out)  # whatever is written below, no report of an earlier run stays beside it
-        write_results(state.rows, out)
-        RunRecord(
-            run_id=config.run_id(),
-            config=config.to_dict(),
-            **environment(),
-            started=started.isoformat(),
-            finished=datetime.now(timezone.utc).isoformat(),
-            wall_time_s=state.wall_time_s,
-            inputs=inputs.describe(),
-            models=state.models,
-            notes=state.notes,
-        ).write(out)
-        if report:
-            from llm_collapse.reporting import build_report
-
-            build_report([out], out)
-        state.wall_time_s["write"] = time.perf_counter() - clock
+        _run_models(config, inputs, state, overwrite=overwrite)
+        _write_outputs(config, inputs, state, started, out, report=report)
     return out
+
+
+@contextlib.contextmanager
+def _disk_full_in_one_line(config: CompareConfig) -> Iterator[None]:
+    """A full disk met outside the cache and the atomic writes (the report's figures) as a `DiskFullError`;
+    those two already raise one naming their folder."""
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except OSError as err:
+        where = (
+            Path(err.filename).parent if err.filename else f"--out {config.out} or the cache {cache_root()}"
+        )
+        if (full := disk_full(err, where, "the folder")) is not None:
+            raise full from None
+        raise
+
+
+def _run_models(config: CompareConfig, inputs, state: RunState, *, overwrite: bool) -> None:
+    """Every model x method cell into ``state``, with the paired contrasts between them."""
+    reference: dict[str, dict] | None = None  # the reference model's per-item data, per method
+    for model_name in _reference_first(config):
+        clock = time.perf_counter()
+        embedder = load_for_run(model_name, config)
+        state.wall_time_s[f"load:{model_name}"] = time.perf_counter() - clock
+        state.models[model_name] = ModelRecord(
+            describe=embedder.describe(),
+            tiny_random=is_tiny_random(embedder.backend.weights.directory),
+            n_texts=inputs.n_texts(),
+        )
+        paired: dict[str, dict] = {}
+        slugs = {
+            method: _run_cell(embedder, model_name, method, config, inputs, state, overwrite, paired)
+            for method in config.methods
+        }
+        state.rows += _contrasts(model_name, config, paired)
+        state.rows += _control_contrasts(model_name, config, paired, slugs, state.models[model_name])
+        if model_name == config.reference_model:
+            reference = paired
+        elif reference is not None:
+            state.rows += _reference_contrasts(model_name, config, paired, reference)
+        del embedder, paired
+        gc.collect()
+
+
+def _write_outputs(
+    config: CompareConfig, inputs, state: RunState, started, out: Path, *, report: bool
+) -> None:
+    """results.parquet/csv, run.json and (unless ``report`` is False) the report."""
+    clock = time.perf_counter()
+    remove_report(out)  # whatever is written below, no report of an earlier run stays beside it
+    write_results(state.rows, out)
+    RunRecord(
+        run_id=config.run_id(),
+        config=config.to_dict(),
+        **environment(),
+        started=started.isoformat(),
+        finished=datetime.now(timezone.utc).isoformat(),
+        wall_time_s=state.wall_time_s,
+        inputs=inputs.describe(),
+        models=state.models,
+        notes=state.notes,
+    ).write(out)
+    if report:
+        from llm_collapse.reporting import build_report
+
+        build_report([out], out)
+    state.wall_time_s["write"] = time.perf_counter() - clock
 
 
 def _contrasts(model_name: str, config: CompareConfig, paired: dict[str, dict]) -> list[dict]:

@@ -34,10 +34,11 @@ import numpy as np
 from llm_collapse.errors import UserError
 from llm_collapse.metrics.probes import knn_correct
 from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key, wilson_interval
+from llm_collapse.tasks.registry import KNN_NEIGHBOURS
 
 logger = logging.getLogger(__name__)
 
-K = 5
+K = KNN_NEIGHBOURS  # the registry holds it: config checks the sample size against it
 WITHIN, CROSS = "knn_accuracy", "knn_cross_accuracy"
 
 

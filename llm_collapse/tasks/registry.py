@@ -89,6 +89,9 @@ def _load(target: str | None) -> Callable:
     return getattr(importlib.import_module(module), function)
 
 
+KNN_NEIGHBOURS = 5
+"""k of the kNN probes (`llm_collapse.tasks.knn`): each text needs more than k texts of its length."""
+
 _COLLAPSE = ("pairwise_cosine", "centroid_cosine", "centroid_distance", "global_centroid_distance",
              "effective_rank", "tokens")  # fmt: skip
 _RETRIEVAL = ("acc@1", "ndcg@10")

