@@ -78,6 +78,7 @@ import numpy as np
 from llm_collapse.adapters.inputs import Kind
 from llm_collapse.embedder import Embedder, as_text_list
 from llm_collapse.errors import disk_full
+from llm_collapse.utils.files import atomic_write
 from llm_collapse.utils.paths import cache_root
 from llm_collapse.utils.procs import host_tag, pid_state, remove_path
 
@@ -263,7 +264,12 @@ class EmbeddingCache:
             self._write_key_file()
             stamp = f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             final = self.shard_dir / f"{stamp}{SHARD_SUFFIX}"
-            _atomic_write_npz(final, self.shard_dir / f".{stamp}.{host_tag()}{TEMP_SUFFIX}", hashes, vectors)
+            atomic_write(
+                final,
+                lambda tmp: _save_shard(tmp, hashes, vectors),
+                tmp=self.shard_dir / f".{stamp}.{host_tag()}{TEMP_SUFFIX}",
+                durable=True,  # other processes read the folder while this one writes
+            )
         except OSError as err:
             if (full := disk_full(err, self.directory.parent.parent, "the cache folder")) is not None:
                 raise full from None
@@ -408,12 +414,12 @@ class EmbeddingCache:
             return
         if path.is_dir() and not path.is_symlink():
             remove_path(path)
-        tmp = self.directory / f".key-{uuid.uuid4().hex[:8]}.json.tmp"
-        try:
-            tmp.write_text(json.dumps(self.key, indent=2, sort_keys=True) + "\n")
-            os.replace(tmp, path)
-        finally:
-            _remove_quietly(tmp)
+        text = json.dumps(self.key, indent=2, sort_keys=True) + "\n"
+        atomic_write(
+            path,
+            lambda tmp: Path(tmp).write_text(text),
+            tmp=self.directory / f".key-{uuid.uuid4().hex[:8]}.json.tmp",
+        )
 
 
 # -------------------------------------------------------------------------------------------- encode
@@ -501,18 +507,9 @@ def encode_cached(
 # ------------------------------------------------------------------------------------------ helpers
 
 
-def _atomic_write_npz(final: Path, tmp: Path, hashes: list[str], vectors: np.ndarray) -> None:
-    """temp file in the same folder -> fsync -> os.replace -> fsync the folder."""
-    try:
-        with open(tmp, "wb") as handle:
-            np.savez(handle, hashes=np.array(hashes, dtype=str), vectors=vectors)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
-    _fsync_dir(final.parent)
+def _save_shard(tmp: str, hashes: list[str], vectors: np.ndarray) -> None:
+    with open(tmp, "wb") as handle:  # a handle: np.savez would append ".npz" to the temp file's name
+        np.savez(handle, hashes=np.array(hashes, dtype=str), vectors=vectors)
 
 
 def _read_shard(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -549,20 +546,6 @@ def _stale_temp_reason(path: Path) -> str | None:
 def _remove_quietly(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.unlink()
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Makes a rename durable on POSIX; a no-op where folders cannot be opened (Windows)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _file_sha256(path: Path, stat: os.stat_result) -> str:

@@ -37,7 +37,12 @@ def disk_full(err: OSError, folder: object, what: str) -> DiskFullError | None:
     """A `DiskFullError` naming ``folder`` when ``err`` says the disk (or quota) is full, else None."""
     if err.errno not in DISK_FULL_ERRNOS:
         return None
-    return DiskFullError(
+    full = DiskFullError(
         f"{what} {folder} is on a full file system ({err.strerror}); free space there (or choose another "
         "folder), then rerun the same command: it resumes from the embedding cache"
     )
+    full.errno, full.strerror = (
+        err.errno,
+        err.strerror,
+    )  # so a caller that knows the folder better can reword it
+    return full

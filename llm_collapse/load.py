@@ -91,7 +91,13 @@ def load_embedder(
         spec = replace(
             spec, attn_implementation=choose_attention(spec.name, spec.attn_implementation, torch_device)
         )
-    weights = resolve_weights(spec.name, spec.hub_id, spec.source, path if path is not None else implied_path)
+    weights = resolve_weights(
+        spec.name,
+        spec.hub_id,
+        spec.source,
+        path if path is not None else implied_path,
+        revision=spec.revision,
+    )
     if backend == "vllm":
         from llm_collapse.backends.vllm_backend import VLLMBackend
 

@@ -1,5 +1,5 @@
-"""The package's contracts stay explicit: no module-level import cycles, no private names imported across
-modules, no ``getattr`` probes of backends, no dispatch on class names (issue 12)."""
+"""The package's contracts stay explicit: no import cycles (module- or function-level), no private names
+imported across modules, no ``getattr`` probes of backends, no dispatch on class names (issues 12, 42)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "llm_collapse"
 
 
-def _modules() -> dict[str, Path]:
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
     out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         out[name] = path
     return out
@@ -24,12 +24,13 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _module_level_imports(name: str, path: Path) -> set[str]:
-    """llm_collapse modules imported at module level (not inside functions): the edges of the import graph."""
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that ``name`` imports anywhere: at module level and inside functions (a
+    function-level import is a cycle too, only one that fails later, when the function first runs)."""
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in tree.body:
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -39,16 +40,19 @@ def _module_level_imports(name: str, path: Path) -> set[str]:
                 base = ".".join([*anchor, *([base] if base else [])])
             for alias in node.names:
                 child = f"{base}.{alias.name}"
-                found.add(child if child in MODULES else base)
+                found.add(child if child in modules else base)
     # importing a module runs its packages' __init__ first: those are edges too
     for module in list(found):
         parts = module.split(".")
         found.update(".".join(parts[:i]) for i in range(2, len(parts)))
-    return {m for m in found if m in MODULES and m != name}
+    return {m for m in found if m in modules and m != name}
 
 
-def test_no_module_level_import_cycles():
-    graph = {name: _module_level_imports(name, path) for name, path in MODULES.items()}
+def import_cycles(package: Path = PACKAGE) -> list[list[str]]:
+    """Every import cycle among the package's modules (depth-first; a module importing its own package
+    is how packages load, not a cycle)."""
+    modules = _modules(package)
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     state: dict[str, int] = {}
     stack: list[str] = []
     cycles: list[list[str]] = []
@@ -58,7 +62,7 @@ def test_no_module_level_import_cycles():
         stack.append(node)
         for nxt in sorted(graph[node]):
             if node.startswith(nxt + "."):
-                continue  # a module importing its own package: how packages load
+                continue
             if state.get(nxt) == 1:
                 cycles.append([*stack[stack.index(nxt) :], nxt])
             elif nxt not in state:
@@ -69,7 +73,42 @@ def test_no_module_level_import_cycles():
     for name in sorted(graph):
         if name not in state:
             visit(name)
+    return cycles
+
+
+def test_no_import_cycles():
+    cycles = import_cycles()
     assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_a_cycle_through_function_level_imports_is_found(tmp_path):
+    """The check above would miss what it exists for if it read module-level imports only."""
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from pkg.sub.b import g\n    return g\n")
+    (package / "sub" / "b.py").write_text("def g():\n    from pkg import a\n    return a\n")
+    assert import_cycles(package) == [["pkg.a", "pkg.sub.b", "pkg.a"]]
+    (package / "sub" / "b.py").write_text("def g():\n    return 1\n")
+    assert import_cycles(package) == []
+
+
+@pytest.mark.parametrize(
+    ("lower", "upper"),
+    [("llm_collapse.cost", "llm_collapse.run"), ("llm_collapse.cost", "llm_collapse.bench"),
+     ("llm_collapse.run", "llm_collapse.bench")],
+)  # fmt: skip
+def test_layers_import_only_downwards(lower, upper):
+    """cost/ lies below both run/ and bench/, and run/ does not reach into bench/ (any import, any level)."""
+    hits = [
+        f"{name} imports {target}"
+        for name, path in MODULES.items()
+        if name == lower or name.startswith(lower + ".")
+        for target in sorted(_imports(name, path, MODULES))
+        if target == upper or target.startswith(upper + ".")
+    ]
+    assert not hits, "\n".join(hits)
 
 
 def _sources() -> list[tuple[str, str]]:

@@ -16,6 +16,7 @@ import llm_collapse.run.runner as runner
 from llm_collapse.backends.hf import HFBackend
 from llm_collapse.cli.compare import main
 from llm_collapse.run.directory import MARKER
+from llm_collapse.testing.trees import file_tree
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
@@ -34,20 +35,6 @@ def _args(model_dir, out, *extra):
     ]  # fmt: skip
 
 
-def _tree(*roots: Path) -> dict[str, tuple[int, int] | None]:
-    """Every path under ``roots``, files with their size and mtime: what "left as it was" compares.
-
-    Folder mtimes are left out: the writability probe creates and removes a file in them.
-    """
-    out = {}
-    for root in roots:
-        if root.exists():
-            for path in [root, *root.rglob("*")]:
-                info = path.lstat()
-                out[str(path)] = None if path.is_dir() else (info.st_size, info.st_mtime_ns)
-    return out
-
-
 @pytest.fixture
 def no_model_load(monkeypatch):
     """Bad input must be refused before any model loads: loading fails the test."""
@@ -59,12 +46,12 @@ def no_model_load(monkeypatch):
 
 
 def _refused(args, capsys, *, tmp_path, out, message) -> None:
-    before = _tree(out, tmp_path / "cache")
+    before = file_tree(out, tmp_path / "cache")
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert message in err, err
     assert len(err.splitlines()) == 1, err
-    assert _tree(out, tmp_path / "cache") == before
+    assert file_tree(out, tmp_path / "cache") == before
 
 
 # -------------------------------------------------------------------- 1. refused before it starts
@@ -168,10 +155,10 @@ def test_killed_run_does_not_block_but_a_live_one_does(tiny_e5_dir, tmp_path, ca
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         (out / MARKER).write_text(json.dumps({**marker, "pid": live.pid}))
-        before = _tree(out)
+        before = file_tree(out)
         assert main(_args(tiny_e5_dir, out, "--overwrite")) == 2
         assert "is being written by another run" in capsys.readouterr().err
-        assert _tree(out) == before
+        assert file_tree(out) == before
     finally:
         live.kill()
         live.wait()

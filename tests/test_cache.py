@@ -24,6 +24,7 @@ from llm_collapse.cache import (
     key_digest,
     text_hash,
 )
+from llm_collapse.utils import files as files_mod
 from llm_collapse.utils.procs import host_tag, pid_state
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven old owls watch from the barn".split()
@@ -279,7 +280,7 @@ def test_crash_during_put_leaves_no_partial_shard(embedder, tmp_path, monkeypatc
 
     # The bytes are written but the process dies before fsync/rename, without a chance to clean up.
     monkeypatch.setattr(cache_mod.os, "fsync", boom)
-    monkeypatch.setattr(cache_mod, "_remove_quietly", lambda path: None)
+    monkeypatch.setattr(files_mod, "_discard", lambda path: None)
     with pytest.raises(OSError, match="disk died"):
         cache.put(hashes, vectors)
     monkeypatch.undo()

@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import Gemma2Config, MistralConfig
 
+from llm_collapse.adapters import resolve_spec
 from llm_collapse.bench.device_check import (
     DeviceCheckConfig,
     fit_layer_cost,
@@ -16,7 +17,6 @@ from llm_collapse.bench.device_check import (
     run_device_check,
 )
 from llm_collapse.cli.bench import main
-from llm_collapse.run.estimate import PUBLISHED
 
 
 def test_fit_recovers_per_layer_and_fixed_cost():
@@ -29,7 +29,7 @@ def test_fit_recovers_per_layer_and_fixed_cost():
 
 def test_replicas_have_the_published_widths():
     bge = Gemma2Config(**replica_fields("bge-gemma2", 3))
-    dims = PUBLISHED["BAAI/bge-multilingual-gemma2"]
+    dims = resolve_spec("bge-gemma2")[0].published
     assert (bge.hidden_size, bge.intermediate_size, bge.num_attention_heads) == (3584, 14336, 16)
     assert (
         (bge.num_key_value_heads, bge.head_dim, bge.sliding_window)

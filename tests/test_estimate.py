@@ -1,4 +1,4 @@
-"""`llm_collapse.run.estimate`: FLOP counting against independent computations, and the CLI's contract."""
+"""`llm_collapse.cost.estimate`: FLOP counting against independent computations, and the CLI's contract."""
 
 from __future__ import annotations
 
@@ -7,30 +7,25 @@ from pathlib import Path
 import pytest
 import torch
 
+from llm_collapse.adapters import resolve_spec
+from llm_collapse.adapters.dims import LatentPooler, PublishedDims
 from llm_collapse.cli.estimate import main
+from llm_collapse.cost.estimate import Assumptions, ModelPlan, estimate, model_for, text_cost
 from llm_collapse.run.config import CompareConfig
-from llm_collapse.run.estimate import (
-    PUBLISHED,
-    Assumptions,
-    LatentPooler,
-    ModelPlan,
-    Published,
-    estimate,
-    model_for,
-    text_cost,
-)
 
 YAML = Path(__file__).resolve().parents[1] / "experiments" / "gpu_7b.yaml"
-SMALL = Published(
+SMALL = PublishedDims(
     source="test", hidden=64, layers=3, heads=4, kv_heads=2, head_dim=16, intermediate=96, vocab=100
 )
 
 
-def _plan(dims: Published, *, attention: str = "sdpa", echo: bool = False) -> ModelPlan:
-    return ModelPlan("small", dims, attention, 2 if echo else 1)
+def _plan(
+    dims: PublishedDims, *, attention: str = "sdpa", echo: bool = False, causal: bool = True
+) -> ModelPlan:
+    return ModelPlan("small", dims, attention, 2 if echo else 1, causal)
 
 
-def _by_hand(dims: Published, n: int, window: int | None = None, causal: bool = True) -> float:
+def _by_hand(dims: PublishedDims, n: int, window: int | None = None, causal: bool = True) -> float:
     """Every linear as rows x cols multiply-adds, every (query, key) pair visited one by one."""
     d_attn = dims.heads * dims.head_dim
     kv = dims.kv_heads * dims.head_dim
@@ -56,19 +51,19 @@ def test_causal_flops_match_a_hand_count(n):
 
 def test_bidirectional_and_pooler_flops_match_a_hand_count():
     pooler = LatentPooler(latents=5, heads=2, head_dim=8, ff_mult=4)
-    dims = Published(**{**SMALL.__dict__, "causal": False, "pooler": pooler})
+    dims = PublishedDims(**{**SMALL.__dict__, "pooler": pooler})
     n, h, inner = 11, dims.hidden, 2 * 8
     by_hand = _by_hand(dims, n, causal=False)
     by_hand += 2 * n * (h * inner + inner * h)  # to_q, to_out on every token
     by_hand += 2 * n * (h * 8 * h + 4 * h * h)  # GEGLU feed-forward: H -> 8H, 4H -> H
     by_hand += 2 * 2 * n * 5 * inner  # cross-attention: n queries x 5 latents, scores and values
     by_hand += 2 * 5 * h * 2 * inner  # to_kv on the latents, once per text
-    assert text_cost(_plan(dims), n, Assumptions()).model_flops == pytest.approx(by_hand)
+    assert text_cost(_plan(dims, causal=False), n, Assumptions()).model_flops == pytest.approx(by_hand)
 
 
 def test_sliding_window_reduces_flops_only_above_the_window():
     window = 16
-    slid = Published(**{**SMALL.__dict__, "window": window, "sliding": "all"})
+    slid = PublishedDims(**{**SMALL.__dict__, "window": window, "sliding": "all"})
     for n in (1, 8, window):
         assert (
             text_cost(_plan(slid), n, Assumptions()).model_flops
@@ -78,7 +73,7 @@ def test_sliding_window_reduces_flops_only_above_the_window():
         cost = text_cost(_plan(slid), n, Assumptions()).model_flops
         assert cost < text_cost(_plan(SMALL), n, Assumptions()).model_flops
         assert cost == pytest.approx(_by_hand(SMALL, n, window=window))
-    alternating = Published(**{**SMALL.__dict__, "window": window, "sliding": "even"})
+    alternating = PublishedDims(**{**SMALL.__dict__, "window": window, "sliding": "even"})
     assert alternating.layer_windows() == (window, None, window)
     assert alternating.layer_windows(window_off=True) == (None, None, None)
     # the banded kernel runs more pairs than it needs, but fewer than full causal attention at long lengths
@@ -114,10 +109,21 @@ def test_published_parameter_counts():
         p.numel() for n, p in pooler.named_parameters() if "norm" not in n and "bias" not in n
     )
     assert LatentPooler().params(4096) == pooler_weights
+
     # mteb: NV-Embed-v2 7.85B; hub: bge-multilingual-gemma2 9.24B, e5-mistral-7b-instruct 7.11B
-    assert PUBLISHED["nvidia/NV-Embed-v2"].params() == pytest.approx(7.85e9, rel=0.01)
-    assert PUBLISHED["BAAI/bge-multilingual-gemma2"].params() == pytest.approx(9.24e9, rel=0.01)
-    assert PUBLISHED["intfloat/e5-mistral-7b-instruct"].params() == pytest.approx(7.11e9, rel=0.01)
+    def params(name: str) -> int:
+        return resolve_spec(name)[0].published.params()
+
+    assert params("nv-embed") == pytest.approx(7.85e9, rel=0.01)
+    assert params("bge-gemma2") == pytest.approx(9.24e9, rel=0.01)
+    assert params("mistral") == pytest.approx(7.11e9, rel=0.01)
+
+
+def test_causality_is_the_specs():
+    """One record per model: the estimate reads causality from the spec, never a second table."""
+    assert [model_for(n).causal for n in ("mistral", "nv-embed", "bge-gemma2", "gte-qwen2")] == [
+        True, False, True, False,
+    ]  # fmt: skip
 
 
 def test_gpu_7b_yaml_validates_and_estimates_without_weights():
@@ -166,14 +172,14 @@ def test_bad_input_gives_one_line_and_exit_2(args, capsys):
 def test_token_budget_is_the_loaders_default():
     import inspect
 
+    from llm_collapse.cost.estimate import MAX_TOKENS_PER_BATCH
     from llm_collapse.load import load_embedder
-    from llm_collapse.run.estimate import MAX_TOKENS_PER_BATCH
 
     assert inspect.signature(load_embedder).parameters["max_tokens_per_batch"].default == MAX_TOKENS_PER_BATCH
 
 
 def test_memory_is_weights_plus_activations():
-    from llm_collapse.run.estimate import GIB, peak_bytes
+    from llm_collapse.cost.estimate import GIB, peak_bytes
 
     plan = model_for("mistral")
     weights = plan.dims.params() * 2
@@ -220,7 +226,7 @@ def _tiles_by_hand(n: int, window: int | None, causal: bool, block: int = 128) -
     ],
 )
 def test_fused_pairs_count_the_computed_tiles(n, window, causal):
-    from llm_collapse.run.estimate import fused_pairs
+    from llm_collapse.cost.estimate import fused_pairs
 
     assert fused_pairs(n, window, causal) == _tiles_by_hand(n, window, causal)
 
@@ -237,7 +243,7 @@ def test_softcap_model_runs_fused_on_cuda_and_chunked_costs_its_logit_traffic():
 
 
 def test_no_square_mask_is_counted_for_paths_that_build_none():
-    from llm_collapse.run.estimate import peak_bytes
+    from llm_collapse.cost.estimate import peak_bytes
 
     nv, bge = model_for("nv-embed"), model_for("bge-gemma2", "chunked")
     for plan in (nv, bge):  # memory grows linearly from 8k to 32k: no (n, n) term left

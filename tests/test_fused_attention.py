@@ -61,13 +61,13 @@ def reference(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def tiny_bge_window_dir(tmp_path_factory):
+def tiny_bge_window16_dir(tmp_path_factory):
     """bge-gemma2 layout with a 16-token window, so inputs past 128 tokens skip key blocks in sliding layers."""
     return save_tiny_bge_gemma2(tmp_path_factory.mktemp("bge_window"), sliding_window=16)
 
 
 MODELS = {
-    "bge-gemma2": "tiny_bge_window_dir",  # softcap 50, GQA, sliding/full layers
+    "bge-gemma2": "tiny_bge_window16_dir",  # softcap 50, GQA, sliding/full layers
     "gemma3-270m": "tiny_gemma3_dir",  # 5 sliding : 1 full, no softcap
     "nv-embed": "tiny_nv_embed_dir",  # bidirectional backbone
 }

@@ -45,7 +45,7 @@ class LargestStorage(TorchDispatchMode):
 
 
 @pytest.fixture(scope="module")
-def tiny_bge_window_dir(tmp_path_factory):
+def tiny_bge_window64_dir(tmp_path_factory):
     """bge-gemma2 layout with a 64-token window: sliding layers need a mask at these lengths."""
     return save_tiny_bge_gemma2(
         tmp_path_factory.mktemp("bge_w64"), sliding_window=64, max_position_embeddings=8192
@@ -142,7 +142,7 @@ def _record(embedder, length: int, *, padded: bool = False) -> LargestStorage:
 )
 def test_largest_tensor_grows_linearly(name, attention, padded, request, monkeypatch):
     monkeypatch.setattr(chunked_attention, "_MAX_QUERY_CHUNK", 256)  # chunks of 256 query rows
-    path = request.getfixturevalue("tiny_bge_window_dir" if name == "bge-gemma2" else "tiny_nv_embed_dir")
+    path = request.getfixturevalue("tiny_bge_window64_dir" if name == "bge-gemma2" else "tiny_nv_embed_dir")
     embedder = lc.load_embedder(name, path=path, dtype="fp32", device="cpu", attn_implementation=attention)
     small = _record(embedder, 1024, padded=padded)
     large = _record(embedder, 2048, padded=padded)
@@ -150,9 +150,9 @@ def test_largest_tensor_grows_linearly(name, attention, padded, request, monkeyp
     assert large.square < 2048  # no tensor is (L, L) in its last two dimensions
 
 
-def test_the_recorder_sees_eager_quadratic_logits(tiny_bge_window_dir):
+def test_the_recorder_sees_eager_quadratic_logits(tiny_bge_window64_dir):
     eager = lc.load_embedder(
-        "bge-gemma2", path=tiny_bge_window_dir, dtype="fp32", device="cpu", attn_implementation="eager"
+        "bge-gemma2", path=tiny_bge_window64_dir, dtype="fp32", device="cpu", attn_implementation="eager"
     )
     small, large = _record(eager, 1024), _record(eager, 2048)
     assert large.nbytes / small.nbytes > 3.5 and large.op[1][-2:] == (2048, 2048), large.op

@@ -199,3 +199,26 @@ def test_vllm_backend_without_vllm_is_one_line_naming_the_extra(tiny_e5_dir):
     with pytest.raises(ImportError) as info:
         lc.load_embedder("mistral", path=tiny_e5_dir, backend="vllm")
     assert "\n" not in str(info.value) and "llm-collapse[vllm]" in str(info.value)
+
+
+def test_a_cached_snapshot_of_another_commit_is_used_with_a_warning(tmp_path, monkeypatch, caplog):
+    """The spec's pinned revision is what a download fetches; offline, a cached snapshot of another commit
+    still loads, and the warning names both commits (a fake Hugging Face cache, no network)."""
+    import huggingface_hub.constants
+
+    from llm_collapse.backends.weights import resolve_weights
+
+    repo = tmp_path / "hub" / "models--org--tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "snapshots" / "abc123" / "config.json").write_text("{}")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with caplog.at_level("WARNING", logger="llm_collapse.backends.weights"):
+        pinned = resolve_weights("tiny", "org/tiny", "hub", None, revision="abc123")
+        assert not caplog.records
+        other = resolve_weights("tiny", "org/tiny", "hub", None, revision="def456")
+    assert pinned.directory == other.directory == repo / "snapshots" / "abc123"
+    (warning,) = caplog.records
+    assert "commit abc123, not the one its spec pins (def456)" in warning.getMessage()

@@ -307,6 +307,8 @@ def _every_layer(embedder, backbone, ids, spec):
     finally:
         for handle in handles:
             handle.remove()
+    # every layer's hooks fired once each: a loop over no layers would check nothing
+    assert sorted(seen) == list(range(len(backbone.layers))) and all(len(v) == 2 for v in seen.values())
     return [(backbone.layers[i].self_attn, *seen[i]) for i in sorted(seen)]
 
 

@@ -201,9 +201,9 @@ def test_vllm_backend_runs_gte_qwen2_bidirectionally(tiny_gte_qwen2_dir, tiny_qw
     ("gte-qwen2", (3584, 28, 28, 4, 128, 18944)),
 ])  # fmt: skip
 def test_estimate_knows_the_published_dims(name, dims):
-    from llm_collapse.run.estimate import model_for
+    from llm_collapse.cost.estimate import model_for
 
     plan = model_for(name)
     got = plan.dims
     assert (got.hidden, got.layers, got.heads, got.kv_heads, got.head_dim, got.intermediate) == dims
-    assert got.causal is (name != "gte-qwen2") and got.window is None
+    assert plan.causal is (name != "gte-qwen2") and got.window is None

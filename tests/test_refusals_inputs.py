@@ -19,20 +19,10 @@ from llm_collapse.cli import COMMANDS
 from llm_collapse.cli import main as console_main
 from llm_collapse.cli.study import main as study_main
 from llm_collapse.reporting.study import StudyError, load_questions
+from llm_collapse.testing.trees import file_tree
 
 REPO = Path(__file__).resolve().parents[1]
 LONG = " ".join(f"word{i} and some more text" for i in range(60))  # well past --lengths 32 tokens
-
-
-def _tree(*roots: Path) -> dict[str, tuple[int, int] | None]:
-    """Every path under ``roots``, files with size and mtime (folder mtimes left out: writability probes)."""
-    out = {}
-    for root in roots:
-        if root.exists():
-            for path in [root, *root.rglob("*")]:
-                info = path.lstat()
-                out[str(path)] = None if path.is_dir() else (info.st_size, info.st_mtime_ns)
-    return out
 
 
 def _exit_code(call, *args) -> int:
@@ -113,11 +103,11 @@ def test_compare_refuses_a_bad_jsonl_record_in_one_line(
         "--tasks", "collapse", "--lengths", "32", "--max-per-bin", "4", "--dtype", "fp32",
         "--corpus", f"folder:{folder}", "--no-report", "--out", str(out), "--dry-run",
     ]  # fmt: skip
-    before = _tree(tmp_path)
+    before = file_tree(tmp_path)
     assert compare_main(args) == 2
     line = _one_error_line(capsys)
     assert "c.jsonl:2: bad jsonl record: " in line and message in line, line
-    assert _tree(tmp_path) == before
+    assert file_tree(tmp_path) == before
     assert not out.exists()
 
 
@@ -178,11 +168,11 @@ def test_malformed_questions_file_is_one_line(tmp_path, capsys, content, message
     (root / "sweep").mkdir(parents=True)
     questions = tmp_path / "questions.yaml"
     questions.write_bytes(content)
-    before = _tree(tmp_path)
+    before = file_tree(tmp_path)
     assert study_main([str(root), "--questions", str(questions)]) == 2
     line = _one_error_line(capsys)
     assert line.startswith(f"error: questions file {str(questions)!r}") and message in line, line
-    assert _tree(tmp_path) == before
+    assert file_tree(tmp_path) == before
     with pytest.raises(StudyError):
         load_questions(questions)
 

@@ -18,6 +18,7 @@ from llm_collapse.adapters import EMBEDDERS
 from llm_collapse.backends import gguf as gguf_mod
 from llm_collapse.backends.hf import HFBackend
 from llm_collapse.cli.compare import main
+from llm_collapse.testing.trees import file_tree
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -50,27 +51,16 @@ def no_model_load(monkeypatch):
     monkeypatch.setattr(HFBackend, "__init__", refuse)
 
 
-def _tree(*roots: Path) -> dict[str, tuple[int, int] | None]:
-    """Every path under ``roots`` with size and mtime (files): what "left as it was" compares."""
-    out = {}
-    for root in roots:
-        if root.exists():
-            for path in [root, *root.rglob("*")]:
-                info = path.lstat()
-                out[str(path)] = None if path.is_dir() else (info.st_size, info.st_mtime_ns)
-    return out
-
-
 def _refused(args: list[str], capsys, *, out: Path, cache: Path, message: str) -> str:
     """Runs compare with and without ``--dry-run``: exit 2, one ``error:`` line with ``message``, nothing
     written under ``out`` or ``cache``, no lock file anywhere in the cache. Returns the line."""
     lines = []
     for extra in ([], ["--dry-run"]):
-        before = _tree(out, cache)
+        before = file_tree(out, cache)
         assert main([*args, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("error: ") and message in err, err
-        assert _tree(out, cache) == before
+        assert file_tree(out, cache) == before
         assert not list(cache.rglob("*.lock"))
         lines.append(err)
     assert lines[0] == lines[1]  # the dry run refuses exactly what the run refuses

@@ -19,8 +19,10 @@ import pytest
 from llm_collapse.cache import EmbeddingCache
 from llm_collapse.cli.compare import main
 from llm_collapse.cli.report import main as report_main
-from llm_collapse.reporting import build_report, write_synthetic_run
+from llm_collapse.reporting import build_report
 from llm_collapse.run.directory import LOCK, MARKER
+from llm_collapse.testing.synthetic_runs import write_synthetic_run
+from llm_collapse.testing.trees import file_tree
 
 pytestmark = pytest.mark.usefixtures("private_cache", "needs_sotu")
 REPO = Path(__file__).resolve().parents[1]
@@ -34,24 +36,13 @@ def _args(model_dir, out, *extra) -> list[str]:
     ]  # fmt: skip
 
 
-def _tree(*roots: Path) -> dict[str, tuple[int, int] | None]:
-    """Every path under ``roots`` with size and mtime for files (folder mtimes change under the write probe)."""
-    found = {}
-    for root in roots:
-        if root.exists():
-            for path in [root, *root.rglob("*")]:
-                info = path.lstat()
-                found[str(path)] = None if path.is_dir() else (info.st_size, info.st_mtime_ns)
-    return found
-
-
 def _refused(args: list[str], capsys, roots: list[Path], message: str) -> str:
-    before = _tree(*roots)
+    before = file_tree(*roots)
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and message in err, err
     assert len(err.splitlines()) == 1, err
-    assert _tree(*roots) == before
+    assert file_tree(*roots) == before
     return err
 
 

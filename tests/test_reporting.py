@@ -14,11 +14,12 @@ import pandas as pd
 import pytest
 
 from llm_collapse.cli.report import main as report_main
-from llm_collapse.reporting import SchemaError, build_report, figures, load_runs, write_synthetic_run
+from llm_collapse.reporting import SchemaError, build_report, figures, load_runs
 from llm_collapse.reporting.figures import MethodStyles
-from llm_collapse.reporting.frames import RESULT_COLUMNS, overall_rows, synthetic_results, validate_results
+from llm_collapse.reporting.frames import RESULT_COLUMNS, overall_rows, validate_results
 from llm_collapse.reporting.tables import Table, inline_html
 from llm_collapse.run.results import result_row
+from llm_collapse.testing.synthetic_runs import synthetic_results, write_synthetic_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 DATA_URI = "data:image/png;base64,"

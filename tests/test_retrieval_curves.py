@@ -270,8 +270,8 @@ def test_compare_start_tasks_on_gemma3_one_forward_per_document(
 
 
 def test_gpu_estimate_counts_start_documents_at_every_length():
+    from llm_collapse.cost.estimate import estimate
     from llm_collapse.run.config import CompareConfig
-    from llm_collapse.run.estimate import estimate
 
     config = CompareConfig(
         models=["mistral"], methods=["base"], tasks=["passkey-start", "needle"], lengths=[256, 512],

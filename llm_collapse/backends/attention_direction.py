@@ -23,7 +23,8 @@ import logging
 
 from torch import nn
 
-from llm_collapse.interventions.attention import attention_modules
+from llm_collapse.models import text_config
+from llm_collapse.models.structure import attention_modules
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def set_attention_direction(model: nn.Module, attention: str) -> None:
     modules = attention_modules(model)
     if not modules:
         raise ValueError("attention='bidirectional' found no attention module with a 'scaling' to switch")
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config = text_config(model.config)
     config.is_causal = False
     model.config.is_causal = False
     for _, module in modules:

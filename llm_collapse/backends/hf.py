@@ -36,6 +36,7 @@ from llm_collapse.backends.device import dtype_name
 from llm_collapse.backends.weights import WeightsLocation
 from llm_collapse.interventions.base import ModelContext, Stack
 from llm_collapse.interventions.rope import rotary_modules
+from llm_collapse.models import text_config
 from llm_collapse.utils.optional import require
 
 logger = logging.getLogger(__name__)
@@ -154,8 +155,7 @@ class HFBackend(Backend):
 
     @property
     def max_positions(self) -> int | None:
-        config = getattr(self.model.config, "text_config", None) or self.model.config
-        return getattr(config, "max_position_embeddings", None)
+        return getattr(text_config(self.model.config), "max_position_embeddings", None)
 
     @property
     def has_rope(self) -> bool:

@@ -93,6 +93,7 @@ from llm_collapse.backends.hf import check_transformers_version, load_tokenizer,
 from llm_collapse.backends.weights import WeightsLocation
 from llm_collapse.errors import MissingDependencyError
 from llm_collapse.interventions.base import Intervention, InterventionError, ModelContext, Stack
+from llm_collapse.models import BIDIRECTIONAL_MODEL_TYPES
 
 logger = logging.getLogger(__name__)
 
@@ -105,8 +106,6 @@ CPU_HEAD_SIZES: tuple[int, ...] = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256,
 
 _FD_ENV = "LLM_COLLAPSE_VLLM_FD"
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-# Model types whose attention is bidirectional: the last-token prompt cut is only exact for causal models.
-_BIDIRECTIONAL = {"bert", "roberta", "xlm-roberta", "nomic_bert", "modernbert", "distilbert", "mpnet", "new"}
 _MIN_KV_TOKENS = 16384
 
 
@@ -272,8 +271,9 @@ class VLLMBackend(Backend):
         self.verbose = verbose
         self.startup_timeout = startup_timeout
         text = self._config.get_text_config()
+        # the last-token prompt cut is exact only for causal models
         self.causal = not (
-            checkpoint_type in _BIDIRECTIONAL
+            checkpoint_type in BIDIRECTIONAL_MODEL_TYPES
             or getattr(text, "use_bidirectional_attention", False)
             or getattr(text, "is_causal", True) is False
             or spec.attention == "bidirectional"

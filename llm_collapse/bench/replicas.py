@@ -8,24 +8,23 @@ document of 8k, 16k and 32k tokens runs through the `long_docs.worker` of the lo
 process per length, RSS polled during the forward). The attention paths measured by default are bge-gemma2's
 ``chunked`` (the CPU default) and ``fused`` (torch flex_attention, compiled; warmed up on the timed document so
 compiling is outside the clock and the memory baseline) and NV-Embed's ``sdpa``. Linear memory shows as RSS growth
-of at most `TARGET_MEMORY_GROWTH` per doubling over the range (`replica_targets`); the old dense masks gave 4x per
-doubling in their share.
+of at most `TARGET_MEMORY_GROWTH` per doubling over the range (`llm_collapse.bench.targets.replica_targets`); the
+old dense masks gave 4x per doubling in their share.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import tempfile
 from pathlib import Path
 
-from llm_collapse.bench.config import TARGET_MEMORY_GROWTH, BenchConfig
+from llm_collapse.bench.config import BenchConfig
 from llm_collapse.bench.corpus import long_document
 from llm_collapse.bench.long_docs import run_long_document
 
 logger = logging.getLogger("llm_collapse.bench")
 
-__all__ = ["REPLICA_BUILDERS", "build_replica", "replica_documents", "replica_targets"]
+__all__ = ["REPLICA_BUILDERS", "build_replica", "replica_documents"]
 
 REPLICA_BUILDERS: dict[str, tuple[str, dict]] = {
     # registry name -> (llm_collapse.testing builder, overrides): 32k positions so 32k inputs are in range
@@ -86,40 +85,3 @@ def replica_documents(documents, config: BenchConfig, dtype: str) -> list[dict]:
                         logger.info("%s replica (%s) @ %d: %s", model, attention, length, row["status"])
                     rows.append(row)
     return rows
-
-
-def replica_targets(rows: list[dict]):
-    """One target per (model, attention): RSS growth from the shortest to the longest length at most
-    `TARGET_MEMORY_GROWTH` per doubling (2.2^2 = 4.84x for 8k -> 32k; linear is 4x, a dense L x L term 16x).
-
-    The whole range is compared rather than each doubling: at 8k a tiny replica grows by tens of MiB, where the
-    allocator's noise alone can move one doubling past 2.2x.
-    """
-    from llm_collapse.bench.targets import Target
-
-    targets = []
-    for model, attention in dict.fromkeys((r["model"], r["attention"]) for r in rows):
-        runs = [r for r in rows if (r["model"], r["attention"]) == (model, attention)]
-        runs.sort(key=lambda r: r["length"])
-        name = f"{model} replica ({attention}): RSS growth with length"
-        bad = next((r for r in runs if r["status"] != "ok"), None)
-        if bad is not None or len(runs) < 2:
-            threshold = f"<= {TARGET_MEMORY_GROWTH}x per doubling"
-            targets.append(Target(name, threshold, bad["status"] if bad else "not measured", None))
-            continue
-        first, last = runs[0], runs[-1]
-        allowed = TARGET_MEMORY_GROWTH ** math.log2(last["length"] / first["length"])
-        ratio = last["growth_bytes"] / max(first["growth_bytes"], 1)
-        shown = " -> ".join(f"+{r['growth_bytes'] / 2**30:.3f}" for r in runs)
-        lengths = "/".join(f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in (r["length"] for r in runs))
-        targets.append(
-            Target(
-                name,
-                f"<= {allowed:.2f}x for {last['length'] / first['length']:.0f}x the tokens "
-                f"({TARGET_MEMORY_GROWTH}x per doubling)",
-                f"{ratio:.2f}x ({shown} GiB at {lengths})",
-                ratio <= allowed,
-                {"growth_ratio": ratio, "allowed": allowed},
-            )
-        )
-    return targets

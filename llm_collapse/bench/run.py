@@ -8,12 +8,12 @@ import time
 from pathlib import Path
 
 from llm_collapse.bench.config import SCHEMA, BenchConfig
-from llm_collapse.bench.flops import matmul_peak
 from llm_collapse.bench.long_docs import long_documents
 from llm_collapse.bench.render import render_markdown
 from llm_collapse.bench.replicas import replica_documents
 from llm_collapse.bench.sides import fixed_length_flops, throughput
 from llm_collapse.bench.targets import contention, evaluate_targets
+from llm_collapse.cost.rate import matmul_peak
 from llm_collapse.utils.optional import package_version
 
 logger = logging.getLogger("llm_collapse.bench")
@@ -30,7 +30,8 @@ def run_bench(config: BenchConfig, *, command: str = "python -m llm_collapse.ben
     import llm_collapse as lc
     from llm_collapse.backends.device import dtype_name, resolve_dtype
     from llm_collapse.data import load_corpus
-    from llm_collapse.run.results import atomic_write, environment, write_json
+    from llm_collapse.run.results import environment
+    from llm_collapse.utils.files import atomic_write, write_json
 
     started = time.perf_counter()
     dtype = dtype_name(resolve_dtype(config.dtype, torch.device("cpu")))

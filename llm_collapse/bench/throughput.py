@@ -1,56 +1,12 @@
-"""The throughput ``--dry-run`` divides FLOPs by: a short matmul benchmark on this machine, times an efficiency.
+"""``python -m llm_collapse.bench.throughput``: the ``--dry-run`` estimate against a real run of the same config.
 
-Why measured: the CPUs this runs on differ by 3-4x in bf16 (AMX or not) and AMD machines run fp32, so one
-nominal GFLOP/s is wrong somewhere. A (1024 x 1024) @ (1024 x 4096) matmul in the run's dtype takes tens of
-milliseconds; its rate is the machine's dense peak as torch reaches it. A transformers forward reaches a
-fraction of that (attention, norms, activations, memory traffic): `FORWARD_EFFICIENCY`, measured on the
-development machine by `python -m llm_collapse.bench.throughput` (gemma3-270m prefix runs at two lengths;
-the README records the numbers). ``LLM_COLLAPSE_PLAN_GFLOPS`` overrides the whole estimate.
+It calibrates `llm_collapse.cost.rate.FORWARD_EFFICIENCY` (the README records the numbers).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
-
-import torch
-
-from llm_collapse.bench.timing import sync_device
-
-FORWARD_EFFICIENCY: dict[torch.dtype, float] = {torch.bfloat16: 0.73, torch.float32: 0.52}
-"""Model forward FLOP rate / matmul benchmark rate per dtype, calibrated with `main` on a 2-core Xeon with
-AVX512-BF16 but no AMX (gemma3-270m, prefix design, lengths 1024/4096 and 2048/8192: 0.73 and 0.73 in bf16,
-0.52 in fp32). Other dtypes use the fp32 value. Uncalibrated on AMX CPUs and GPUs, where the matmul peak is
-far higher than what the attention and elementwise work of a forward reach: expect an optimistic estimate."""
-
-_SHAPE = (1024, 1024, 4096)
-
-
-def matmul_gflops(dtype: torch.dtype, *, device: str = "cpu", seconds: float = 0.3) -> float:
-    """Dense matmul GFLOP/s of this machine in ``dtype`` (best of repeated calls after one warm-up)."""
-    m, k, n = _SHAPE
-    a = torch.randn(m, k, device=device).to(dtype)
-    b = torch.randn(k, n, device=device).to(dtype)
-    torch.mm(a, b)  # warm-up: first-call overhead, lazy initialisation
-    best, spent = float("inf"), 0.0
-    while spent < seconds or best == float("inf"):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        sync_device(device)
-        took = time.perf_counter() - start
-        best, spent = min(best, took), spent + took
-    return 2 * m * k * n / best / 1e9
-
-
-def planning_gflops(dtype: torch.dtype, *, device: str = "cpu") -> tuple[float, str]:
-    """GFLOP/s for the estimate and where it came from (the environment override or the benchmark)."""
-    if env := os.environ.get("LLM_COLLAPSE_PLAN_GFLOPS"):
-        return float(env), "LLM_COLLAPSE_PLAN_GFLOPS"
-    peak = matmul_gflops(dtype, device=device)
-    efficiency = FORWARD_EFFICIENCY.get(dtype, FORWARD_EFFICIENCY[torch.float32])
-    name = str(dtype).removeprefix("torch.")
-    return peak * efficiency, f"{peak:.0f} GFLOP/s {name} matmul here x {efficiency:g} forward efficiency"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@ Usage::
     python -m llm_collapse.estimate --config experiments/gpu_7b.yaml --tflops 400 --gpu-gib 80
     python -m llm_collapse.estimate --config experiments/gpu_7b.yaml --markdown reports/gpu_7b/estimate.md
 
-Estimates, not measurements (see `llm_collapse.run.estimate`). Exit codes: 0 done, 2 bad input (one line).
+Estimates, not measurements (see `llm_collapse.cost.estimate`). Exit codes: 0 done, 2 bad input (one line).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import logging
 from pathlib import Path
 
 from llm_collapse.cli.common import ArgumentParser, run_command, say, setup_logging
-from llm_collapse.run.config import CompareConfig, add_arguments, cli_values
-from llm_collapse.run.estimate import (
+from llm_collapse.cost.estimate import (
     DEFAULT_GPU_GIB,
     DEFAULT_HBM_TBS,
     DEFAULT_OVERHEAD_GIB,
@@ -25,7 +24,8 @@ from llm_collapse.run.estimate import (
     estimate,
     to_markdown,
 )
-from llm_collapse.run.results import write_text
+from llm_collapse.run.config import CompareConfig, add_arguments, cli_values
+from llm_collapse.utils.files import write_text
 from llm_collapse.utils.paths import check_writable_file
 
 PROG = "python -m llm_collapse.estimate"

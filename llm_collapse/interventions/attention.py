@@ -1,4 +1,4 @@
-"""Finding attention modules, and routing them through a registered attention function.
+"""Routing attention modules (`llm_collapse.models.structure` finds them) through a registered attention function.
 
 Two seams, both public in transformers 5:
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import re
 import sys
 from collections.abc import Callable, Iterator
 
@@ -26,32 +25,11 @@ from transformers.masking_utils import AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from llm_collapse.interventions.base import InterventionError
+from llm_collapse.models.structure import attention_modules, layer_index
 
-_LAYER_INDEX = re.compile(r"\.(?:layers|layer)\.(\d+)\.")
 _counter = itertools.count()
 
 AttentionFn = Callable[..., tuple]
-
-
-def attention_modules(model: nn.Module, *, include_pooler: bool = False) -> list[tuple[str, nn.Module]]:
-    """Self-attention modules with a float ``scaling``, in layer order.
-
-    NV-Embed's latent-attention pooler is left out unless ``include_pooler`` (it is not a transformer layer
-    and TempScale's reference semantics are about the encoder's self-attention).
-    """
-    found = []
-    for name, module in model.named_modules():
-        if isinstance(getattr(module, "scaling", None), float) and hasattr(module, "config"):
-            found.append((name, module))
-        elif include_pooler and name.startswith("latent_attention_model") and hasattr(module, "to_kv"):
-            found.append((name, module))
-    return found
-
-
-def layer_index(name: str) -> int | None:
-    """Layer number from a module path such as ``layers.3.self_attn`` or ``encoder.layer.3.attention.self``."""
-    match = _LAYER_INDEX.search(f".{name}.")
-    return int(match.group(1)) if match else None
 
 
 def select_layers(

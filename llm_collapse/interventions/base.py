@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from llm_collapse.errors import UserError
+from llm_collapse.models import text_config
 
 KINDS: tuple[str, ...] = ("attention", "rope", "window")
 
@@ -144,7 +145,7 @@ def trained_length(config, context: ModelContext) -> int:
     ``max_position_embeddings`` (what RoPE baselines, presets and ``tempscale-log`` default to)."""
     if context.trained_length:
         return int(context.trained_length)
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    config = text_config(config)
     length = getattr(config, "max_position_embeddings", None)
     if not length:
         raise InterventionError(

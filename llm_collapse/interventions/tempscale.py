@@ -51,6 +51,7 @@ from llm_collapse.interventions.base import (
     not_on_vllm,
     trained_length,
 )
+from llm_collapse.models import text_config
 
 PLACEMENTS: tuple[str, ...] = ("inside", "after")
 
@@ -133,7 +134,7 @@ class TempScale(Intervention):
         """``layers``, or the indices of the layers of type ``layer_type`` in ``config``."""
         if self.layer_type is None:
             return self.layers
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        text = text_config(config)
         types = list(getattr(text, "layer_types", None) or [])
         chosen = tuple(i for i, t in enumerate(types) if t == self.layer_type)
         if not chosen:

@@ -5,3 +5,30 @@ quantisation) and never executes code from a checkpoint folder. ``nv_embed`` hol
 """
 
 from __future__ import annotations
+
+BIDIRECTIONAL_MODEL_TYPES = frozenset(
+    {
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "distilbert",
+        "mpnet",
+        "electra",
+        "deberta",
+        "deberta-v2",
+        "modernbert",
+        "nomic_bert",
+        "new",  # Alibaba-NLP's gte "NewModel"
+    }
+)
+"""config.json ``model_type`` values whose attention is bidirectional (every other type counts as causal); the
+FLOP model and the vLLM backend read this one set. A decoder run bidirectionally says so in its spec instead
+(``attention="bidirectional"``: gte-Qwen2, NV-Embed-v2)."""
+
+
+def text_config(config):
+    """The language model's config inside ``config``: ``get_text_config()`` where the config has it (every
+    transformers config; wrappers such as NV-Embed-v2's return their ``text_config``), else ``config`` itself
+    (a plain namespace in tests)."""
+    get = getattr(config, "get_text_config", None)
+    return get() if callable(get) else config

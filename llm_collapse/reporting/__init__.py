@@ -2,7 +2,7 @@
 
 Public API::
 
-    from llm_collapse.reporting import build_report, load_runs, write_synthetic_run
+    from llm_collapse.reporting import build_report, load_runs
     files = build_report([Path("reports/run-1")], Path("reports/run-1"))  # {"report.md": Path, ...}
 
 Command line: ``python -m llm_collapse.report RUN_DIR [RUN_DIR ...] [--out DIR]``.
@@ -24,7 +24,6 @@ from llm_collapse.reporting.frames import (
     SchemaError,
     load_run,
     load_runs,
-    write_synthetic_run,
 )
 
 if TYPE_CHECKING:
@@ -40,7 +39,6 @@ __all__ = [
     "load_run",
     "load_runs",
     "write_report",
-    "write_synthetic_run",
 ]
 
 

@@ -453,7 +453,7 @@ def _figure_source(q: Question, entry: str) -> tuple[str, str]:
 
 def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]:
     """Writes ``report.md`` and ``report.html`` under ``root`` from the questions file; returns their paths."""
-    from llm_collapse.run.results import atomic_write
+    from llm_collapse.utils.files import atomic_write
 
     root = Path(root)
     if not root.is_dir():

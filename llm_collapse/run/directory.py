@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from llm_collapse.errors import UserError
-from llm_collapse.run.results import write_json
+from llm_collapse.utils.files import write_json
 from llm_collapse.utils.paths import check_writable_dir
 from llm_collapse.utils.procs import host_tag, pid_state
 

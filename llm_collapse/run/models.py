@@ -14,7 +14,9 @@ def reference_tokenizer(config: CompareConfig):
     """The first model's tokenizer, loaded without the model: it defines every text's length."""
     name = config.models[0]
     spec, implied = resolve_spec(name)
-    weights = resolve_weights(spec.name, spec.hub_id, spec.source, config.model_paths.get(name) or implied)
+    weights = resolve_weights(
+        spec.name, spec.hub_id, spec.source, config.model_paths.get(name) or implied, revision=spec.revision
+    )
     return load_tokenizer(weights.directory)
 
 

@@ -3,7 +3,7 @@
 The estimate counts forward FLOPs from each model's config with `FlopModel.from_config` (the package's
 one FLOP formula, `llm_collapse.bench`: 2 x linear parameters per token, plus 4 x attention channels per
 attended (query, key) pair, causal and sliding-window aware) and divides by a throughput measured here and
-now (`llm_collapse.bench.throughput.planning_gflops`: a short matmul benchmark in the run's dtype times a
+now (`llm_collapse.cost.rate.planning_gflops`: a short matmul benchmark in the run's dtype times a
 calibrated forward efficiency; ``LLM_COLLAPSE_PLAN_GFLOPS`` overrides it). It is a planning aid: the README
 records how close it came to measured runs.
 
@@ -24,8 +24,8 @@ import json
 from llm_collapse.adapters import resolve_spec
 from llm_collapse.backends.device import resolve_device, resolve_dtype
 from llm_collapse.backends.weights import load_config, resolve_weights
-from llm_collapse.bench.flops import FlopModel
-from llm_collapse.bench.throughput import planning_gflops
+from llm_collapse.cost.flops import FlopModel
+from llm_collapse.cost.rate import planning_gflops
 from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
 from llm_collapse.interventions import ModelContext, parse_interventions
@@ -56,7 +56,12 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
     specs = {name: resolve_spec(name) for name in config.models}
     weights = {
         name: resolve_weights(
-            spec.name, spec.hub_id, spec.source, config.model_paths.get(name) or implied, convert=False
+            spec.name,
+            spec.hub_id,
+            spec.source,
+            config.model_paths.get(name) or implied,
+            convert=False,
+            revision=spec.revision,
         )
         for name, (spec, implied) in specs.items()
     }

@@ -163,7 +163,9 @@ def check_models(config: CompareConfig) -> None:
         where = f"embedder spec {file}" if file else f"model {name!r}"
         _check_transformers(spec, where=where, from_file=file is not None)
         path = config.model_paths.get(name) or implied
-        weights = resolve_weights(spec.name, spec.hub_id, spec.source, path, convert=False)
+        weights = resolve_weights(
+            spec.name, spec.hub_id, spec.source, path, convert=False, revision=spec.revision
+        )
         if weights.gguf_file is not None:
             continue
         folder = weights.directory

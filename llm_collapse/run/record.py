@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_collapse.errors import UserError
-from llm_collapse.run.results import write_json
+from llm_collapse.utils.files import write_json
 
 logger = logging.getLogger(__name__)
 

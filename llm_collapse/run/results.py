@@ -8,17 +8,15 @@ half-written file.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from llm_collapse.errors import disk_full
+from llm_collapse.utils.files import atomic_write
 from llm_collapse.utils.optional import package_version
 
 COLUMNS: tuple[str, ...] = (
@@ -76,40 +74,6 @@ def remove_report(out_dir: Path) -> None:
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
-
-
-def write_text(text: str, path: Path) -> None:
-    atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-
-
-def write_json(data: dict, path: Path) -> None:
-    atomic_write(
-        path, lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    )
-
-
-def atomic_write(path: Path, write) -> None:
-    """Calls ``write(tmp)`` on a temporary file in ``path``'s folder, gives it the mode a plain ``open()``
-    would (the umask's) and renames it into place; on failure the temporary file is removed, so no
-    half-written file is ever left at ``path`` (a full disk raises a one-line `DiskFullError`)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(handle)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the mode a plain open() would
-        os.replace(tmp, path)
-    except BaseException as err:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(err, OSError) and (full := disk_full(err, path.parent, "the folder")) is not None:
-            raise full from None
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def environment() -> dict:

@@ -68,6 +68,11 @@ class TaskSpec:
         nested_lengths: Whether its items are the same at every length whatever the design (its texts at
             length L are token prefixes of one long text each), so length contrasts are paired. Tasks that
             read the corpus are paired across lengths under ``--design prefix`` only.
+        texts: What it embeds per length and method, for the cost estimates: ``"binned"`` (the run's corpus
+            texts, shared by every task that says so), ``"retrieval"`` (``retrieval_docs`` documents and
+            ``retrieval_queries`` queries), ``"retrieval-pair"`` (two documents each, early and late, and the
+            queries once), ``"layerwise"`` (``layerwise_per_bin`` texts with every layer's hidden states) or
+            ``"variants"`` (the binned texts again per quantization, costed by ``--dry-run`` only).
     """
 
     name: str
@@ -77,6 +82,7 @@ class TaskSpec:
     figure: str = "length"
     reads_corpus: bool = False
     nested_lengths: bool = False
+    texts: str = "binned"
 
     def run(self, ctx) -> list[dict]:
         return _load(self.runner)(ctx)
@@ -104,19 +110,23 @@ TASKS: dict[str, TaskSpec] = {
         TaskSpec("knn", "kNN probe", "llm_collapse.tasks.knn:run_knn", ("knn_accuracy", "knn_cross_accuracy"),
                  reads_corpus=True),
         TaskSpec("passkey", "Passkey retrieval", "llm_collapse.tasks.retrieval:run_passkey", _RETRIEVAL,
-                 figure="depth"),
+                 figure="depth", texts="retrieval"),
         TaskSpec("needle", "Needle retrieval", "llm_collapse.tasks.retrieval:run_needle", _RETRIEVAL,
-                 figure="depth"),
+                 figure="depth", texts="retrieval"),
         TaskSpec("passkey-start", "Passkey at the start, haystack grows",
-                 "llm_collapse.tasks.retrieval:run_passkey_start", _RETRIEVAL, nested_lengths=True),
+                 "llm_collapse.tasks.retrieval:run_passkey_start", _RETRIEVAL, nested_lengths=True,
+                 texts="retrieval"),
         TaskSpec("needle-start", "Needle at the start, haystack grows",
-                 "llm_collapse.tasks.retrieval:run_needle_start", _RETRIEVAL, nested_lengths=True),
+                 "llm_collapse.tasks.retrieval:run_needle_start", _RETRIEVAL, nested_lengths=True,
+                 texts="retrieval"),
         TaskSpec("position", "Early vs late position (echo test)", "llm_collapse.tasks.retrieval:run_position",
-                 ("acc@1",), figure="position"),
+                 ("acc@1",), figure="position", texts="retrieval-pair"),
         TaskSpec("layerwise", "Layerwise statistics", "llm_collapse.tasks.layerwise:run_layerwise",
-                 ("hf_ratio", "hf_ratio_length_free", "attention_entropy", "attention_entropy_normalized"), reads_corpus=True),
+                 ("hf_ratio", "hf_ratio_length_free", "attention_entropy", "attention_entropy_normalized"), reads_corpus=True,
+                 texts="layerwise"),
         TaskSpec("quantization", "Quantization drift", "llm_collapse.tasks.quantization:run_quantization",
-                 ("cosine_to_bf16", "cosine_to_fp16", "cosine_to_fp32"), reads_corpus=True),
+                 ("cosine_to_bf16", "cosine_to_fp16", "cosine_to_fp32"), reads_corpus=True,
+                 texts="variants"),
     )
 }  # fmt: skip
 """Every task, in report order."""

@@ -11,10 +11,10 @@ needed, so they can be made on a machine that will never hold the 7B-9B checkpoi
 2 bad input (one line on stderr).
 
 Decisions
-    * Dimensions come from the published ``config.json`` files (`PUBLISHED`, keyed by the registry's hub id),
+    * Dimensions come from the published ``config.json`` files (each catalog spec's ``published``),
       not from the tiny test replicas in `llm_collapse.testing.checkpoints`, which keep the layout but shrink
       every size. A model without an entry is refused (exit 2) rather than guessed.
-    * Model FLOPs per text follow `llm_collapse.bench.FlopModel` (the one FLOP formula of the package):
+    * Model FLOPs per text follow `llm_collapse.cost.flops.FlopModel` (the one FLOP formula of the package):
       ``2 x linear params x n`` plus ``4 x heads x head_dim x pairs`` per layer, where ``pairs`` is
       ``n (n + 1) / 2`` for a causal layer, ``sum_i min(i + 1, window)`` for a sliding-window layer and
       ``n^2`` for a bidirectional one (NV-Embed). NV-Embed adds its latent-attention pooler: the per-token
@@ -63,9 +63,9 @@ Decisions
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from llm_collapse.bench.flops import FlopModel, backbone_linear_params, latent_pooler_linear_params
+from llm_collapse.adapters.dims import PublishedDims
 from llm_collapse.errors import UserError
 from llm_collapse.utils.markdown import markdown_table
 
@@ -75,9 +75,6 @@ __all__ = [
     "Assumptions",
     "EstimateError",
     "Estimate",
-    "LatentPooler",
-    "Published",
-    "PUBLISHED",
     "Row",
     "TextCost",
     "estimate",
@@ -118,163 +115,6 @@ class EstimateError(UserError, ValueError):
 # --------------------------------------------------------------------------------------- published dims
 
 
-@dataclass(frozen=True)
-class LatentPooler:
-    """NV-Embed's latent-attention pooler (anchors.md 4.2: 512 latents, 8 heads of width 4096, GEGLU x4)."""
-
-    latents: int = 512
-    heads: int = 8
-    head_dim: int = 4096
-    ff_mult: int = 4
-
-    def token_linear_params(self, hidden: int) -> int:
-        """Weights applied to every token: to_q, to_out, net.0 (H -> 2 x mult x H), net.2 (mult x H -> H)."""
-        inner = self.heads * self.head_dim
-        return 2 * hidden * inner + hidden * 2 * self.ff_mult * hidden + self.ff_mult * hidden * hidden
-
-    def params(self, hidden: int) -> int:
-        """Every pooler weight: latents, to_kv and the per-token ones (biases and norms ignored)."""
-        return self.latents * hidden + latent_pooler_linear_params(
-            hidden, self.heads, self.head_dim, self.ff_mult
-        )
-
-    def flops(self, positions: int, hidden: int) -> float:
-        """Per text: per-token projections, cross-attention against the latents, to_kv on the latents."""
-        inner = self.heads * self.head_dim
-        per_token = 2.0 * self.token_linear_params(hidden) + 4.0 * inner * self.latents
-        return per_token * positions + 2.0 * self.latents * hidden * 2 * inner
-
-
-@dataclass(frozen=True)
-class Published:
-    """A published checkpoint's dimensions (its ``config.json``), as the package runs it.
-
-    ``sliding`` says which layers use ``window``: ``"all"`` (Mistral v0.1), ``"even"`` (Gemma 2: layers 0, 2,
-    ...) or ``"none"``. ``causal=False`` for NV-Embed's bidirectional backbone.
-    """
-
-    source: str
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    window: int | None = None
-    sliding: str = "none"
-    causal: bool = True
-    pooler: LatentPooler | None = None
-
-    def layer_windows(self, *, window_off: bool = False) -> tuple[int | None, ...]:
-        if window_off or self.window is None or self.sliding == "none":
-            return (None,) * self.layers
-        if self.sliding == "all":
-            return (self.window,) * self.layers
-        return tuple(self.window if i % 2 == 0 else None for i in range(self.layers))
-
-    @property
-    def d_attn(self) -> int:
-        return self.heads * self.head_dim
-
-    def backbone_linear_params(self) -> int:
-        """q, k, v, o and the gated MLP (gate, up, down) of every layer."""
-        return backbone_linear_params(
-            hidden=self.hidden,
-            layers=self.layers,
-            heads=self.heads,
-            kv_heads=self.kv_heads,
-            head_dim=self.head_dim,
-            intermediate=self.intermediate,
-        )
-
-    def params(self) -> int:
-        """All weights: backbone linears, the embedding table, the pooler (norms ignored; no LM head)."""
-        pooler = self.pooler.params(self.hidden) if self.pooler else 0
-        return self.backbone_linear_params() + self.vocab * self.hidden + pooler
-
-    def flop_model(self, *, window_off: bool = False) -> FlopModel:
-        return FlopModel(
-            self.backbone_linear_params(), self.d_attn, self.layer_windows(window_off=window_off), self.causal
-        )
-
-
-_MISTRAL_7B = Published(
-    source="mistralai/Mistral-7B-v0.1 config.json",
-    hidden=4096,
-    layers=32,
-    heads=32,
-    kv_heads=8,
-    head_dim=128,
-    intermediate=14336,
-    vocab=32000,
-    window=4096,
-    sliding="all",
-)
-
-PUBLISHED: dict[str, Published] = {
-    # anchors.md 4.1 (e5-mistral-7b-instruct config.json): 4096/14336/32 layers/32 heads/8 kv/128, vocab
-    # 32000, sliding_window 4096 (kept by the package: base runs the window; window:off switches it off).
-    "intfloat/e5-mistral-7b-instruct": replace(
-        _MISTRAL_7B, source="intfloat/e5-mistral-7b-instruct config.json (anchors.md 4.1)"
-    ),
-    # Same Mistral-7B-v0.1 dims; sliding_window 4096 on every layer.
-    "mistralai/Mistral-7B-Instruct-v0.1": replace(
-        _MISTRAL_7B, source="mistralai/Mistral-7B-Instruct-v0.1 config.json"
-    ),
-    # anchors.md 4.2: Mistral-7B backbone (hidden 4096, intermediate 14336; layers/heads/kv from the v0.1
-    # base), bidirectional, no window (the original mask path and llm_collapse.models.nv_embed apply none),
-    # latent attention 512 x 4096, 8 heads of 4096. 7.85B parameters per mteb; this table gives 7.85B.
-    "nvidia/NV-Embed-v2": replace(
-        _MISTRAL_7B,
-        source="nvidia/NV-Embed-v2 config.json + LatentAttentionConfig defaults (anchors.md 4.2)",
-        window=None,
-        sliding="none",
-        causal=False,
-        pooler=LatentPooler(),
-    ),
-    # anchors.md 4.3: Gemma-2-9B, hidden 3584, intermediate 14336, 42 layers, 16 heads, 8 kv, head_dim 256,
-    # vocab 256002 (256000 + <instruct>, <query>), sliding_window 4096 on the even layers.
-    "BAAI/bge-multilingual-gemma2": Published(
-        source="BAAI/bge-multilingual-gemma2 config.json (anchors.md 4.3)",
-        hidden=3584,
-        layers=42,
-        heads=16,
-        kv_heads=8,
-        head_dim=256,
-        intermediate=14336,
-        vocab=256002,
-        window=4096,
-        sliding="even",
-    ),
-    # Qwen/Qwen3-Embedding-{0.6B,4B,8B} config.json: Qwen3 (q/k RMSNorm, no biases), GQA with 8 KV heads of 128,
-    # no sliding window, causal. Layers and widths as in the QwenLM/Qwen3-Embedding README table (28/1024,
-    # 36/2560, 36/4096); these dims reproduce the parameter counts keras-hub's Qwen3-Embedding presets list
-    # (595,776,512; 4,021,774,336; 8,188,515,328 with the 8B's untied LM head) exactly.
-    "Qwen/Qwen3-Embedding-0.6B": Published(
-        source="Qwen/Qwen3-Embedding-0.6B config.json",
-        hidden=1024, layers=28, heads=16, kv_heads=8, head_dim=128, intermediate=3072, vocab=151669,
-    ),
-    "Qwen/Qwen3-Embedding-4B": Published(
-        source="Qwen/Qwen3-Embedding-4B config.json",
-        hidden=2560, layers=36, heads=32, kv_heads=8, head_dim=128, intermediate=9728, vocab=151665,
-    ),
-    "Qwen/Qwen3-Embedding-8B": Published(
-        source="Qwen/Qwen3-Embedding-8B config.json",
-        hidden=4096, layers=36, heads=32, kv_heads=8, head_dim=128, intermediate=12288, vocab=151665,
-    ),
-    # Alibaba-NLP/gte-Qwen2-7B-instruct config.json: Qwen2-7B, hidden 3584, intermediate 18944, 28 layers, 28 heads
-    # (head_dim 128), 4 KV heads, vocab 151646, no sliding window; run bidirectionally (catalog.py), so every
-    # layer computes all n^2 pairs. The boolean mask counted for non-causal models is an upper bound here: without
-    # padding transformers builds none for it.
-    "Alibaba-NLP/gte-Qwen2-7B-instruct": Published(
-        source="Alibaba-NLP/gte-Qwen2-7B-instruct config.json",
-        hidden=3584, layers=28, heads=28, kv_heads=4, head_dim=128, intermediate=18944, vocab=151646,
-        causal=False,
-    ),
-}  # fmt: skip
-
-
 # ------------------------------------------------------------------------------------------ counting
 
 
@@ -306,9 +146,10 @@ class ModelPlan:
     """What the estimate needs about one registered model as the package runs it."""
 
     name: str
-    dims: Published
+    dims: PublishedDims
     attention: str  # the path run on CUDA: "banded", "fused", "chunked", "eager" or "sdpa"
     copies: int  # copies of the text in one input (echo: 2)
+    causal: bool = True  # the spec's (`EmbedderSpec.causal`): NV-Embed and gte-Qwen2 are bidirectional
 
 
 def model_for(name: str, attention: str | None = None) -> ModelPlan:
@@ -317,21 +158,21 @@ def model_for(name: str, attention: str | None = None) -> ModelPlan:
     ``attention="chunked"`` costs the fallback a spec asking for ``chunked`` runs where flex attention is
     unavailable; by default such a spec is costed as ``fused``, what CUDA runs.
     """
-    from llm_collapse.adapters import resolve_spec
+    from llm_collapse.adapters import EMBEDDERS, resolve_spec
     from llm_collapse.backends.chunked_attention import CHUNKED
     from llm_collapse.backends.fused_attention import FUSED
 
     spec, _ = resolve_spec(name)
-    dims = PUBLISHED.get(spec.hub_id or "")
+    dims = spec.published
     if dims is None:
+        covered = sorted(n for n in EMBEDDERS if EMBEDDERS.get(n).published is not None)
         raise EstimateError(
-            f"no published dimensions for {name!r} (hub id {spec.hub_id!r}); the estimate covers "
-            f"{sorted(PUBLISHED)}"
+            f"no published dimensions for {name!r} (its spec has none); the estimate covers {', '.join(covered)}"
         )
     path = spec.attn_implementation
     if path == CHUNKED:
         path = attention if attention in (CHUNKED, FUSED) else FUSED
-    return ModelPlan(name, dims, path, spec.input_format.text_copies)
+    return ModelPlan(name, dims, path, spec.input_format.text_copies, spec.causal)
 
 
 def _band_pairs(n: int, window: int) -> int:
@@ -361,13 +202,11 @@ def fused_pairs(n: int, window: int | None, causal: bool = True, block: int = 12
     return pairs
 
 
-def _executed_pairs(
-    dims: Published, attention: str, n: int, window: int | None, *, materialised: bool
-) -> int:
+def _executed_pairs(causal: bool, attention: str, n: int, window: int | None, *, materialised: bool) -> int:
     """(query, key) pairs one layer's kernel computes for an unpadded text of ``n`` positions."""
     if attention == "fused" and not materialised:
-        return fused_pairs(n, window, dims.causal)
-    if materialised or attention in ("chunked", "eager") or not dims.causal:
+        return fused_pairs(n, window, causal)
+    if materialised or attention in ("chunked", "eager") or not causal:
         return n * n  # every key for every query chunk; bidirectional needs them all anyway
     if window is not None and n > window:
         return _band_pairs(n, window) if attention == "banded" else n * n  # sdpa: dense boolean mask
@@ -379,7 +218,7 @@ class TextCost:
     """Cost of one text of ``positions`` positions under one method."""
 
     positions: int
-    model_flops: float  # useful FLOPs (bench.FlopModel convention + NV-Embed's pooler)
+    model_flops: float  # useful FLOPs (cost.flops.FlopModel convention + NV-Embed's pooler)
     executed_flops: float  # what the attention path really computes
     logit_bytes: float  # HBM traffic of materialised float32 logits
     seconds: float
@@ -396,12 +235,13 @@ def text_cost(
     """FLOPs and seconds for one text of ``length`` tokens (``copies x length`` positions: echo reads it twice)."""
     n = plan.copies * length
     dims = plan.dims
-    counter = dims.flop_model(window_off=window_off)
+    counter = dims.flop_model(causal=plan.causal, window_off=window_off)
     pooler = dims.pooler.flops(n, dims.hidden) if dims.pooler else 0.0
     model = counter.flops(n) + pooler
     materialised = selfextend or plan.attention in ("chunked", "eager")
     executed_pairs = sum(
-        _executed_pairs(dims, plan.attention, n, w, materialised=materialised) for w in counter.layer_windows
+        _executed_pairs(plan.causal, plan.attention, n, w, materialised=materialised)
+        for w in counter.layer_windows
     )
     qk_passes = 2 if selfextend else 1  # SelfExtend: a neighbour and a grouped logit matrix per chunk
     executed = counter.pair_flops(n, executed_pairs, qk_passes=qk_passes) + pooler
@@ -415,7 +255,7 @@ def forward_rows(positions: int, batch_size: int, max_tokens: int = MAX_TOKENS_P
     return min(batch_size, max(1, max_tokens // positions))
 
 
-def _weight_bytes(dims: Published, dtype_bytes: int, quant: str | None) -> float:
+def _weight_bytes(dims: PublishedDims, dtype_bytes: int, quant: str | None) -> float:
     per_param = {"nf4": 0.5, "int8": 1.0}.get(quant or "", dtype_bytes)
     return dims.params() * per_param
 
@@ -456,7 +296,7 @@ def peak_bytes(
 # ------------------------------------------------------------------------------------------- a run
 
 
-def _method_effect(method: str, dims: Published) -> tuple[bool, bool, bool]:
+def _method_effect(method: str, dims: PublishedDims) -> tuple[bool, bool, bool]:
     """(applicable, window_off, selfextend) for a method spec such as ``ntk:1e5+window:off``, read from the
     parsed interventions: a LongEmbed preset switches the window off where there is one (``"window"`` among its
     `Intervention.kinds`) and ``longembed-se`` replaces attention like SelfExtend."""
@@ -504,19 +344,20 @@ class Estimate:
 
 
 def _texts_per_length(config) -> tuple[int, int, int]:
-    """(documents, queries, layerwise texts) per length and method, from the task sizes of ``config``."""
-    tasks = set(config.tasks)
+    """(documents, queries, layerwise texts) per length and method: what each task of ``config`` embeds, as
+    the task registry declares it (`llm_collapse.tasks.registry.TaskSpec.texts`)."""
+    from llm_collapse.tasks.registry import TASKS
+
+    kinds = [TASKS[task].texts for task in config.tasks]
     per_length = config.max_per_bin
     if getattr(config, "design", None) == "prefix":
         per_length = config.prefix_docs or config.max_per_bin
-    texts = per_length if tasks & {"collapse", "knn"} else 0
-    retrieval = [t for t in ("passkey", "needle", "passkey-start", "needle-start") if t in tasks]
-    texts += config.retrieval_docs * len(retrieval)
-    queries = config.retrieval_queries * len(retrieval)
-    if "position" in tasks:
-        texts += 2 * config.retrieval_docs  # early and late documents; their queries are the same sentences
-        queries += config.retrieval_queries
-    layerwise = config.layerwise_per_bin if "layerwise" in tasks else 0
+    texts = per_length if "binned" in kinds else 0  # shared by every task that embeds the binned texts
+    texts += config.retrieval_docs * kinds.count("retrieval") + 2 * config.retrieval_docs * kinds.count(
+        "retrieval-pair"
+    )  # position: early and late documents; their queries are the same sentences
+    queries = config.retrieval_queries * (kinds.count("retrieval") + kinds.count("retrieval-pair"))
+    layerwise = config.layerwise_per_bin if "layerwise" in kinds else 0
     return texts, queries, layerwise
 
 

@@ -1,4 +1,4 @@
-"""FLOP counting (`FlopModel`, `model_flops`; formula in the package docstring) and the measured matmul peak.
+"""FLOP counting (`FlopModel`, `model_flops`; formula in the package docstring); the measured rate is `rate`.
 
 `FlopModel` is the package's one FLOP formula: the benchmark builds it from a loaded model (`from_model`),
 ``--dry-run`` from a ``config.json`` dict (`from_config`), the GPU estimate from published dimensions
@@ -7,29 +7,15 @@
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from llm_collapse.bench.timing import timed
+from llm_collapse.models import BIDIRECTIONAL_MODEL_TYPES
 
-ENCODER_TYPES = frozenset(
-    {
-        "bert",
-        "roberta",
-        "xlm-roberta",
-        "distilbert",
-        "mpnet",
-        "electra",
-        "deberta",
-        "deberta-v2",
-        "modernbert",
-    }
-)
-"""Bidirectional encoders (every other model type counts as causal)."""
+ENCODER_TYPES = BIDIRECTIONAL_MODEL_TYPES
+"""Bidirectional encoders (every other model type counts as causal): `llm_collapse.models`' one set."""
 
-TWO_MATRIX_MLP = ENCODER_TYPES - {"modernbert"}
+TWO_MATRIX_MLP = ENCODER_TYPES - {"modernbert", "nomic_bert", "new"}  # the others gate their MLP
 """Model types whose MLP is two matrices (hidden -> intermediate -> hidden); the others are gated: three
 matrices (gate, up, down; ModernBERT's ``Wi`` is gate and up fused)."""
 
@@ -179,36 +165,3 @@ def model_flops(model, lengths: Sequence[int]) -> float:
     """Useful forward FLOPs of ``model`` over texts of the given token lengths (package docstring)."""
     counter = FlopModel.from_model(model)
     return sum(counter.flops(n) for n in lengths)
-
-
-def matmul_peak(dtype: str, *, n: int = 2048, reps: int = 10) -> dict:
-    """Times ``reps`` ``n x n @ n x n`` matmuls (after two warm-ups); FLOP/s from the best and the median."""
-    import torch
-
-    from llm_collapse.backends.device import resolve_dtype
-
-    torch_dtype = resolve_dtype(dtype, torch.device("cpu"))
-    generator = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=generator).to(torch_dtype)
-    b = torch.randn(n, n, generator=generator).to(torch_dtype)
-    for _ in range(2):
-        torch.mm(a, b)
-    times = []
-    timing: dict = {}
-    with timed(timing):
-        for _ in range(reps):
-            start = time.perf_counter()
-            torch.mm(a, b)
-            times.append(time.perf_counter() - start)
-    flops = 2.0 * n**3
-    return {
-        "dtype": dtype,
-        "n": n,
-        "reps": reps,
-        "best_s": min(times),
-        "median_s": statistics.median(times),
-        "flops_per_s": flops / min(times),
-        "median_flops_per_s": flops / statistics.median(times),
-        "torch_threads": torch.get_num_threads(),
-        "other_cores": timing["other_cores"],
-    }
