@@ -193,7 +193,8 @@ def test_missing_data_skips_figures_cleanly(tmp_path, caplog):
     )
     meta = json.loads((run / "run.json").read_text())
     meta["models"]["synth-encoder"]["not_applicable"] = {"selfextend-g9-w512": "needs a RoPE model"}
-    meta["models"]["synth-encoder"]["oom_retries"] = {"base": 2}
+    # what the runner writes (each halving) and a bare count (hand-made records); before, a list was dropped
+    meta["models"]["synth-encoder"]["oom_retries"] = {"base": 2, "tempscale-0.8": ["OOM: 8", "OOM: 4"]}
     meta["models"]["synth-decoder"]["describe"] = "not a dict"  # bad metadata must not crash the report
     (run / "run.json").write_text(json.dumps(meta))
     with caplog.at_level("INFO", logger="llm_collapse.reporting"):
@@ -203,7 +204,8 @@ def test_missing_data_skips_figures_cleanly(tmp_path, caplog):
     md = files["report.md"].read_text(encoding="utf-8")
     assert "`ntk-theta1e5+window-off`" in md
     assert "Not measured: synth-encoder / `selfextend-g9-w512`: needs a RoPE model" in md
-    assert "Out-of-memory retries: synth-encoder / `base`: 2" in md
+    assert "Out-of-memory retries: synth-encoder / `base`: 2 (smaller batches)." in md
+    assert "Out-of-memory retries: synth-encoder / `tempscale-0.8`: 2 (smaller batches; last: OOM: 4)." in md
 
 
 def test_needle_from_depth_rows_without_run_json(tmp_path):

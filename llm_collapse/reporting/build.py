@@ -43,7 +43,7 @@ from llm_collapse.reporting.figures import (
     position_label,
     task_order,
 )
-from llm_collapse.reporting.frames import ReportData, as_int, load_runs, metric_info, sorted_methods
+from llm_collapse.reporting.frames import ReportData, load_runs, metric_info, sorted_methods
 from llm_collapse.reporting.significance import table_legend
 from llm_collapse.reporting.tables import (
     Table,
@@ -177,23 +177,6 @@ def _codes(values: Iterable[object]) -> str:
     return ", ".join(f"`{v}`" for v in values) or "none"
 
 
-def _find(tree: Any, key: str) -> Any:
-    """First value of ``key`` in a nested dict/list, depth-first in sorted key order."""
-    if isinstance(tree, dict):
-        if key in tree:
-            return tree[key]
-        children = [tree[k] for k in sorted(tree, key=str)]
-    elif isinstance(tree, list):
-        children = tree
-    else:
-        return None
-    for child in children:
-        found = _find(child, key)
-        if found is not None:
-            return found
-    return None
-
-
 def _seconds(total: float) -> str:
     if total < 120:
         return f"{total:.1f} s"
@@ -240,16 +223,17 @@ def _design_lines(data: ReportData) -> list[str]:
     lines = []
     multi = len(data.runs) > 1
     for run in data.runs:
-        inputs = run.record.inputs or {}
+        inputs = run.record.inputs
         where = f"[{run.label}] " if multi else ""
-        if inputs.get("design") == "prefix":
-            joined = as_int(inputs.get("prefix_docs_concatenated")) or 0
+        if inputs.design == "prefix":
+            joined = inputs.prefix_docs_concatenated or 0
+            docs = inputs.prefix_docs if inputs.prefix_docs is not None else "?"
             lines.append(
-                f"{where}Design: nested prefixes, the first L tokens of the same {inputs.get('prefix_docs', '?')} "
+                f"{where}Design: nested prefixes, the first L tokens of the same {docs} "
                 f"documents at every length ({joined} of them consecutive corpus documents joined in date order "
                 "to reach the longest length), so contrasts between lengths are paired (`*_vs_shortest`)."
             )
-        elif inputs.get("texts_per_length"):
+        elif inputs.texts_per_length:
             lines.append(
                 f"{where}Design: length bins [L, 1.1 L) with different texts in each bin, so contrasts between "
                 "lengths are unpaired."
@@ -257,14 +241,16 @@ def _design_lines(data: ReportData) -> list[str]:
         lines += _retrieval_lines(run, where)
         for model in data.models:
             for model_run, record in data.model_records(model):
-                paths = (record.extra or {}).get("prefix_sharing") if record is not None else None
-                if model_run is run and isinstance(paths, dict):
+                if model_run is not run or record is None:
+                    continue
+                paths = record.prefix_sharing
+                if paths:
                     for method in sorted_methods(paths):
                         lines.append(
                             f"{where}Nested lengths embedded: {model} / `{method}`: {paths[method]}."
                         )
-                controls = (record.extra or {}).get("controls") if record is not None else None
-                if model_run is run and isinstance(controls, dict) and controls:
+                controls = record.controls
+                if controls:
                     pairs = ", ".join(f"`{m}` − `{c}`" for m, c in sorted(controls.items()))
                     lines.append(
                         f"{where}Matched controls (`*_vs_control` rows, paired over the same items): "
@@ -275,14 +261,11 @@ def _design_lines(data: ReportData) -> list[str]:
 
 def _retrieval_lines(run, where: str) -> list[str]:
     """Documents, queries and candidates per query of each retrieval task (``inputs.retrieval``: candidates)."""
-    retrieval = (run.record.inputs or {}).get("retrieval")
-    if not isinstance(retrieval, dict):
-        return []
-    docs, queries = _find(run.record.config, "retrieval_docs"), _find(run.record.config, "retrieval_queries")
-    pool = _find(run.record.config, "retrieval_pool")
+    settings = run.record.settings
+    docs, queries, pool = settings.retrieval_docs, settings.retrieval_queries, settings.retrieval_pool
     lines = []
-    for task, counts in sorted(retrieval.items()):
-        candidates = sorted({as_int(n) for n in counts.values()} - {None}) if isinstance(counts, dict) else []
+    for task, counts in sorted(run.record.inputs.retrieval.items()):
+        candidates = sorted(set(counts.values()))
         if not candidates:
             continue
         ranked = "/".join(str(c) for c in candidates)
@@ -314,7 +297,7 @@ def _wall_text(stages: dict[str, float], limit: int = 8) -> str:
 
 def _run_line(run) -> str:
     record = run.record
-    seed = _find(record.config, "seed")
+    seed = record.settings.seed
     wall = record.wall_time_s
     stages = {
         str(k): float(v) for k, v in wall.items() if isinstance(v, int | float) and not isinstance(v, bool)
@@ -433,7 +416,7 @@ def _truncation_caveats(data: ReportData) -> list[str]:
             max_length = record.describe.get("max_length")
             n_texts = record.n_texts
             for method in sorted_methods(truncated):
-                count = as_int(truncated[method]) or 0
+                count = truncated[method]
                 if count <= 0:
                     continue
                 of = f" of {n_texts}" if n_texts is not None else ""
@@ -455,11 +438,12 @@ def _skipped_caveats(data: ReportData) -> list[str]:
             skipped = record.not_applicable
             for what in sorted(skipped):
                 lines.append(f"{prefix}Not measured: {model} / `{what}`: {skipped[what]}")
-            retries = record.oom_retries
-            for what in sorted(retries):
-                if (as_int(retries[what]) or 0) > 0:
+            for what, retries in sorted(record.oom_retries.items()):
+                count = len(retries) if isinstance(retries, list) else retries
+                if count > 0:
+                    last = f"; last: {retries[-1]}" if isinstance(retries, list) else ""
                     lines.append(
-                        f"{prefix}Out-of-memory retries: {model} / `{what}`: {retries[what]} (smaller batches)."
+                        f"{prefix}Out-of-memory retries: {model} / `{what}`: {count} (smaller batches{last})."
                     )
     return lines
 
@@ -483,7 +467,7 @@ def _window_caveats(data: ReportData) -> list[str]:
             {
                 int(w)
                 for _, record in data.model_records(model)
-                if record is not None and (w := as_int(record.describe.get("sliding_window")))
+                if record is not None and (w := record.sliding_window)
             }
         )
         if not windows:

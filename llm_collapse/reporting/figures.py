@@ -297,12 +297,11 @@ def chance_levels(data: ReportData, task: str) -> dict[str, list[dict[int, float
     for model in sorted(data.results["model"].unique()):
         maps: list[dict[int, float]] = []
         for run, _ in data.model_sources(model):
-            retrieval = run.record.inputs.get("retrieval") if isinstance(run.record.inputs, dict) else None
-            counts = retrieval.get(task) if isinstance(retrieval, dict) else None
-            if not isinstance(counts, dict):
+            counts = run.record.inputs.retrieval.get(task)
+            if not counts:
                 continue
             try:
-                levels = {int(length): 1.0 / int(n) for length, n in counts.items() if int(n) > 0}
+                levels = {int(length): 1.0 / n for length, n in counts.items() if n > 0}
             except (TypeError, ValueError):
                 logger.info("run %s: unreadable candidate counts for %s; no chance line", run.label, task)
                 continue

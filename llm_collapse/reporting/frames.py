@@ -12,8 +12,8 @@ Decisions:
 - Rows are unique on `KEY_COLUMNS` within one run; a duplicate is a `SchemaError` because every plot and
   table would otherwise silently average it away.
 - A missing ``run.json`` is tolerated (the report says so in its caveats); an unreadable one is an error.
-  It is read by `llm_collapse.run.record.RunRecord` (an entry of the wrong type reads as its default), and
-  values inside its free-form mappings with `as_dict` / `as_int`: bad metadata never crashes a report.
+  It is read by `llm_collapse.run.record.RunRecord`, typed field by typed field (an entry of the wrong type
+  reads as its default): bad metadata never crashes a report, and the report reads attributes.
 - Merging runs adds two columns: ``run`` (the run label, the directory name, made unique) and
   ``source_model`` (the model name as written). When the same key (model, method, task, ...) is measured
   in several runs, the colliding models are shown as ``"model [run]"`` so both series stay visible and
@@ -30,7 +30,6 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -174,22 +173,6 @@ class ReportData:
     def tiny_models(self) -> list[str]:
         """Display names of models marked ``tiny_random``."""
         return [m for m in self.models if self.is_tiny(m)]
-
-
-def as_dict(value: Any) -> dict[str, Any]:
-    """``value`` if it is a dict, else {} (run.json is read defensively: bad metadata never crashes a report)."""
-    return value if isinstance(value, dict) else {}
-
-
-def as_int(value: Any) -> int | None:
-    """``value`` as an int when it is a whole number (bools excluded), else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return int(number) if math.isfinite(number) and number.is_integer() else None
 
 
 def sorted_methods(methods: Iterable[str]) -> list[str]:

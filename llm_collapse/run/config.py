@@ -23,7 +23,8 @@ from llm_collapse.interventions import parse_interventions
 from llm_collapse.pooling import POOLINGS
 from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
 from llm_collapse.tasks.registry import RUNNABLE, tasks_with
-from llm_collapse.utils.yamlfile import read_yaml_mapping
+from llm_collapse.utils.types import matches
+from llm_collapse.utils.yamlfile import read_yaml_mapping, type_name
 
 TASKS: tuple[str, ...] = RUNNABLE
 RETRIEVAL_TASKS = tasks_with(reads_corpus=False)  # the tasks that generate their own documents and queries
@@ -388,52 +389,30 @@ def _read_yaml(path: str) -> dict:
 def check_types(values: dict, *, source: str) -> None:
     """Raises `ConfigError` for the first value whose type differs from its `CompareConfig` field.
 
-    Strict on purpose: YAML's ``8.5``, ``true`` or ``"8"`` are not silently coerced to integers, and a bare
-    string is not a list (``models: minilm`` must be ``models: [minilm]``).
+    Strict on purpose (`llm_collapse.utils.types.matches`): YAML's ``8.5``, ``true`` or ``"8"`` are not
+    silently coerced to integers, a bare string is not a list (``models: minilm`` must be ``models:
+    [minilm]``), and a list of names holds no empty string.
     """
     for f in fields(CompareConfig):
         if f.name not in values:
             continue
-        value, expected = values[f.name], _FIELD_TYPES[f.type]
-        if not expected[1](value):
+        value = values[f.name]
+        empty_name = isinstance(value, list) and any(isinstance(x, str) and not x.strip() for x in value)
+        if not matches(value, f.type) or empty_name:
             raise ConfigError(
-                f"{source} value {f.name}: {value!r} ({_type_name(value)}) must be {expected[0]}"
+                f"{source} value {f.name}: {value!r} ({type_name(value)}) must be {_MUST[f.type]}"
             )
 
 
-def _type_name(value) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_str(value) -> bool:
-    return isinstance(value, str)
-
-
-_FIELD_TYPES = {
-    "list[str]": (
-        "a list of strings, e.g. [a, b]",
-        lambda v: isinstance(v, list) and all(_is_str(x) and x.strip() for x in v),
-    ),
-    "list[int]": (
-        "a list of integers, e.g. [64, 128]",
-        lambda v: isinstance(v, list) and all(map(_is_int, v)),
-    ),
-    "int": ("an integer", _is_int),
-    "list[str] | None": (
-        "a list of strings, e.g. [a, b] (or null for the default)",
-        lambda v: v is None or (isinstance(v, list) and all(_is_str(x) and x.strip() for x in v)),
-    ),
-    "int | None": ("an integer (or null for the default)", lambda v: v is None or _is_int(v)),
-    "str": ("a string", _is_str),
-    "str | None": ("a string (or null for the default)", lambda v: v is None or _is_str(v)),
-    "dict[str, str]": (
-        "a mapping of strings, e.g. {name: path} or {method: control}",
-        lambda v: isinstance(v, dict) and all(_is_str(k) and _is_str(x) for k, x in v.items()),
-    ),
+_MUST = {
+    "list[str]": "a list of strings, e.g. [a, b]",
+    "list[int]": "a list of integers, e.g. [64, 128]",
+    "int": "an integer",
+    "list[str] | None": "a list of strings, e.g. [a, b] (or null for the default)",
+    "int | None": "an integer (or null for the default)",
+    "str": "a string",
+    "str | None": "a string (or null for the default)",
+    "dict[str, str]": "a mapping of strings, e.g. {name: path} or {method: control}",
 }
 _EXAMPLES = {"models": "minilm", "methods": "base", "tasks": "collapse"}
 

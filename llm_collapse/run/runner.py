@@ -40,7 +40,7 @@ from llm_collapse.run.distributed import embed_share, world
 from llm_collapse.run.inputs import build_inputs
 from llm_collapse.run.models import load_for_run, reference_tokenizer
 from llm_collapse.run.preflight import preflight
-from llm_collapse.run.record import ModelRecord, RunRecord
+from llm_collapse.run.record import InputsRecord, ModelRecord, RunRecord
 from llm_collapse.run.results import environment, remove_report, write_results
 from llm_collapse.tasks.base import (
     BASE_METHOD,
@@ -158,7 +158,7 @@ def _write_outputs(
         started=started.isoformat(),
         finished=datetime.now(timezone.utc).isoformat(),
         wall_time_s=state.wall_time_s,
-        inputs=inputs.describe(),
+        inputs=InputsRecord.of(inputs.describe()),
         models=state.models,
         notes=state.notes,
     ).write(out)
@@ -196,7 +196,7 @@ def _control_contrasts(
             model_name, mine, config.corpus, paired[mine], paired[theirs], seed=config.seed, suffix=VS_CONTROL
         )
     if pairs:
-        record.extra["controls"] = pairs
+        record.controls = pairs
     return rows
 
 
@@ -246,7 +246,7 @@ def _run_cell(
         cell = TaskContext(embedder, model_name, stack.slug, config, inputs, cache, overwrite=overwrite)
         nested = length_paired_tasks(config.design) & set(config.tasks)
         if nested:  # the prefix design or a -start task: say how their lengths were embedded
-            record.extra.setdefault("prefix_sharing", {})[stack.slug] = _prefix_path(embedder)
+            record.prefix_sharing[stack.slug] = _prefix_path(embedder)
         for task in config.tasks:
             clock = time.perf_counter()
             logger.info("%s x %s: %s", model_name, stack.slug, task)
@@ -267,10 +267,10 @@ def _run_cell(
             paired[stack.slug] = cell.paired
         record.truncated[stack.slug] = cell.record.get("truncated", 0)
         # What a task adds to run.json for parts of its work (the quantization task: its variants).
+        record.variants.update(cell.record.get("variants", {}))
         for what, why in cell.record.get("not_applicable", {}).items():
             record.not_applicable[what] = why
             state.notes.append(f"{model_name} x {what}: not applicable ({why})")
-        record.extra.update(cell.record.get("extra", {}))
         if cell.record.get("oom_retries"):
             record.oom_retries[stack.slug] = cell.record["oom_retries"]
     finally:

@@ -33,7 +33,7 @@ Decisions:
 - A variant that cannot load because bitsandbytes is missing or broken (ImportError) is recorded as not
   applicable (``ctx.record["not_applicable"]``, which the runner copies to run.json and its notes) and the
   others still run; the preflight already refuses a run whose bitsandbytes is not installed. Each variant's
-  `Embedder.describe` and load/embed seconds go to run.json's ``variants`` (``ctx.record["extra"]``).
+  `Embedder.describe` and load/embed seconds go to run.json's ``variants`` (`ModelRecord.variants`).
 - Under several processes the ranks pre-embed only the run's methods; rank 0 embeds the variants itself.
 - bitsandbytes int8 (LLM.int8) casts bf16 activations to fp16 in its matmuls (it warns); that cast is part
   of what the int8 drift measures.
@@ -136,7 +136,7 @@ def _variant_rows(
     rows += length_contrast_rows(ctx.model, method, corpus, cell.paired, nested, seed=seed)
     for retry in cell.record.get("oom_retries", []):
         ctx.record.setdefault("oom_retries", []).append(f"{method}: {retry}")
-    ctx.record.setdefault("extra", {}).setdefault("variants", {})[method] = {
+    ctx.record.setdefault("variants", {})[method] = {
         **variant.describe(),
         "load_s": round(loaded, 3),
         "embed_s": round(time.perf_counter() - clock - loaded, 3),
