@@ -98,16 +98,24 @@ def test_a_yaml_key_given_twice_is_refused(tiny_e5_dir, tmp_path, capsys, text, 
     _refused([*_args(tiny_e5_dir, out), "--config", str(config)], capsys, [out], message)
 
 
-def test_a_refusal_prints_no_warning_before_its_line(tmp_path):
-    """The corpus sampler warns about a bin it leaves empty; the refusal of that length is the only line."""
+def test_a_refusal_prints_no_warning_before_its_line(tiny_e5_dir, tmp_path):
+    """The corpus sampler warns about a bin it leaves empty; the refusal of that length is the only line
+    (a real process: the warning would go to stderr through logging's handler). A small folder corpus keeps
+    the token counting short."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(3):
+        (corpus / f"doc{i}.txt").write_text(" ".join(f"word{j}" for j in range(400 + 50 * i)))
     env = {**os.environ, "LLM_COLLAPSE_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "llm_collapse.compare", "--models", "minilm", "--methods", "base",
-               "--tasks", "collapse", "--lengths", "64,9000000", "--out", str(tmp_path / "run")]  # fmt: skip
+    args = _args(tiny_e5_dir, tmp_path / "run", "--corpus", f"folder:{corpus}", "--lengths", "32,90000")
     for extra in ([], ["--dry-run"]):
-        done = subprocess.run([*command, *extra], capture_output=True, text=True, env=env, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "llm_collapse.compare", *args, *extra],
+            capture_output=True, text=True, env=env, timeout=300,
+        )  # fmt: skip
         assert done.returncode == 2, done.stderr
         lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: --lengths 9000000:"), done.stderr
+        assert len(lines) == 1 and lines[0].startswith("error: --lengths 90000:"), done.stderr
         assert done.stdout == ""
     assert not (tmp_path / "run").exists()
 
