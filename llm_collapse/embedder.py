@@ -26,7 +26,7 @@ from llm_collapse.backends.base import Backend
 from llm_collapse.batching import MAX_PADDING, plan_batches
 from llm_collapse.interventions import InterventionError, ModelContext, Stack, parse_interventions
 from llm_collapse.pooling import pool
-from llm_collapse.prefix import pool_prefixes, sharing_groups
+from llm_collapse.prefix import PrefixSharing, pool_prefixes, prefix_sharing, sharing_groups
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +134,21 @@ class Embedder:
         """What interventions are told about the model (its name, the trained length they default to)."""
         return ModelContext(name=self.name, trained_length=self.spec.trained_length)
 
+    def prefix_sharing(self, kind: Kind = "document") -> PrefixSharing:
+        """Whether, and up to which input length, prefixes of one input can be read from its forward here
+        (`llm_collapse.prefix.prefix_sharing` of this spec, model, backend and the active interventions)."""
+        backend = self.backend
+        refusal = f"backend {backend.name!r} pools itself" if backend.returns_pooled else backend.mixes_rows
+        return prefix_sharing(
+            self.spec,
+            backend.torch_model,
+            self.tokenizer,
+            self.active_interventions,
+            self.model_context,
+            kind=kind,
+            backend_reason=refusal,
+        )
+
     def intervene(self, interventions) -> InterventionBlock:
         """Applies interventions (a spec such as ``"tempscale:0.8+ntk:1e5"``, objects, or a list) for the
         ``with`` block, which yields the parsed `Stack`; the model is restored exactly afterwards.
@@ -225,40 +240,17 @@ class Embedder:
             self.tokenizer, texts, kind=kind, instruction=instruction, max_length=self.max_length
         )
 
-    def encode(
-        self,
-        texts: Sequence[str],
-        *,
-        kind: Kind = "document",
-        instruction: str | None = None,
-        batch_size: int | None = None,
-        show_progress_bar: bool | None = None,
-        share_prefixes: bool | None = None,
-    ) -> np.ndarray:
-        """Embeds ``texts``.
+    def encode(self, texts: Sequence[str], **options) -> np.ndarray:
+        """Embeds ``texts``: (n, d) float32 unit vectors, in input order.
 
-        Args:
-            texts: A list of strings.
-            kind: ``"query"`` (instruction template) or ``"document"`` (bare, as on the model cards).
-            instruction: Task instruction for queries; defaults to the card's example instruction.
-            batch_size: Most texts per batch (the token budget may make batches smaller).
-            show_progress_bar: Defaults to on when logging is at INFO and there is more than one batch.
-            share_prefixes: Embed texts whose input is a token prefix of another's from that forward, where
-                exact (see `iter_batches`); None means ``self.share_prefixes``.
-
-        Returns:
-            (n, d) float32 array of unit vectors, in input order.
+        ``options`` are those of `iter_batches` (``kind``, ``instruction``, ``batch_size``,
+        ``show_progress_bar``, ``share_prefixes``), documented there once; hidden states are `iter_batches`'s.
         """
+        if "output_hidden_states" in options:
+            raise TypeError("encode() returns embeddings only; use iter_batches(output_hidden_states=True)")
         texts = as_text_list(texts)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for batch in self.iter_batches(
-            texts,
-            kind=kind,
-            instruction=instruction,
-            batch_size=batch_size,
-            show_progress_bar=show_progress_bar,
-            share_prefixes=share_prefixes,
-        ):
+        for batch in self.iter_batches(texts, **options):
             out[batch.indices] = batch.embeddings.numpy()
         return out
 
@@ -275,13 +267,22 @@ class Embedder:
     ) -> Iterator[EmbeddedBatch]:
         """Runs length-sorted batches and yields each with its embeddings (and hidden states if asked).
 
-        With prefix sharing (``share_prefixes``, default ``self.share_prefixes``; never with hidden states or
-        a backend that pools itself; only where `llm_collapse.prefix.supports_prefix_sharing` holds and some
-        input is a prefix of another) batches are planned over the longest inputs only, and each yield holds
-        every text read from its forwards: rows of ``attention_mask`` / ``pool_mask`` then mark each text's
-        positions in its root's row (left padding included), and a yield has at most
-        ``max(batch, max_tokens_per_batch // width)`` rows. A backend whose forward mixes rows
-        (`Backend.mixes_rows`: bitsandbytes int8) runs one text per forward and shares nothing.
+        With prefix sharing (``share_prefixes``; never with hidden states; only where `prefix_sharing` allows
+        it, so never for a backend that pools itself, and some input is a prefix of another) batches are
+        planned over the longest inputs only, and each yield holds every text read from its forwards: rows of
+        ``attention_mask`` / ``pool_mask`` then mark each text's positions in its root's row (left padding
+        included), and a yield has at most ``max(batch, max_tokens_per_batch // width)`` rows. A backend whose
+        forward mixes rows (`Backend.mixes_rows`: bitsandbytes int8) runs one text per forward.
+
+        Args:
+            texts: A list of strings.
+            kind: ``"query"`` (instruction template) or ``"document"`` (bare, as on the model cards).
+            instruction: Task instruction for queries; defaults to the card's example instruction.
+            batch_size: Most texts per batch (the token budget may make batches smaller).
+            output_hidden_states: Also every layer's token states (`EmbeddedBatch.hidden_states`).
+            show_progress_bar: Defaults to on when logging is at INFO and there is more than one batch.
+            share_prefixes: Embed texts whose input is a token prefix of another's from that forward, where
+                exact; None means ``self.share_prefixes``.
         """
         if batch_size is not None:
             check_count("batch_size", batch_size)
@@ -309,7 +310,7 @@ class Embedder:
         if self.backend.mixes_rows:  # one text per forward, so each vector is the text's own
             batch_size, share = 1, False
         groups = None
-        if share and not output_hidden_states and not pooled_backend and len(encoded) > 1:
+        if share and not output_hidden_states and len(encoded) > 1:
             groups = sharing_groups(self, encoded, kind=kind)
         roots = sorted(groups) if groups else list(range(len(encoded)))  # the inputs that are run
         batches = plan_batches(

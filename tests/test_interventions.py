@@ -26,7 +26,6 @@ from llm_collapse.interventions import (
 )
 from llm_collapse.interventions.base import format_number
 from llm_collapse.interventions.rope import rotary_modules
-from llm_collapse.testing.checkpoints import save_tiny_e5_mistral
 from llm_collapse.testing.specs import INTERVENTION_MATRIX
 
 TEXTS = [
@@ -35,25 +34,15 @@ TEXTS = [
     "here we go, there and back again " * 3,
 ]
 
-TINY = [
-    ("mistral", "tiny_e5_dir"),
-    ("nv-embed", "tiny_nv_embed_dir"),
-    ("bge-gemma2", "tiny_bge_dir"),
-    ("echo-mistral", "tiny_mistral_instruct_dir"),
-    ("gemma3-270m", "tiny_gemma3_dir"),
-]
-
-
-def _load(name, fixture, request, **kwargs):
-    return lc.load_embedder(name, path=request.getfixturevalue(fixture), dtype="fp32", **kwargs)
+TINY = ["mistral", "nv-embed", "bge-gemma2", "echo-mistral", "gemma3-270m"]
 
 
 # --- TempScale -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "fixture"), TINY)
-def test_tau_one_is_bit_identical_and_exit_restores_exactly(name, fixture, request):
-    embedder = _load(name, fixture, request)
+@pytest.mark.parametrize("name", TINY)
+def test_tau_one_is_bit_identical_and_exit_restores_exactly(name, tiny_embedder):
+    embedder = tiny_embedder(name)
     before = embedder.encode(TEXTS)
     with embedder.intervene("tempscale:1"):
         assert np.array_equal(embedder.encode(TEXTS), before)
@@ -104,8 +93,8 @@ def _eager_reference(attn, captured, tau):
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("tau", [0.5, 1.7])
-def test_tempscale_equals_independent_softmax_on_eager_and_sdpa(tiny_e5_dir, implementation, tau):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32", attn_implementation=implementation)
+def test_tempscale_equals_independent_softmax_on_eager_and_sdpa(tiny_embedder, implementation, tau):
+    embedder = tiny_embedder("mistral", attn_implementation=implementation)
     assert embedder.model.config._attn_implementation == implementation
     got, expected = _layer0_reference(embedder, TEXTS[0], tau)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
@@ -143,8 +132,8 @@ def test_tempscale_on_real_gemma3_270m():
         assert np.array_equal(embedder.encode(text), before), spec
 
 
-def test_gemma2_softcap_placements_run_differ_and_match_their_definitions(tiny_bge_dir):
-    embedder = lc.load_embedder("bge-gemma2", path=tiny_bge_dir, dtype="fp32")
+def test_gemma2_softcap_placements_run_differ_and_match_their_definitions(tiny_embedder):
+    embedder = tiny_embedder("bge-gemma2")
     module = embedder.model.layers[0].self_attn
     cap, scaling = module.attn_logit_softcapping, module.scaling
     with embedder.intervene(TempScale(0.5, placement="inside")):
@@ -160,8 +149,8 @@ def test_gemma2_softcap_placements_run_differ_and_match_their_definitions(tiny_b
     assert TempScale(0.5, placement="after").slug == "tempscale-0.5-after"
 
 
-def test_tempscale_layer_subset(tiny_e5_dir):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+def test_tempscale_layer_subset(tiny_embedder):
+    embedder = tiny_embedder("mistral")
     base = embedder.encode(TEXTS)
     with embedder.intervene(TempScale(0.5, layers=(1,))):
         assert embedder.model.layers[0].self_attn.scaling == 64**-0.5
@@ -175,8 +164,8 @@ def test_tempscale_layer_subset(tiny_e5_dir):
             pass
 
 
-def test_nv_embed_pooler_untouched_unless_asked(tiny_nv_embed_dir):
-    embedder = lc.load_embedder("nv-embed", path=tiny_nv_embed_dir, dtype="fp32")
+def test_nv_embed_pooler_untouched_unless_asked(tiny_embedder):
+    embedder = tiny_embedder("nv-embed")
     pooler = embedder.model.latent_attention_model.cross_attend_blocks[0].fn
     with embedder.intervene(TempScale(0.5)):
         assert pooler.scaling == pooler.dim_head**-0.5
@@ -187,8 +176,8 @@ def test_nv_embed_pooler_untouched_unless_asked(tiny_nv_embed_dir):
     assert np.abs(backbone_only - with_pooler).max() > 1e-5
 
 
-def test_tempscale_log_equals_constant_tau_at_that_length(tiny_e5_dir):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+def test_tempscale_log_equals_constant_tau_at_that_length(tiny_embedder):
+    embedder = tiny_embedder("mistral")
     length = len(embedder.tokenize([TEXTS[0]])[0])
     tau = 1 / max(1.0, math.log(length) / math.log(4))
     with embedder.intervene(TempScaleLog(4)):
@@ -197,12 +186,7 @@ def test_tempscale_log_equals_constant_tau_at_that_length(tiny_e5_dir):
         constant = embedder.encode([TEXTS[0]])
     np.testing.assert_allclose(log_schedule[0], constant[0], atol=1e-5)
     with embedder.intervene(TempScaleLog(10_000)):  # every text shorter than L0: unchanged
-        np.testing.assert_array_equal(embedder.encode(TEXTS), embedder.encode(TEXTS))
-        np.testing.assert_allclose(
-            embedder.encode(TEXTS),
-            lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32").encode(TEXTS),
-            atol=1e-6,
-        )
+        np.testing.assert_allclose(embedder.encode(TEXTS), tiny_embedder("mistral").encode(TEXTS), atol=1e-6)
 
 
 # --- RoPE baselines ------------------------------------------------------------------------------------
@@ -233,9 +217,9 @@ def _rotary(embedder):
         (PositionInterpolation(4), {"rope_type": "linear", "rope_theta": 1e4, "factor": 4.0}),
     ],
 )
-def test_rope_frequencies_equal_what_transformers_computes(tiny_e5_dir, intervention, rope):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
-    config = MistralConfig.from_pretrained(tiny_e5_dir)
+def test_rope_frequencies_equal_what_transformers_computes(tiny_dir, tiny_embedder, intervention, rope):
+    embedder = tiny_embedder("mistral")
+    config = MistralConfig.from_pretrained(tiny_dir("mistral"))
     config.rope_parameters = rope
     expected = MistralRotaryEmbedding(config)
     with embedder.intervene(intervention):
@@ -250,8 +234,8 @@ def test_rope_frequencies_equal_what_transformers_computes(tiny_e5_dir, interven
     assert embedder.model.config.rope_parameters["rope_theta"] == 1e4  # the model's own config is untouched
 
 
-def test_dynamic_ntk_uses_the_trained_length(tiny_e5_dir):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+def test_dynamic_ntk_uses_the_trained_length(tiny_embedder):
+    embedder = tiny_embedder("mistral")
     short, long = ["a b"], ["word " * 40]
     assert len(embedder.tokenize(short)[0]) < 16 < len(embedder.tokenize(long)[0])
     base_short, base_long = embedder.encode(short), embedder.encode(long)
@@ -260,9 +244,9 @@ def test_dynamic_ntk_uses_the_trained_length(tiny_e5_dir):
         assert np.abs(embedder.encode(long) - base_long).max() > 1e-4
 
 
-def test_gemma3_per_layer_type_rope(tiny_gemma3_dir):
-    embedder = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32")
-    config = Gemma3TextConfig.from_pretrained(tiny_gemma3_dir)
+def test_gemma3_per_layer_type_rope(tiny_dir, tiny_embedder):
+    embedder = tiny_embedder("gemma3-270m")
+    config = Gemma3TextConfig.from_pretrained(tiny_dir("gemma3-270m"))
     with embedder.intervene(YaRN(8, 4096)):
         rotary = _rotary(embedder)
         assert rotary.rope_type == {"full_attention": "yarn", "sliding_attention": "default"}
@@ -285,11 +269,9 @@ def _fresh_gemma3_inv_freq(config, layer_type):
 # --- sliding window ------------------------------------------------------------------------------------
 
 
-def test_window_off_matters_only_past_the_window_and_equals_a_windowless_model(tmp_path):
-    windowed = save_tiny_e5_mistral(tmp_path / "w", sliding_window=8)
-    plain = save_tiny_e5_mistral(tmp_path / "p", sliding_window=None)
-    embedder = lc.load_embedder("mistral", path=windowed, dtype="fp32")
-    reference = lc.load_embedder("mistral", path=plain, dtype="fp32")
+def test_window_off_matters_only_past_the_window_and_equals_a_windowless_model(tiny_embedder):
+    embedder = tiny_embedder("mistral", layout={"sliding_window": 8})
+    reference = tiny_embedder("mistral", layout={"sliding_window": None})
     short, long = ["a b c"], ["the grass is green and the sky is blue " * 3]
     np.testing.assert_allclose(embedder.encode(short), reference.encode(short), atol=1e-6)
     assert np.abs(embedder.encode(long) - reference.encode(long)).max() > 1e-4
@@ -302,13 +284,11 @@ def test_window_off_matters_only_past_the_window_and_equals_a_windowless_model(t
 # --- mechanics, parsing, bad input ---------------------------------------------------------------------
 
 
-def test_load_time_option_equals_context_manager(tiny_e5_dir):
-    plain = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+def test_load_time_option_equals_context_manager(tiny_embedder):
+    plain = tiny_embedder("mistral")
     with plain.intervene("tempscale:0.8+ntk:3e4"):
         expected = plain.encode(TEXTS)
-    loaded = lc.load_embedder(
-        "mistral", path=tiny_e5_dir, dtype="fp32", interventions=["tempscale:0.8", "ntk:3e4"]
-    )
+    loaded = tiny_embedder("mistral", interventions=["tempscale:0.8", "ntk:3e4"])
     assert loaded.interventions == "tempscale-0.8+ntk-theta3e4"
     assert [p["slug"] for p in loaded.describe()["intervention_params"]] == ["tempscale-0.8", "ntk-theta3e4"]
     np.testing.assert_array_equal(loaded.encode(TEXTS), expected)
@@ -368,12 +348,12 @@ def test_bad_specs_are_one_line_errors(spec, match):
     assert "\n" not in str(info.value)
 
 
-def test_unsupported_architecture_and_nothing_to_act_on(tiny_e5_dir, tiny_nv_embed_dir):
-    mistral = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+def test_unsupported_architecture_and_nothing_to_act_on(tiny_embedder):
+    mistral = tiny_embedder("mistral")
     with pytest.raises(InterventionError, match="no attention softcap"):
         with mistral.intervene("tempscale:0.8:after"):
             pass
-    nv = lc.load_embedder("nv-embed", path=tiny_nv_embed_dir, dtype="fp32")
+    nv = tiny_embedder("nv-embed")
     with pytest.raises(InterventionError, match="no sliding window"):
         with nv.intervene("window:off"):
             pass
@@ -383,8 +363,8 @@ def test_unsupported_architecture_and_nothing_to_act_on(tiny_e5_dir, tiny_nv_emb
     assert mistral.interventions == "base"  # a refused intervention leaves nothing behind
 
 
-def test_selfextend_composes_with_the_log_temperature_in_any_order(tiny_e5_dir):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+def test_selfextend_composes_with_the_log_temperature_in_any_order(tiny_embedder):
+    embedder = tiny_embedder("mistral")
     with embedder.intervene("tempscale-log:4+selfextend:2:4"):
         first = embedder.encode(TEXTS)
     with embedder.intervene("selfextend:2:4+tempscale-log:4"):
@@ -394,9 +374,9 @@ def test_selfextend_composes_with_the_log_temperature_in_any_order(tiny_e5_dir):
 
 
 @pytest.mark.parametrize("spec", INTERVENTION_MATRIX)
-@pytest.mark.parametrize(("name", "fixture"), TINY)
-def test_every_intervention_on_every_tiny_architecture(name, fixture, request, spec):
-    embedder = _load(name, fixture, request)
+@pytest.mark.parametrize("name", TINY)
+def test_every_intervention_on_every_tiny_architecture(name, tiny_embedder, spec):
+    embedder = tiny_embedder(name)
     texts = ["the grass is green and the sky is blue " * 3]
     before = embedder.encode(texts)
     with embedder.intervene(spec) as stack:
@@ -417,12 +397,12 @@ def test_attention_interventions_on_real_minilm(spec):
     assert np.array_equal(embedder.encode(texts), before)
 
 
-def test_tempscale_on_one_layer_type_is_yarns_hidden_temperature(tiny_gemma3_dir):
+def test_tempscale_on_one_layer_type_is_yarns_hidden_temperature(tiny_dir, tiny_embedder):
     """The matched control of the study's Q5: YaRN's attention factor af scales cos and sin, so full-attention
     logits by af^2; YaRN without it plus tempscale tau = 1/af^2 on the full-attention layers only is YaRN."""
-    embedder = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32")
+    embedder = tiny_embedder("gemma3-270m")
     af = 0.1 * math.log(8) + 1
-    types = Gemma3TextConfig.from_pretrained(tiny_gemma3_dir).layer_types
+    types = Gemma3TextConfig.from_pretrained(tiny_dir("gemma3-270m")).layer_types
     full = [i for i, t in enumerate(types) if t == "full_attention"]
     assert 0 < len(full) < len(types)
     with embedder.intervene("yarn:8"):

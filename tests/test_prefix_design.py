@@ -11,9 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import llm_collapse
 from llm_collapse.backends.hf import HFBackend, load_tokenizer
-from llm_collapse.cli.compare import main
 from llm_collapse.data import load_corpus
 from llm_collapse.data.prefixes import PrefixDesignError, nested_prefixes
 from llm_collapse.errors import UserError
@@ -79,14 +77,10 @@ def test_nested_prefixes_concatenates_and_refuses(sotu, minilm_tokenizer):
 
 
 @pytest.mark.usefixtures("private_cache", "needs_sotu")
-def test_compare_prefix_design_end_to_end(tiny_e5_dir, tmp_path):
+def test_compare_prefix_design_end_to_end(run_compare, tmp_path):
     out = tmp_path / "run"
-    args = [
-        "--models", "mistral", "--model-path", f"mistral={tiny_e5_dir}", "--methods", "base",
-        "--tasks", "collapse", "--lengths", "32,64", "--dtype", "fp32", "--no-report", "--out", str(out),
-        "--design", "prefix", "--prefix-docs", "5", "--batch-size", "8",
-    ]  # fmt: skip
-    assert main(args) == 0
+    run = dict(tiny="mistral", methods="base", tasks="collapse", dtype="fp32", no_report=True)
+    assert run_compare(out, **run, lengths=[32, 64], design="prefix", prefix_docs=5, batch_size=8) == 0
     frame = pd.read_parquet(out / "results.parquet")
     collapse = frame[(frame.task == "collapse") & (frame.metric == "pairwise_cosine")]
     assert sorted(collapse.length) == [32, 64]
@@ -117,8 +111,8 @@ def test_config_design_fields():
     assert parser.parse_args(["--prefix-docs", "7", "--design", "prefix"]).prefix_docs == 7
 
 
-def test_prefix_design_shares_one_forward_per_document(sotu, tiny_gemma3_dir, monkeypatch, caplog):
-    embedder = llm_collapse.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32")
+def test_prefix_design_shares_one_forward_per_document(sotu, tiny_embedder, monkeypatch, caplog):
+    embedder = tiny_embedder("gemma3-270m")
     n_docs, lengths = 3, [32, 64, 128]
     items = nested_prefixes(sotu, embedder.tokenizer, lengths, n_docs=n_docs, seed=0, corpus="sotu")
     texts = [t.text for t in items]
@@ -141,7 +135,7 @@ def test_prefix_design_shares_one_forward_per_document(sotu, tiny_gemma3_dir, mo
     assert cosines.min() >= 0.99999, cosines
 
 
-def test_progress_bar_moves_once_per_forward_by_every_text_it_embedded(sotu, tiny_gemma3_dir, monkeypatch):
+def test_progress_bar_moves_once_per_forward_by_every_text_it_embedded(sotu, tiny_embedder, monkeypatch):
     import llm_collapse.embedder as embedder_module
 
     updates = []
@@ -163,7 +157,7 @@ def test_progress_bar_moves_once_per_forward_by_every_text_it_embedded(sotu, tin
             pass
 
     monkeypatch.setattr(embedder_module, "tqdm", Bar)
-    embedder = llm_collapse.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32")
+    embedder = tiny_embedder("gemma3-270m")
     lengths = [32, 64, 128]
     items = nested_prefixes(sotu, embedder.tokenizer, lengths, n_docs=3, seed=0, corpus="sotu")
     embedder.max_tokens_per_batch = 1  # rows are handed on one at a time, as from one 32k forward
@@ -172,13 +166,9 @@ def test_progress_bar_moves_once_per_forward_by_every_text_it_embedded(sotu, tin
 
 
 @pytest.mark.usefixtures("private_cache")
-def test_dry_run_states_forward_passes_of_the_prefix_sweep(tiny_gemma3_dir, tmp_path, capsys):
-    from llm_collapse.cli.compare import main
-
-    args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods",
-            "base,tempscale-log:100,dynamic:2", "--tasks", "collapse", "--lengths", "32,64,128", "--design", "prefix",
-            "--prefix-docs", "4", "--out", str(tmp_path / "run"), "--dry-run"]  # fmt: skip
-    assert main(args) == 0
+def test_dry_run_states_forward_passes_of_the_prefix_sweep(run_compare, tmp_path, capsys):
+    run = dict(tiny="gemma3-270m", methods="base,tempscale-log:100,dynamic:2", tasks="collapse", dry_run=True)
+    assert run_compare(tmp_path / "run", **run, lengths=[32, 64, 128], design="prefix", prefix_docs=4) == 0
     printed = capsys.readouterr().out
     assert "gemma3-270m x base: 4 prefix-sweep forwards (one per document: sharing is exact)" in printed
     assert "gemma3-270m x dynamic:2: 12 prefix-sweep forwards (4 documents x 3 lengths:" in printed
@@ -198,7 +188,7 @@ def test_dry_run_states_forward_passes_of_the_prefix_sweep(tiny_gemma3_dir, tmp_
     ],
 )
 @pytest.mark.usefixtures("needs_sotu")
-def test_prefix_design_smoke_on_the_real_offline_models(model, path, tmp_path, monkeypatch):
+def test_prefix_design_smoke_on_the_real_offline_models(model, path, run_compare, tmp_path, monkeypatch):
     """Code path on the study's real CPU subjects at tiny N (numbers are not findings): paired length
     contrasts written, the embedding path recorded, the report built."""
     from llm_collapse.utils.paths import cache_root
@@ -209,12 +199,9 @@ def test_prefix_design_smoke_on_the_real_offline_models(model, path, tmp_path, m
         (tmp_path / "cache" / "converted").symlink_to(converted)
     monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
-    args = [
-        "--models", model, "--methods", "base", "--tasks", "collapse,knn", "--label", "party",
-        "--lengths", "64,128", "--dtype", "fp32", "--out", str(out), "--design", "prefix",
-        "--prefix-docs", "6", "--batch-size", "4",
-    ]  # fmt: skip
-    assert main(args) == 0  # both models come with the README's install (the `offline` extra)
+    run = dict(models=model, methods="base", tasks="collapse,knn", label="party", dtype="fp32")
+    # both models come with the README's install (the `offline` extra)
+    assert run_compare(out, **run, lengths=[64, 128], design="prefix", prefix_docs=6, batch_size=4) == 0
     frame = pd.read_parquet(out / "results.parquet")
     assert set(frame[frame.metric == "pairwise_cosine"].n) == {6}
     contrast = frame[frame.metric == "pairwise_cosine_vs_shortest"]
@@ -241,19 +228,18 @@ def test_nested_prefix_texts_never_share_a_paragraph(sotu, minilm_tokenizer):
 
 
 @pytest.mark.usefixtures("private_cache")
-def test_dry_run_counts_full_attention_when_the_window_is_switched_off(
-    tiny_gemma3_dir, tmp_path, monkeypatch
-):
+def test_dry_run_counts_full_attention_when_the_window_is_switched_off(tiny_dir, tmp_path, monkeypatch):
     """window:off (and LongEmbed's presets) widen Gemma 3's sliding layers (16 tokens in the replica) to full
     attention, so their estimate exceeds base's at lengths past the window; the plan says so."""
     from llm_collapse.run.config import CompareConfig
     from llm_collapse.run.plan import plan
 
     monkeypatch.setenv("LLM_COLLAPSE_PLAN_GFLOPS", "100")  # one rate for every estimate: seconds ~ FLOPs
+    replica = str(tiny_dir("gemma3-270m"))
 
     def estimate(method: str) -> tuple[str, float]:
         config = CompareConfig(
-            models=["gemma3-270m"], model_paths={"gemma3-270m": str(tiny_gemma3_dir)}, methods=[method],
+            models=["gemma3-270m"], model_paths={"gemma3-270m": replica}, methods=[method],
             tasks=["collapse"], lengths=[64, 256], design="prefix", prefix_docs=2, out=str(tmp_path / "run"),
         ).validate()  # fmt: skip
         return plan(config)
@@ -267,9 +253,7 @@ def test_dry_run_counts_full_attention_when_the_window_is_switched_off(
 
 
 @pytest.mark.usefixtures("private_cache")
-def test_dry_run_adds_the_layerwise_recorder_and_the_quantization_variants(
-    tiny_gemma3_dir, tmp_path, monkeypatch
-):
+def test_dry_run_adds_the_layerwise_recorder_and_the_quantization_variants(tiny_dir, tmp_path, monkeypatch):
     """The entropy recorder replaces a layerwise-only run's plain forwards at its measured cost ratio, and each
     quantization variant embeds base's texts again (at the measured bitsandbytes ratio on CPU), under base only."""
     from llm_collapse.backends.device import resolve_device
@@ -277,10 +261,11 @@ def test_dry_run_adds_the_layerwise_recorder_and_the_quantization_variants(
     from llm_collapse.run.config import CompareConfig
 
     monkeypatch.setenv("LLM_COLLAPSE_PLAN_GFLOPS", "100")
+    replica = str(tiny_dir("gemma3-270m"))
 
     def estimate(tasks: list[str], methods=("base",), **extra) -> tuple[str, float]:
         config = CompareConfig(
-            models=["gemma3-270m"], model_paths={"gemma3-270m": str(tiny_gemma3_dir)}, methods=list(methods),
+            models=["gemma3-270m"], model_paths={"gemma3-270m": replica}, methods=list(methods),
             tasks=tasks, lengths=[64, 256], design="prefix", prefix_docs=4, out=str(tmp_path / "run"), **extra,
         ).validate()  # fmt: skip
         return planning.plan(config)

@@ -40,10 +40,6 @@ def _last_token_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return hidden[torch.arange(hidden.shape[0]), mask.sum(1) - 1]
 
 
-def _load(name, directory, **kwargs):
-    return lc.load_embedder(name, path=directory, dtype="fp32", device="cpu", **kwargs)
-
-
 # --- Qwen3-Embedding -----------------------------------------------------------------------------------------------
 
 
@@ -63,34 +59,35 @@ def _card_qwen3(directory, texts, max_length):
 
 
 @pytest.mark.parametrize("max_length", [8192, 12])
-def test_qwen3_embedding_matches_card(tiny_qwen3_dir, max_length):
-    embedder = _load("qwen3-embedding-0.6b", tiny_qwen3_dir, max_length=max_length)
+def test_qwen3_embedding_matches_card(tiny_dir, tiny_embedder, max_length):
+    directory = tiny_dir("qwen3-embedding-0.6b")
+    embedder = tiny_embedder("qwen3-embedding-0.6b", device="cpu", max_length=max_length)
     prompted = [f"Instruct: {TASK}\nQuery:{q}" for q in QUERIES]  # the card's get_detailed_instruct
     for texts, kind, inputs in ((QUERIES, "query", prompted), (DOCS, "document", DOCS)):
-        expected, rows = _card_qwen3(tiny_qwen3_dir, inputs, max_length)  # one padded batch
+        expected, rows = _card_qwen3(directory, inputs, max_length)  # one padded batch
         _assert_same(embedder.encode(texts, kind=kind), expected)
-        alone = torch.cat([_card_qwen3(tiny_qwen3_dir, [t], max_length)[0] for t in inputs])  # no padding
+        alone = torch.cat([_card_qwen3(directory, [t], max_length)[0] for t in inputs])  # no padding
         _assert_same(embedder.encode(texts, kind=kind, batch_size=1), alone)
         assert [list(e.input_ids) for e in embedder.tokenize(texts, kind=kind)] == rows
 
 
-def test_qwen3_embedding_ends_with_one_endoftext_whatever_the_tokenizer(tiny_qwen3_dir, tmp_path):
+def test_qwen3_embedding_ends_with_one_endoftext_whatever_the_tokenizer(tiny_dir, tiny_embedder, tmp_path):
     """The replica's tokenizer names <|im_end|> as EOS (inherited from Qwen3) and appends <|endoftext|> itself; a
     tokenizer from before the card's update appends nothing. Both give the card's ids."""
     from llm_collapse.testing.qwen_tokenizer import build_qwen_tokenizer
     from llm_collapse.testing.tokenizers import save_tokenizer
 
-    embedder = _load("qwen3-embedding-0.6b", tiny_qwen3_dir, max_length=10)
+    embedder = tiny_embedder("qwen3-embedding-0.6b", device="cpu", max_length=10)
     assert embedder.tokenizer.eos_token == "<|im_end|>"
     eod = embedder.tokenizer.convert_tokens_to_ids(EOD)
     new = embedder.tokenize(DOCS + ["word " * 50, ""])
     for encoded in new:
         assert encoded.input_ids[-1] == eod and encoded.input_ids.count(eod) == 1 and len(encoded) <= 10
     old_dir = tmp_path / "old"
-    shutil.copytree(tiny_qwen3_dir, old_dir)
+    shutil.copytree(tiny_dir("qwen3-embedding-0.6b"), old_dir)
     save_tokenizer(build_qwen_tokenizer(append_eos=False, eos_token="<|im_end|>"), old_dir)
-    old = _load("qwen3-embedding-0.6b", old_dir, max_length=10).tokenize(DOCS + ["word " * 50, ""])
-    assert old == new
+    old = lc.load_embedder("qwen3-embedding-0.6b", path=old_dir, dtype="fp32", device="cpu", max_length=10)
+    assert old.tokenize(DOCS + ["word " * 50, ""]) == new
 
 
 def test_qwen3_sizes_share_the_card_format():
@@ -127,24 +124,25 @@ def _card_gte(directory, texts, max_length):
 
 
 @pytest.mark.parametrize("max_length", [8192, 12])
-def test_gte_qwen2_matches_card(tiny_gte_qwen2_dir, max_length):
-    embedder = _load("gte-qwen2", tiny_gte_qwen2_dir, max_length=max_length)
+def test_gte_qwen2_matches_card(tiny_dir, tiny_embedder, max_length):
+    directory = tiny_dir("gte-qwen2")
+    embedder = tiny_embedder("gte-qwen2", device="cpu", max_length=max_length)
     prompted = [f"Instruct: {TASK}\nQuery: {q}" for q in QUERIES]
     for texts, kind, inputs in ((QUERIES, "query", prompted), (DOCS, "document", DOCS)):
-        expected, rows = _card_gte(tiny_gte_qwen2_dir, inputs, max_length)
+        expected, rows = _card_gte(directory, inputs, max_length)
         _assert_same(embedder.encode(texts, kind=kind), expected)
-        alone = torch.cat([_card_gte(tiny_gte_qwen2_dir, [t], max_length)[0] for t in inputs])
+        alone = torch.cat([_card_gte(directory, [t], max_length)[0] for t in inputs])
         _assert_same(embedder.encode(texts, kind=kind, batch_size=1), alone)
         assert [list(e.input_ids) for e in embedder.tokenize(texts, kind=kind)] == rows
 
 
-@pytest.mark.parametrize(("name", "fixture", "reads_ahead"), [
-    ("gte-qwen2", "tiny_gte_qwen2_dir", True),
-    ("qwen3-embedding-0.6b", "tiny_qwen3_dir", False),
+@pytest.mark.parametrize(("name", "reads_ahead"), [
+    ("gte-qwen2", True),
+    ("qwen3-embedding-0.6b", False),
 ])  # fmt: skip
-def test_attention_direction_padded_or_not(name, fixture, reads_ahead, request):
+def test_attention_direction_padded_or_not(name, reads_ahead, tiny_embedder):
     """gte-Qwen2's first state reads later tokens, unpadded (sdpa's own causal flag) and padded alike."""
-    embedder = _load(name, request.getfixturevalue(fixture))
+    embedder = tiny_embedder(name, device="cpu")
     a, b = (list(e.input_ids) for e in embedder.tokenize(["the cat eats bread", "the cat eats rice"]))
     assert a[0] == b[0] and a != b
     for pad in (0, 3):
@@ -154,15 +152,14 @@ def test_attention_direction_padded_or_not(name, fixture, reads_ahead, request):
         assert (not torch.allclose(first[0], first[1], atol=1e-6)) is reads_ahead
 
 
-@pytest.mark.parametrize(("name", "fixture", "reason"), [
-    ("gte-qwen2", "tiny_gte_qwen2_dir", "bidirectionally"),
-    ("qwen3-embedding-0.6b", "tiny_qwen3_dir", "exactly one EOS"),
+@pytest.mark.parametrize(("name", "reason"), [
+    ("gte-qwen2", "bidirectionally"),
+    ("qwen3-embedding-0.6b", "exactly one EOS"),
 ])  # fmt: skip
-def test_interventions_apply_restore_and_prefix_sharing_says_why_not(name, fixture, reason, request):
+def test_interventions_apply_restore_and_prefix_sharing_says_why_not(name, reason, tiny_embedder):
     from llm_collapse.interventions import InterventionError
-    from llm_collapse.prefix import supports_prefix_sharing
 
-    embedder = _load(name, request.getfixturevalue(fixture))
+    embedder = tiny_embedder(name, device="cpu")
     before = embedder.encode(DOCS)
     for method in ("tempscale:0.8", "ntk:1e5", "yarn:4:8192"):
         with embedder.intervene(method):
@@ -172,26 +169,23 @@ def test_interventions_apply_restore_and_prefix_sharing_says_why_not(name, fixtu
         with embedder.intervene("window:off"):
             pass
     assert "\n" not in str(info.value)
-    ok, why = supports_prefix_sharing(embedder)
-    assert not ok and reason in why
+    sharing = embedder.prefix_sharing()
+    assert not sharing.ok and reason in sharing.reason
 
 
-def test_vllm_backend_runs_gte_qwen2_bidirectionally(tiny_gte_qwen2_dir, tiny_qwen3_dir, monkeypatch):
+def test_vllm_backend_runs_gte_qwen2_bidirectionally(tiny_dir, monkeypatch):
     """Engine settings only (no vLLM here): is_causal=False for gte-Qwen2, nothing for Qwen3-Embedding."""
     from llm_collapse.adapters import resolve_spec
-    from llm_collapse.backends import vllm_backend
+    from llm_collapse.backends.vllm import VLLMBackend
     from llm_collapse.backends.weights import resolve_weights
 
-    monkeypatch.setattr(vllm_backend, "require_vllm", lambda: None)
-    for name, directory, causal in (
-        ("gte-qwen2", tiny_gte_qwen2_dir, False),
-        ("qwen3-embedding-0.6b", tiny_qwen3_dir, True),
-    ):
+    monkeypatch.setattr("llm_collapse.backends.vllm.backend.require_vllm", lambda: None)
+    for name, causal in (("gte-qwen2", False), ("qwen3-embedding-0.6b", True)):
         spec, _ = resolve_spec(name)
-        backend = vllm_backend.VLLMBackend(spec, resolve_weights(name, None, "hub", directory), device="cpu")
-        assert backend.causal is causal
-        assert backend.base_overrides == ({} if causal else {"is_causal": False})
-        assert getattr(backend.config.get_text_config(), "is_causal", True) is causal
+        vllm = VLLMBackend(spec, resolve_weights(name, None, "hub", tiny_dir(name)), device="cpu")
+        assert vllm.causal is causal
+        assert vllm.base_overrides == ({} if causal else {"is_causal": False})
+        assert getattr(vllm.config.get_text_config(), "is_causal", True) is causal
 
 
 @pytest.mark.parametrize(("name", "dims"), [

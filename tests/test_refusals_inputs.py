@@ -90,21 +90,18 @@ def test_bad_jsonl_record_is_named_by_file_and_line(tmp_path, bad_line, message)
     ("bad_line", "message"), [BAD_RECORDS[0], BAD_RECORDS[1], BAD_RECORDS[4], BAD_RECORDS[6]]
 )
 def test_compare_refuses_a_bad_jsonl_record_in_one_line(
-    tiny_e5_dir, tmp_path, capsys, private_cache, bad_line, message
+    run_compare, tmp_path, capsys, private_cache, bad_line, message
 ):
     """Through ``compare --dry-run``: the list-valued ``labels`` was an AttributeError and the lone surrogate a
     TypeError in the tokenizer, neither naming the file."""
-    from llm_collapse.cli.compare import main as compare_main
-
     folder = _folder(tmp_path, bad_line)
     out = tmp_path / "run"
-    args = [
-        "--models", "mistral", "--model-path", f"mistral={tiny_e5_dir}", "--methods", "base",
-        "--tasks", "collapse", "--lengths", "32", "--max-per-bin", "4", "--dtype", "fp32",
-        "--corpus", f"folder:{folder}", "--no-report", "--out", str(out), "--dry-run",
-    ]  # fmt: skip
+    flags = dict(
+        tiny="mistral", methods="base", tasks="collapse", lengths=[32], max_per_bin=4, dtype="fp32",
+        corpus=f"folder:{folder}", no_report=True, dry_run=True,
+    )  # fmt: skip
     before = file_tree(tmp_path)
-    assert compare_main(args) == 2
+    assert run_compare(out, **flags) == 2
     line = _one_error_line(capsys)
     assert "c.jsonl:2: bad jsonl record: " in line and message in line, line
     assert file_tree(tmp_path) == before

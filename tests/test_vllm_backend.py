@@ -28,7 +28,7 @@ from llm_collapse import load_embedder  # noqa: E402
 from llm_collapse.adapters import resolve_spec  # noqa: E402
 from llm_collapse.adapters.inputs import EncodedText  # noqa: E402
 from llm_collapse.backends import BACKENDS  # noqa: E402
-from llm_collapse.backends.vllm_backend import (  # noqa: E402
+from llm_collapse.backends.vllm import (  # noqa: E402
     CPU_HEAD_SIZES,
     INSTALL_HINT,
     VLLMBackend,
@@ -253,7 +253,7 @@ def test_unsupported_head_size_is_refused_before_an_engine_starts(tmp_path, monk
     directory = save_tiny_e5_mistral(tmp_path / "e5-48", head_dim=48)
     spec, _ = resolve_spec("e5-mistral")
     started = []
-    monkeypatch.setattr("llm_collapse.backends.vllm_backend._Engine", lambda *a, **k: started.append(1))
+    monkeypatch.setattr("llm_collapse.backends.vllm.backend.Engine", lambda *a, **k: started.append(1))
     with pytest.raises(ValueError, match="head size 48"):
         VLLMBackend(spec, resolve_weights(spec.name, None, "path", directory), device="cpu")
     assert not started

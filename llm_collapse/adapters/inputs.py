@@ -113,7 +113,7 @@ class TemplateFormat:
         for (prefix, _), (ids, truncated) in zip(pairs, ids_list, strict=True):
             if self.eos == "exactly-one":
                 ids = [*ids, eos_id]
-            out.append(EncodedText(tuple(ids), tuple(self._pool_mask(tokenizer, ids, prefix)), truncated))
+            out.append(EncodedText(tuple(ids), tuple(self.pool_mask(tokenizer, ids, prefix)), truncated))
         return out
 
     def eos_of(self, tokenizer) -> tuple[str, int]:
@@ -127,7 +127,12 @@ class TemplateFormat:
             )
         return self.eos_token, eos_id
 
-    def _pool_mask(self, tokenizer, ids: list[int], prefix: str) -> list[int]:
+    def pool_mask(self, tokenizer, ids: Sequence[int], prefix: str) -> list[int]:
+        """The pool mask of ``ids`` as a whole input; ``prefix`` is what precedes the text (`format`).
+
+        Public because `llm_collapse.prefix` asks it for each token prefix of a longer input: a prefix gets
+        the mask its own encoding would, not a slice of the long input's.
+        """
         mask = [1] * len(ids)
         if self.pool_span == "skip-bos" and ids and ids[0] == tokenizer.bos_token_id and len(ids) > 1:
             mask[0] = 0

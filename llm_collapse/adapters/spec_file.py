@@ -22,7 +22,9 @@ A file holds one mapping; only ``name`` and ``pooling`` are required (JSON takes
 Decisions
     - Strict, like every other input: unknown keys, wrong types and values outside the allowed sets are refused
       with one `SpecError` line naming the file, the key, the value, what is allowed and how to fix it. YAML's
-      ``8192.0`` or ``"8192"`` is not an integer; ``true`` is not a string.
+      ``8192.0`` or ``"8192"`` is not an integer; ``true`` is not a string. Types are checked by the package's
+      one type check (`llm_collapse.utils.types.matches`), the file is read by its one YAML/JSON reader
+      (`llm_collapse.utils.yamlfile`), and each key's rule (type, default, what is allowed) is one row of `_RULES`.
     - The file describes a template embedder (prompt template + EOS policy + pool span), the same
       `EmbedderSpec` / `TemplateFormat` the built-in specs use, so interventions, the prefix sweep, the cache and
       the report treat it like a built-in model. Echo on a local decoder needs no file (``echo:/path``).
@@ -33,11 +35,11 @@ Decisions
 
 from __future__ import annotations
 
-import json
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -45,6 +47,8 @@ from llm_collapse.adapters.inputs import TemplateFormat
 from llm_collapse.adapters.spec import ATTENTIONS, EmbedderSpec
 from llm_collapse.errors import UserError
 from llm_collapse.pooling import POOLINGS
+from llm_collapse.utils.types import matches
+from llm_collapse.utils.yamlfile import read_yaml_mapping
 
 EOS_POLICIES: tuple[str, ...] = ("tokenizer", "exactly-one", "as-text")
 POOL_SPANS: tuple[str, ...] = ("all", "skip-bos", "skip-instruction")
@@ -55,16 +59,65 @@ SUFFIXES: tuple[str, ...] = (".yaml", ".yml", ".json")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _ALIAS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")  # hub ids ("org/model") are fine as aliases
 _REQUIRED = ("name", "pooling")
-_OPTIONAL = (
-    "hub_id", "path", "architectures", "query_template", "document_template", "eos", "eos_token", "pool_span",
-    "attention", "attn_implementation", "max_length", "trained_length", "default_instruction", "transformers",
-    "description", "aliases",
-)  # fmt: skip
-KEYS: tuple[str, ...] = _REQUIRED + _OPTIONAL
+_EXAMPLES = {"name": "my-model", "pooling": "last"}
 
 
 class SpecError(UserError, ValueError):
     """An embedder spec that cannot be used; the message is one line (what, what is allowed, how to fix)."""
+
+
+def _one_of(allowed: tuple[str, ...]) -> tuple[str, Callable[[Any], bool]]:
+    return f"one of {', '.join(allowed)}", lambda value: value in allowed
+
+
+def _names(regex: re.Pattern) -> Callable[[Any], bool]:
+    return lambda value: all(regex.fullmatch(v) for v in ([value] if isinstance(value, str) else value))
+
+
+def _is_specifier(value: str) -> bool:
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        return False
+    return True
+
+
+def _nonblank(value: str | None) -> bool:
+    return value is None or bool(value.strip())
+
+
+def _at_least_2(value: int | None) -> bool:
+    return value is None or value >= 2
+
+
+_TEXT = ("a non-empty string (or null)", _nonblank)
+_LENGTH = ("an integer >= 2 (or null)", _at_least_2)
+_TEMPLATE = ("a string with {text} once, e.g. 'Instruct: {instruction}\\nQuery: {text}'", None)
+_RULES: dict[str, tuple[str, Any, str, Callable[[Any], bool] | None]] = {
+    # key: (type, checked by `matches`; default; what a value must be; what else it must pass)
+    "name": ("str", None, "a string of letters, digits, '.', '_' or '-', starting with a letter or digit",
+             _NAME.fullmatch),
+    "hub_id": ("str | None", None, *_TEXT),
+    "path": ("str | None", None, *_TEXT),
+    "architectures": ("list[str] | str", [], "a list of names (letters, digits, '.', '_', '-'), e.g. [qwen3]",
+                      _names(_NAME)),
+    "query_template": ("str", "{text}", *_TEMPLATE),
+    "document_template": ("str", "{text}", *_TEMPLATE),
+    "eos": ("str", "tokenizer", *_one_of(EOS_POLICIES)),
+    "eos_token": ("str | None", None, *_TEXT),
+    "pool_span": ("str", "all", *_one_of(POOL_SPANS)),
+    "pooling": ("str", None, *_one_of(POOLINGS)),
+    "attention": ("str", "causal", *_one_of(ATTENTIONS)),
+    "attn_implementation": ("str", "sdpa", *_one_of(ATTN_IMPLEMENTATIONS)),
+    "max_length": ("int | None", None, *_LENGTH),
+    "trained_length": ("int | None", None, *_LENGTH),
+    "default_instruction": ("str | None", None, *_TEXT),
+    "transformers": ("str", EmbedderSpec.transformers, "a version specifier, e.g. '>=5.19,<6'", _is_specifier),
+    "description": ("str | None", None, *_TEXT),
+    "aliases": ("list[str] | str", [], "a list of names (letters, digits, '.', '_', '-', '/'), e.g. [org/model]",
+                _names(_ALIAS)),
+}  # fmt: skip
+KEYS: tuple[str, ...] = tuple(_RULES)
 
 
 def load_spec_file(path: str | Path) -> EmbedderSpec:
@@ -72,17 +125,12 @@ def load_spec_file(path: str | Path) -> EmbedderSpec:
     file = Path(path).expanduser()
     if file.suffix.lower() not in SUFFIXES:
         raise SpecError(f"embedder spec {str(path)!r} must be a {', '.join(SUFFIXES)} file")
-    if not file.is_file():
-        raise SpecError(
-            f"embedder spec {str(path)!r} does not exist (or is not a file); give a YAML or JSON file"
-        )
-    try:
-        text = file.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise SpecError(
-            f"embedder spec {str(path)!r} is not UTF-8 text (byte {err.start}); save it as UTF-8"
-        ) from None
-    data = _parse(text, json_file=file.suffix.lower() == ".json", where=str(path))
+    data = read_yaml_mapping(
+        file,
+        what=f"embedder spec {str(path)!r}",
+        example="key: value, e.g. 'name: my-model'",
+        error=SpecError,
+    )
     return spec_from_mapping(data, where=str(path), base_dir=file.resolve().parent)
 
 
@@ -96,7 +144,6 @@ def spec_from_mapping(data: object, *, where: str, base_dir: Path | None = None)
     """
     if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
         raise SpecError(f"embedder spec {where}: must hold a mapping of key: value, e.g. 'name: my-model'")
-    check = _Checker(where, dict(data))
     unknown = sorted(set(data) - set(KEYS))
     if unknown:
         raise SpecError(f"embedder spec {where}: unknown keys {unknown}; allowed: {', '.join(KEYS)}")
@@ -105,123 +152,61 @@ def spec_from_mapping(data: object, *, where: str, base_dir: Path | None = None)
             raise SpecError(
                 f"embedder spec {where}: '{key}' is missing; add it (e.g. {key}: {_EXAMPLES[key]})"
             )
-    name = check.pattern("name", _NAME, "letters, digits, '.', '_' or '-', starting with a letter or digit")
-    fmt = TemplateFormat(
-        query_template=check.template("query_template", "{text}"),
-        document_template=check.template("document_template", "{text}"),
-        eos=check.choice("eos", EOS_POLICIES, "tokenizer"),
-        pool_span=check.choice("pool_span", POOL_SPANS, "all"),
-        eos_token=check.text("eos_token"),
-    )
+    values = {}
+    for key, (annotation, default, must, test) in _RULES.items():
+        value = data.get(key, default)
+        if not matches(value, annotation) or (test is not None and not test(value)):
+            raise _wrong(where, key, value, must)
+        values[key] = value
+    for key in ("query_template", "document_template"):
+        if (must := _template_problem(values[key])) is not None:
+            raise _wrong(where, key, values[key], must)
     return EmbedderSpec(
-        name=name,
-        hub_id=check.text("hub_id"),
-        source=check.source(base_dir),
-        input_format=fmt,
-        pooling=check.choice("pooling", POOLINGS, None),
-        architectures=check.names("architectures", _NAME),
-        attention=check.choice("attention", ATTENTIONS, "causal"),
-        attn_implementation=check.choice("attn_implementation", ATTN_IMPLEMENTATIONS, "sdpa"),
-        max_length=check.length("max_length"),
-        trained_length=check.length("trained_length"),
-        default_instruction=check.text("default_instruction"),
-        transformers=check.specifier("transformers"),
-        aliases=check.names("aliases", _ALIAS),
-        description=check.text("description") or f"{name} (from {where})",
+        **{key: values[key] for key in _AS_IS},
+        source=_source(values["path"], base_dir, where),
+        input_format=TemplateFormat(**{key: values[key] for key in _FORMAT}),
+        architectures=_listed(values["architectures"]),
+        aliases=_listed(values["aliases"]),
+        description=values["description"] or f"{values['name']} (from {where})",
     )
 
 
-_EXAMPLES = {"name": "my-model", "pooling": "last"}
+_AS_IS = ("name", "hub_id", "pooling", "attention", "attn_implementation", "max_length", "trained_length",
+          "default_instruction", "transformers")  # fmt: skip
+"""Keys that are `EmbedderSpec` fields of the same name and value."""
+_FORMAT = ("query_template", "document_template", "eos", "pool_span", "eos_token")
+"""Keys that are `TemplateFormat` fields of the same name and value."""
 
 
-def _parse(text: str, *, json_file: bool, where: str) -> object:
-    if json_file:
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as err:
-            raise SpecError(
-                f"embedder spec {where!r} is not valid JSON at line {err.lineno}, column {err.colno}: {err.msg}"
-            ) from None
-    import yaml
+def _listed(value: str | list[str]) -> tuple[str, ...]:
+    """One name (a string) or a list of names, as a tuple."""
+    return (value,) if isinstance(value, str) else tuple(value)
 
+
+def _wrong(where: str, key: str, value: object, must: str) -> SpecError:
+    return SpecError(f"embedder spec {where}: {key}: {value!r} must be {must}")
+
+
+def _template_problem(template: str) -> str | None:
+    """What a template must be when it is not a plain one with ``{text}`` once (else None)."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or type(err).__name__
-        raise SpecError(f"embedder spec {where!r} is not valid YAML{at}: {problem}") from None
+        parts = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
+    except ValueError as err:
+        return f"a valid template ({err}; write a literal brace as {{{{ or }}}})"
+    fields = [f for f, _, _ in parts]
+    plain = all(not spec and conv is None for _, spec, conv in parts)
+    if fields.count("text") != 1 or not set(fields) <= {"text", "instruction"} or not plain:
+        return "a template with {text} exactly once and no field but {instruction}"
+    return None
 
 
-class _Checker:
-    """Reads one key at a time and raises `SpecError` naming the file, the key and the value."""
-
-    def __init__(self, where: str, data: dict) -> None:
-        self.where, self.data = where, data
-
-    def fail(self, key: str, must: str) -> SpecError:
-        return SpecError(f"embedder spec {self.where}: {key}: {self.data.get(key)!r} must be {must}")
-
-    def text(self, key: str) -> str | None:
-        value = self.data.get(key)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise self.fail(key, "a non-empty string (or null)")
-        return value
-
-    def pattern(self, key: str, regex: re.Pattern, what: str) -> str:
-        value = self.data.get(key)
-        if not isinstance(value, str) or not regex.fullmatch(value):
-            raise self.fail(key, f"a string of {what}")
-        return value
-
-    def choice(self, key: str, allowed: tuple[str, ...], default: str | None) -> str:
-        value = self.data.get(key, default)
-        if value not in allowed:
-            raise self.fail(key, f"one of {', '.join(allowed)}")
-        return value
-
-    def length(self, key: str) -> int | None:
-        value = self.data.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 2):
-            raise self.fail(key, "an integer >= 2 (or null)")
-        return value
-
-    def names(self, key: str, regex: re.Pattern) -> tuple[str, ...]:
-        value = self.data.get(key, [])
-        values = [value] if isinstance(value, str) else value
-        if not isinstance(values, list) or not all(isinstance(v, str) and regex.fullmatch(v) for v in values):
-            raise self.fail(key, "a list of names (letters, digits, '.', '_', '-'), e.g. [qwen3]")
-        return tuple(values)
-
-    def template(self, key: str, default: str) -> str:
-        value = self.data.get(key, default)
-        if not isinstance(value, str):
-            raise self.fail(key, "a string with {text} once, e.g. 'Instruct: {instruction}\\nQuery: {text}'")
-        try:
-            parts = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(value) if f is not None]
-        except ValueError as err:
-            raise self.fail(key, f"a valid template ({err}; write a literal brace as {{{{ or }}}})") from None
-        fields = [f for f, _, _ in parts]
-        plain = all(not spec and conv is None for _, spec, conv in parts)
-        if fields.count("text") != 1 or not set(fields) <= {"text", "instruction"} or not plain:
-            raise self.fail(key, "a template with {text} exactly once and no field but {instruction}")
-        return value
-
-    def specifier(self, key: str) -> str:
-        value = self.data.get(key, EmbedderSpec.transformers)
-        try:
-            SpecifierSet(value)
-        except (InvalidSpecifier, TypeError):
-            raise self.fail(key, "a version specifier, e.g. '>=5.19,<6'") from None
-        return value
-
-    def source(self, base_dir: Path | None) -> str:
-        path = self.text("path")
-        if path is None:
-            return "hub"
-        folder = Path(path).expanduser()
-        if not folder.is_absolute():
-            folder = (base_dir or Path.cwd()) / folder
-        if not (folder / "config.json").is_file():
-            raise self.fail("path", f"a model folder with a config.json ({folder} has none)")
-        return f"path:{folder.resolve()}"
+def _source(path: str | None, base_dir: Path | None, where: str) -> str:
+    """``"hub"``, or ``"path:<folder>"`` for ``path`` resolved against ``base_dir``; the folder must hold a model."""
+    if path is None:
+        return "hub"
+    folder = Path(path).expanduser()
+    if not folder.is_absolute():
+        folder = (base_dir or Path.cwd()) / folder
+    if not (folder / "config.json").is_file():
+        raise _wrong(where, "path", path, f"a model folder with a config.json ({folder} has none)")
+    return f"path:{folder.resolve()}"

@@ -2,7 +2,7 @@
 
 What it measures, in one run (so every ratio compares sides that ran under the same machine load):
 
-1. **Matmul peak.** A ``2048^3`` matmul in bf16 (and in the bench dtype when that differs), timed over
+1. **Matmul peak.** A ``2048^3`` matmul in the run's dtype (the only dtype its sections run in), timed over
    ten repetitions after a warm-up, at the start and again at the end of the run; peak = ``2 n^3 / best
    time`` of both. Achieved model FLOP/s are quoted against this measured number, never a datasheet.
 2. **Throughput on a length-mixed corpus.** State of the Union spans sampled in doubling token bins
@@ -52,7 +52,7 @@ layer (Gemma 3: 5 of every 6 layers, window 512, read from ``config.layer_types`
 the JSON (``*_dense`` fields), and is larger for causal models.
 
 Targets (reported met / not met with the numbers, never asserted): >= 1.5x sentence-transformers'
-tokens/s per model; >= 50% of the measured bf16 peak at 512-2048 tokens for gemma3-270m; one 32k-token
+tokens/s per model; >= 50% of the measured peak (run's dtype) at 512-2048 tokens for gemma3-270m; one 32k-token
 gemma3-270m document in <= 40 s; RSS growth 16k -> 32k <= 2.2x.
 """
 

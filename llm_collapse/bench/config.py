@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-SCHEMA = "llm_collapse.bench/1"
+SCHEMA = "llm_collapse.bench/2"  # 2: the peak in the run's dtype only; fraction_of_peak (was fraction_of_bf16_peak)
 SIDES: tuple[str, ...] = ("ours", "sentence_transformers", "naive")
 SIDE_LABELS = {
     "ours": "Embedder.encode",

@@ -52,7 +52,7 @@ def _throughput_row(row: dict, side: str) -> list:
         f"{s['seconds']:.2f}",
         f"{s['tokens_per_s']:,.0f}",
         f"{s['flops_per_s'] / 1e9:.0f}",
-        f"{s['fraction_of_bf16_peak']:.0%}",
+        f"{s['fraction_of_peak']:.0%}",
         _cores(s.get("other_cores")),
     ]
 
@@ -66,7 +66,7 @@ def _long_document_row(r: dict) -> list:
             f"{r['seconds']:.2f}",
             f"{r['n_tokens'] / r['seconds']:,.0f}",
             f"{r['flops_per_s'] / 1e9:.0f}" if "flops_per_s" in r else "-",
-            f"{r['fraction_of_bf16_peak']:.0%}" if "fraction_of_bf16_peak" in r else "-",
+            f"{r['fraction_of_peak']:.0%}" if "fraction_of_peak" in r else "-",
             f"{r['peak_rss_bytes'] / 2**30:.2f}",
             f"{r['growth_bytes'] / 2**30:.2f}",
             _cores(r.get("other_cores")),
@@ -95,6 +95,7 @@ def render_markdown(result: dict) -> str:
     """``bench.md``: command, environment, targets, throughput, agreement, FLOP/s, long documents."""
     env = result["environment"]
     peaks = result["peak"]
+    dtype = result["settings"]["dtype_resolved"]  # every section's dtype, the one the peak is measured in
     lines = [
         "# llm_collapse benchmark",
         "",
@@ -123,6 +124,9 @@ def render_markdown(result: dict) -> str:
         ),
         "",
         "## Matmul peak",
+        "",
+        f"Measured in the run's dtype ({dtype}) only, at the start and at the end of the run; the *of {dtype} "
+        "peak* columns divide by the better of the two.",
         "",
         _table(
             [
@@ -170,7 +174,7 @@ def render_markdown(result: dict) -> str:
                 "seconds (best round)",
                 "tokens/s",
                 "GFLOP/s",
-                "of bf16 peak",
+                f"of {dtype} peak",
                 "other processes (cores)",
             ],
             [_throughput_row(row, side) for row in result["throughput"] for side in SIDES],
@@ -222,7 +226,7 @@ def render_markdown(result: dict) -> str:
                 "seconds (best of 2)",
                 "tokens/s",
                 "GFLOP/s",
-                "of bf16 peak",
+                f"of {dtype} peak",
                 "GFLOP/s (dense convention)",
                 "other processes (cores)",
             ],
@@ -234,7 +238,7 @@ def render_markdown(result: dict) -> str:
                     f"{r['seconds']:.2f}",
                     f"{r['tokens_per_s']:,.0f}",
                     f"{r['flops_per_s'] / 1e9:.0f}",
-                    f"{r['fraction_of_bf16_peak']:.0%}",
+                    f"{r['fraction_of_peak']:.0%}",
                     f"{r['flops_dense_per_s'] / 1e9:.0f}",
                     _cores(r.get("other_cores")),
                 ]
@@ -252,7 +256,7 @@ def render_markdown(result: dict) -> str:
                 "seconds",
                 "tokens/s",
                 "GFLOP/s",
-                "of bf16 peak",
+                f"of {dtype} peak",
                 "peak RSS GiB",
                 "growth over loaded model GiB",
                 "other processes (cores)",

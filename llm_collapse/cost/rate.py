@@ -64,8 +64,11 @@ def matmul_gflops(dtype: torch.dtype, *, device: str = "cpu", seconds: float = 0
 
 
 def matmul_peak(dtype: str, *, n: int = 2048, reps: int = 10) -> dict:
-    """The bench's peak: ``reps`` ``n x n @ n x n`` matmuls on the CPU (after two warm-ups), FLOP/s from the best
-    and the median, and how busy the rest of the machine was meanwhile."""
+    """The bench's peak: ``reps`` ``n x n @ n x n`` matmuls in ``dtype`` on the CPU (after two warm-ups), FLOP/s
+    from the best and the median, and how busy the rest of the machine was meanwhile.
+
+    Ask only for the dtype the timed work runs in: on a CPU without bf16 instructions a bf16 matmul is emulated
+    (minutes at ``n=2048`` on 2 cores) and its rate says nothing about an fp32 run."""
     from llm_collapse.backends.device import resolve_dtype
 
     torch_dtype = resolve_dtype(dtype, torch.device("cpu"))

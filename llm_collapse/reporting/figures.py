@@ -1,22 +1,26 @@
-"""One seaborn function per figure kind, and `make_figures`, which decides which figures a run gets.
+"""One seaborn function per figure kind, one declaration per kind (`FIGURE_KINDS`), and `make_figures`, which
+draws, task by task in report order, the kinds each task declares in the registry (`TaskSpec.figures`), then
+the temperature sweep over every task (`SWEEP_KIND`). Adding a kind: write its plot function, declare it in
+`FIGURE_KINDS` and name it in the tasks' `TaskSpec.figures`.
 
 Figures (file names are slugified, deterministic, and unique within a report):
 
-- ``{task}-{metric}-{corpus}.png``: value vs length (log2 axis), one panel per model, one line per method,
-  CI bands where ``ci_low``/``ci_high`` exist. For every metric of every task except ``layerwise``
-  (passkey/needle use their overall rows: depth NaN, or the n-weighted mean over depths). Acc@1 of a
-  retrieval task gets a grey dashed line labelled "chance": 1 / the candidate documents at each length, as
-  the run recorded them (run.json ``inputs.retrieval``; runs without that record get no line).
-- ``{task}-{metric}-depth-{model}-{corpus}.png``: passkey/needle Acc@1 heatmap, depth (rows) x length
-  (columns), one panel per method of that model.
-- ``{task}-{metric}-position-{corpus}.png``: position task Acc@1 vs length, one panel per model, colour =
-  method, solid = early / dashed = late (the rows' depth 0.0 / 1.0; `POSITION_LABELS`).
-- ``layerwise-{model}-{corpus}.png``: hf_ratio and attention entropy vs layer, one line per length bin, one
-  panel per metric, ``base`` method only.
-- ``tempsweep-{task}-{metric}-{corpus}.png``: metric vs tau, one line per length, one panel per model; only
-  when at least two plain ``tempscale-<tau>`` methods exist (``base`` joins as tau = 1), and only for the
-  headline metrics (`frames.HEADLINE`, the summary table's; all metrics when none of them is present) so
-  that the sweep section stays readable.
+- ``{task}-{metric}-{corpus}.png`` (``length``): value vs length (log2 axis), one panel per model, one line
+  per method, CI bands where ``ci_low``/``ci_high`` exist. For every metric of every task that declares it
+  (all but ``layerwise``; passkey/needle use their overall rows: depth NaN, or the n-weighted mean over
+  depths). Acc@1 of a retrieval task gets a grey dashed line labelled "chance": 1 / the candidate documents
+  at each length, as the run recorded them (run.json ``inputs.retrieval``; runs without that record get no
+  line).
+- ``{task}-{metric}-depth-{model}-{corpus}.png`` (``depth``): passkey/needle Acc@1 heatmap, depth (rows) x
+  length (columns), one panel per method of that model.
+- ``{task}-{metric}-position-{corpus}.png`` (``position``): position task Acc@1 vs length, one panel per
+  model, colour = method, solid = early / dashed = late (the rows' depth 0.0 / 1.0; `POSITION_LABELS`).
+- ``layerwise-{model}-{corpus}.png`` (``layerwise``): hf_ratio and attention entropy vs layer, one line per
+  length bin, one panel per metric, ``base`` method only.
+- ``tempsweep-{task}-{metric}-{corpus}.png`` (the sweep): metric vs tau, one line per length, one panel per
+  model; only when at least two plain ``tempscale-<tau>`` methods exist (``base`` joins as tau = 1), and
+  only for the headline metrics (`HEADLINE`, the summary table's, declared per task in the registry; all
+  metrics when none of them is present) so that the sweep section stays readable.
 
 Decisions:
 
@@ -44,7 +48,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,7 +73,7 @@ from llm_collapse.reporting.frames import (  # noqa: E402
     overall_rows,
     sorted_methods,
 )
-from llm_collapse.tasks.registry import TASKS, tasks_with  # noqa: E402
+from llm_collapse.tasks.registry import DEFAULT_FIGURES, TASKS, tasks_with  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -89,15 +93,12 @@ RC = {
 }
 PNG_METADATA = {"Software": None}
 TASK_ORDER: tuple[str, ...] = tuple(TASKS)
-DEPTH_TASKS: frozenset[str] = tasks_with(figure="depth")
-POSITION_TASKS: frozenset[str] = tasks_with(figure="position")
 POSITION_LABELS: dict[float, str] = {0.0: "early", 1.0: "late"}  # depth of a position row -> its name
 _POSITION_DASHES: tuple[tuple[float, ...], ...] = ((), (5.0, 2.0))
 HEATMAP_METRIC = "acc@1"
 CHANCE_METRIC = "acc@1"
 CHANCE_LABEL = "chance"
 _CHANCE_STYLE = {"color": "0.35", "linestyle": "--", "linewidth": 1.0, "zorder": 1}
-LAYERWISE_TASK = "layerwise"
 SWEEP_SECTION = "temperature"
 _COLORS = sns.color_palette("tab10").as_hex()
 _DASHES: tuple[tuple[float, ...], ...] = ((), (5.0, 2.0), (1.5, 1.5), (4.0, 1.5, 1.5, 1.5))
@@ -511,6 +512,245 @@ def plot_temperature_sweep(rows: pd.DataFrame, metric: str, tiny: set[str], titl
 # ------------------------------------------------------------------------------------------- catalogue
 
 
+@dataclass(frozen=True)
+class _Figure:
+    """One figure to draw: what it shows (task, metric, model, corpus), its rows and the report's styles.
+
+    Attributes:
+        task: The task plotted.
+        metric: The metric plotted ("" for a figure of several).
+        model: The model plotted ("" for a figure with a panel per model).
+        corpus: The corpus plotted.
+        rows: Its rows.
+        styles: Method styles of the report.
+        tiny: Models marked tiny_random.
+        chance: The task's chance Acc@1 per model (`chance_levels`).
+    """
+
+    task: str
+    metric: str
+    model: str
+    corpus: str
+    rows: pd.DataFrame
+    styles: MethodStyles
+    tiny: set[str]
+    chance: dict[str, list[dict[int, float]]]
+
+    @property
+    def label(self) -> str:
+        """The metric's label."""
+        return metric_info(self.metric).label
+
+    @property
+    def panel(self) -> str:
+        """The model as a panel title names it (flagged when tiny random)."""
+        return _panel_title(self.model, self.tiny)
+
+    @property
+    def chance_lines(self) -> dict[str, list[dict[int, float]]] | None:
+        """The chance levels to draw: the task's for Acc@1 (`CHANCE_METRIC`), else None."""
+        return self.chance if self.metric == CHANCE_METRIC else None
+
+
+@dataclass(frozen=True)
+class FigureKind:
+    """How one kind of figure is made.
+
+    `make_figures` takes the kind's ``rows`` from a task's rows (the sweep's: every task's); when none are
+    left it logs ``skip`` and moves on. Otherwise it draws one figure per entry of ``each`` x corpus whose
+    rows ``keep`` accepts.
+
+    Attributes:
+        name: What `TaskSpec.figures` names and `FigureFile.kind` says.
+        rows: The rows it plots, from a task's rows.
+        skip: Logged when ``rows`` leaves none (``{task}`` is filled in).
+        each: One figure's column values per entry, in order: a metric (`_each_metric`), a model
+            (`_each_model`) or a task and metric (`_each_headline`); the figure's corpus is added to it.
+        draw: The figure, from a `_Figure` and its title.
+        title: The figure's title.
+        caption: Its one-sentence description.
+        slug: Its file name's parts (`slugify`).
+        metric: The metric of its figures when ``each`` names none ("" for figures of several metrics).
+        section: The report section; "" for the task's own.
+        keep: Whether a figure's (non-empty) rows are enough to draw.
+        note: A line logged before the figures, from the task's rows ("" for none).
+    """
+
+    name: str
+    rows: Callable[[pd.DataFrame], pd.DataFrame]
+    skip: str
+    each: Callable[[pd.DataFrame], list[dict[str, str]]]
+    draw: Callable[[_Figure, str], plt.Figure]
+    title: Callable[[_Figure], str]
+    caption: Callable[[_Figure], str]
+    slug: Callable[[_Figure], tuple[str, ...]]
+    metric: str = ""
+    section: str = ""
+    keep: Callable[[pd.DataFrame], bool] = lambda rows: True
+    note: Callable[[pd.DataFrame], str] = lambda rows: ""
+
+
+def _each_metric(rows: pd.DataFrame) -> list[dict[str, str]]:
+    return [{"metric": metric} for metric in _metric_order(rows["metric"].unique())]
+
+
+def _each_model(rows: pd.DataFrame) -> list[dict[str, str]]:
+    return [{"model": model} for model in sorted(rows["model"].unique())]
+
+
+def _each_headline(rows: pd.DataFrame) -> list[dict[str, str]]:
+    """The (task, metric) pairs present, in `HEADLINE` order; every pair present when none is a headline."""
+    present = sorted(set(map(tuple, rows[["task", "metric"]].drop_duplicates().to_numpy().tolist())))
+    pairs = [pair for pair in HEADLINE if pair in present] or present
+    return [{"task": task, "metric": metric} for task, metric in pairs]
+
+
+def _placed_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per-depth (per-position) rows: depth set, no layer."""
+    return rows[rows["depth"].notna() & rows["layer"].isna()]
+
+
+def _heatmap_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    placed = _placed_rows(rows)
+    return placed[placed["metric"] == HEATMAP_METRIC]
+
+
+def _layer_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[rows["layer"].notna() & ~rows["metric"].map(is_contrast)]
+
+
+def _base_layer_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    layered = _layer_rows(rows)
+    return layered[layered["method"] == "base"]
+
+
+def _other_layer_methods(rows: pd.DataFrame) -> str:
+    others = sorted_methods(set(_layer_rows(rows)["method"]) - {"base"})
+    return (
+        f"layerwise figures show the base method only (also measured: {', '.join(others)})" if others else ""
+    )
+
+
+def _length_caption(f: _Figure) -> str:
+    direction = f"; {metric_info(f.metric).direction}" if metric_info(f.metric).direction else ""
+    chance = "; dashed: chance (1 / candidate documents)" if f.chance_lines else ""
+    return (
+        f"{f.label[0].upper()}{f.label[1:]} vs length (log2 axis) on corpus {f.corpus}; one panel per model, "
+        f"one line per method, bands are the reported CIs{direction}{chance}."
+    )
+
+
+FIGURE_KINDS: dict[str, FigureKind] = {
+    kind.name: kind
+    for kind in (
+        FigureKind(
+            "length",
+            rows=overall_rows,
+            skip="{task}: no overall rows; skipping value-vs-length figures",
+            each=_each_metric,
+            draw=lambda f, title: plot_metric_vs_length(
+                f.rows, f.metric, f.styles, f.tiny, title, f.chance_lines
+            ),
+            title=lambda f: f"{f.task}: {f.label} vs length ({f.corpus})",
+            caption=_length_caption,
+            slug=lambda f: (f.task, f.metric, f.corpus),
+        ),
+        FigureKind(
+            "depth",
+            rows=_heatmap_rows,
+            skip=f"{{task}}: no per-depth {HEATMAP_METRIC} rows; skipping depth heatmaps",
+            each=_each_model,
+            metric=HEATMAP_METRIC,
+            draw=lambda f, title: plot_depth_heatmap(f.rows, f.metric, title),
+            title=lambda f: f"{f.task}: {f.label} by depth and length, {f.panel} ({f.corpus})",
+            caption=lambda f: (
+                f"{f.label} of {f.model} on {f.corpus} by needle depth (rows, bin centres) and length "
+                "(columns); one panel per method."
+            ),
+            slug=lambda f: (f.task, f.metric, "depth", f.model, f.corpus),
+        ),
+        FigureKind(
+            "position",
+            rows=_placed_rows,
+            skip="{task}: no per-position rows; skipping position figures",
+            each=_each_metric,
+            draw=lambda f, title: plot_position_vs_length(f.rows, f.metric, f.styles, f.tiny, title),
+            title=lambda f: f"{f.task}: {f.label} vs length, early vs late ({f.corpus})",
+            caption=lambda f: (
+                f"{f.label} vs document length (log2 axis) when the discriminating sentence opens the document "
+                "(early, solid) or closes it (late, dashed); one panel per model, colour = method, bands are "
+                "the reported CIs."
+            ),
+            slug=lambda f: (f.task, f.metric, "position", f.corpus),
+        ),
+        FigureKind(
+            "layerwise",
+            rows=_base_layer_rows,
+            skip="{task}: no base-method layer rows; skipping layerwise figures",
+            note=_other_layer_methods,
+            each=_each_model,
+            draw=lambda f, title: plot_layerwise(f.rows, title),
+            title=lambda f: f"{f.task}: {f.panel}, base ({f.corpus})",
+            caption=lambda f: (
+                f"Per-layer statistics of {f.model} (base method) on {f.corpus}: one panel per metric, one line "
+                "per length bin."
+            ),
+            slug=lambda f: (f.task, f.model, f.corpus),
+        ),
+    )
+}
+"""The figure kinds a task can declare (`TaskSpec.figures`), each drawn from that task's rows."""
+
+
+def sweep_rows(results: pd.DataFrame) -> pd.DataFrame:
+    """Overall rows of ``base`` and plain ``tempscale-<tau>`` methods with a ``tau`` column.
+
+    Empty unless at least two distinct ``tempscale-<tau>`` methods exist. Where a ``tempscale-1`` exists
+    next to ``base``, the explicit one is kept for tau = 1.
+
+    Args:
+        results: Tidy results.
+
+    Returns:
+        Rows (tasks with layerwise figures excluded) with ``tau``.
+    """
+    methods = [m for m in results["method"].unique() if m != "base" and tau_of(m) is not None]
+    if len(methods) < 2:
+        return results.iloc[0:0].assign(tau=pd.Series(dtype=float))
+    layerwise = tasks_with(figure="layerwise")
+    plain = results[~results["task"].isin(layerwise) & ~results["metric"].map(is_contrast)]
+    rows = overall_rows(plain)
+    rows = rows[rows["method"].map(lambda m: tau_of(m) is not None)].assign(
+        tau=lambda f: f["method"].map(tau_of)
+    )
+    explicit_one = set(rows.loc[(rows["method"] != "base") & (rows["tau"] == 1.0), "model"])
+    rows = rows[~((rows["method"] == "base") & rows["model"].isin(explicit_one))]
+    return rows
+
+
+SWEEP_KIND = FigureKind(
+    "sweep",
+    rows=sweep_rows,
+    skip="fewer than two tempscale-<tau> methods; skipping the temperature sweep",
+    each=_each_headline,
+    keep=lambda rows: rows["tau"].nunique() >= 2,
+    draw=lambda f, title: plot_temperature_sweep(f.rows, f.metric, f.tiny, title),
+    title=lambda f: f"temperature sweep: {f.task} {f.label} ({f.corpus})",
+    caption=lambda f: (
+        f"Task {f.task}: {f.label} on {f.corpus} vs attention temperature tau (base = 1, tau < 1 sharpens); "
+        "one panel per model, one line per length bin."
+    ),
+    slug=lambda f: ("tempsweep", f.task, f.metric, f.corpus),
+    section=SWEEP_SECTION,
+)
+"""The temperature sweep: drawn once, after every task, from every task's rows (`sweep_rows`)."""
+
+
+def figure_kinds(task: str) -> tuple[FigureKind, ...]:
+    """The kinds of figure ``task`` gets, in order: its `TaskSpec.figures` (`DEFAULT_FIGURES` if unknown)."""
+    return tuple(FIGURE_KINDS[name] for name in (TASKS[task].figures if task in TASKS else DEFAULT_FIGURES))
+
+
 class _Writer:
     """Saves figures under one folder with unique slugs and collects `FigureFile` records."""
 
@@ -532,14 +772,14 @@ class _Writer:
 
 
 def make_figures(data: ReportData, fig_dir: Path) -> list[FigureFile]:
-    """Write every figure the data supports into ``fig_dir``.
+    """Write every figure the data supports into ``fig_dir``: each task's kinds, then the temperature sweep.
 
     Args:
         data: Loaded results.
         fig_dir: Output folder (created).
 
     Returns:
-        The figures in report order (tasks in `TASK_ORDER`, then the temperature sweep).
+        The figures in report order (tasks in `TASK_ORDER`, each its kinds in order, then the sweep).
     """
     fig_dir.mkdir(parents=True, exist_ok=True)
     writer = _Writer(fig_dir)
@@ -547,192 +787,41 @@ def make_figures(data: ReportData, fig_dir: Path) -> list[FigureFile]:
     tiny = set(data.tiny_models)
     results = data.results
     for task in task_order(results["task"].unique()):
-        rows = results[results["task"] == task]
-        if task == LAYERWISE_TASK:
-            _layerwise_figures(writer, rows, tiny)
-            continue
-        _length_figures(writer, task, rows, styles, tiny, chance_levels(data, task))
-        if task in DEPTH_TASKS:
-            _depth_figures(writer, task, rows, tiny)
-        if task in POSITION_TASKS:
-            _position_figures(writer, task, rows, styles, tiny)
-    _sweep_figures(writer, results, tiny)
+        rows, chance = results[results["task"] == task], chance_levels(data, task)
+        for kind in figure_kinds(task):
+            _make_kind(writer, kind, task, rows, styles, tiny, chance)
+    _make_kind(writer, SWEEP_KIND, "", results, styles, tiny, {})
     return writer.files
 
 
-def _length_figures(
+def _make_kind(
     writer: _Writer,
+    kind: FigureKind,
     task: str,
     rows: pd.DataFrame,
     styles: MethodStyles,
     tiny: set[str],
-    chance: dict[str, list[dict[int, float]]] | None = None,
+    chance: dict[str, list[dict[int, float]]],
 ) -> None:
-    flat = overall_rows(rows)
-    if flat.empty:
-        logger.info("%s: no overall rows; skipping value-vs-length figures", task)
+    """Every figure of ``kind`` from one task's ``rows`` (the sweep: every task's, ``task`` "")."""
+    chosen = kind.rows(rows)
+    if chosen.empty:
+        logger.info(kind.skip.format(task=task))
         return
-    for metric in _metric_order(flat["metric"].unique()):
-        for corpus in sorted(flat["corpus"].unique()):
-            sub = flat[(flat["metric"] == metric) & (flat["corpus"] == corpus)]
-            if sub.empty:
+    if note := kind.note(rows):
+        logger.info(note)
+    for key in kind.each(chosen):
+        for corpus in sorted(chosen["corpus"].unique()):
+            picked = {**key, "corpus": corpus}
+            sub = chosen
+            for column, value in picked.items():
+                sub = sub[sub[column] == value]
+            if sub.empty or not kind.keep(sub):
                 continue
-            label = metric_info(metric)
-            title = f"{task}: {label.label} vs length ({corpus})"
-            levels = chance if metric == CHANCE_METRIC else None
-            fig = plot_metric_vs_length(sub, metric, styles, tiny, title, levels)
-            caption = (
-                f"{label.label[0].upper()}{label.label[1:]} vs length (log2 axis) on corpus {corpus}; one panel per model, one line per "
-                f"method, bands are the reported CIs{'; ' + label.direction if label.direction else ''}"
-                + ("; dashed: chance (1 / candidate documents)." if levels else ".")
-            )
+            what = {"task": task, "metric": kind.metric, "model": "", **picked}
+            f = _Figure(**what, rows=sub, styles=styles, tiny=tiny, chance=chance)
+            title = kind.title(f)
             writer.save(
-                fig,
-                slugify(task, metric, corpus),
-                task,
-                title,
-                caption,
-                kind="length",
-                task=task,
-                metric=metric,
-                corpus=corpus,
-            )
-
-
-def _depth_figures(writer: _Writer, task: str, rows: pd.DataFrame, tiny: set[str]) -> None:
-    deep = rows[rows["depth"].notna() & rows["layer"].isna() & (rows["metric"] == HEATMAP_METRIC)]
-    if deep.empty:
-        logger.info("%s: no per-depth %s rows; skipping depth heatmaps", task, HEATMAP_METRIC)
-        return
-    for model in sorted(deep["model"].unique()):
-        for corpus in sorted(deep["corpus"].unique()):
-            sub = deep[(deep["model"] == model) & (deep["corpus"] == corpus)]
-            if sub.empty:
-                continue
-            title = f"{task}: {metric_info(HEATMAP_METRIC).label} by depth and length, {_panel_title(model, tiny)} ({corpus})"
-            fig = plot_depth_heatmap(sub, HEATMAP_METRIC, title)
-            caption = (
-                f"{metric_info(HEATMAP_METRIC).label} of {model} on {corpus} by needle depth (rows, bin centres) "
-                f"and length (columns); one panel per method."
-            )
-            slug = slugify(task, HEATMAP_METRIC, "depth", model, corpus)
-            writer.save(
-                fig, slug, task, title, caption, kind="depth", task=task, metric=HEATMAP_METRIC, corpus=corpus
-            )
-
-
-def _position_figures(
-    writer: _Writer, task: str, rows: pd.DataFrame, styles: MethodStyles, tiny: set[str]
-) -> None:
-    placed = rows[rows["depth"].notna() & rows["layer"].isna()]
-    if placed.empty:
-        logger.info("%s: no per-position rows; skipping position figures", task)
-        return
-    for metric in _metric_order(placed["metric"].unique()):
-        for corpus in sorted(placed["corpus"].unique()):
-            sub = placed[(placed["metric"] == metric) & (placed["corpus"] == corpus)]
-            if sub.empty:
-                continue
-            label = metric_info(metric).label
-            title = f"{task}: {label} vs length, early vs late ({corpus})"
-            fig = plot_position_vs_length(sub, metric, styles, tiny, title)
-            caption = (
-                f"{label} vs document length (log2 axis) when the discriminating sentence opens the document "
-                f"(early, solid) or closes it (late, dashed); one panel per model, colour = method, bands are "
-                f"the reported CIs."
-            )
-            slug = slugify(task, metric, "position", corpus)
-            writer.save(
-                fig, slug, task, title, caption, kind="position", task=task, metric=metric, corpus=corpus
-            )
-
-
-def _layerwise_figures(writer: _Writer, rows: pd.DataFrame, tiny: set[str]) -> None:
-    layered = rows[rows["layer"].notna() & ~rows["metric"].map(is_contrast)]
-    base = layered[layered["method"] == "base"]
-    if base.empty:
-        logger.info("layerwise: no base-method layer rows; skipping layerwise figures")
-        return
-    others = sorted_methods(set(layered["method"]) - {"base"})
-    if others:
-        logger.info("layerwise figures show the base method only (also measured: %s)", ", ".join(others))
-    for model in sorted(base["model"].unique()):
-        for corpus in sorted(base["corpus"].unique()):
-            sub = base[(base["model"] == model) & (base["corpus"] == corpus)]
-            if sub.empty:
-                continue
-            title = f"layerwise: {_panel_title(model, tiny)}, base ({corpus})"
-            fig = plot_layerwise(sub, title)
-            caption = (
-                f"Per-layer statistics of {model} (base method) on {corpus}: one panel per metric, one line "
-                f"per length bin."
-            )
-            slug = slugify(LAYERWISE_TASK, model, corpus)
-            writer.save(
-                fig,
-                slug,
-                LAYERWISE_TASK,
-                title,
-                caption,
-                kind="layerwise",
-                task=LAYERWISE_TASK,
-                corpus=corpus,
-            )
-
-
-def sweep_rows(results: pd.DataFrame) -> pd.DataFrame:
-    """Overall rows of ``base`` and plain ``tempscale-<tau>`` methods with a ``tau`` column.
-
-    Empty unless at least two distinct ``tempscale-<tau>`` methods exist. Where a ``tempscale-1`` exists
-    next to ``base``, the explicit one is kept for tau = 1.
-
-    Args:
-        results: Tidy results.
-
-    Returns:
-        Rows (layerwise excluded) with ``tau``.
-    """
-    methods = [m for m in results["method"].unique() if m != "base" and tau_of(m) is not None]
-    if len(methods) < 2:
-        return results.iloc[0:0].assign(tau=pd.Series(dtype=float))
-    plain = results[(results["task"] != LAYERWISE_TASK) & ~results["metric"].map(is_contrast)]
-    rows = overall_rows(plain)
-    rows = rows[rows["method"].map(lambda m: tau_of(m) is not None)].assign(
-        tau=lambda f: f["method"].map(tau_of)
-    )
-    explicit_one = set(rows.loc[(rows["method"] != "base") & (rows["tau"] == 1.0), "model"])
-    rows = rows[~((rows["method"] == "base") & rows["model"].isin(explicit_one))]
-    return rows
-
-
-def _sweep_figures(writer: _Writer, results: pd.DataFrame, tiny: set[str]) -> None:
-    rows = sweep_rows(results)
-    if rows.empty:
-        logger.info("fewer than two tempscale-<tau> methods; skipping the temperature sweep")
-        return
-    present = sorted(set(map(tuple, rows[["task", "metric"]].drop_duplicates().to_numpy().tolist())))
-    pairs = [pair for pair in HEADLINE if pair in present] or present
-    for task, metric in pairs:
-        for corpus in sorted(rows["corpus"].unique()):
-            sub = rows[(rows["task"] == task) & (rows["metric"] == metric) & (rows["corpus"] == corpus)]
-            if sub.empty or sub["tau"].nunique() < 2:
-                continue
-            label = metric_info(metric).label
-            title = f"temperature sweep: {task} {label} ({corpus})"
-            fig = plot_temperature_sweep(sub, metric, tiny, title)
-            caption = (
-                f"Task {task}: {label} on {corpus} vs attention temperature tau (base = 1, tau < 1 sharpens); "
-                f"one panel per model, one line per length bin."
-            )
-            slug = slugify("tempsweep", task, metric, corpus)
-            writer.save(
-                fig,
-                slug,
-                SWEEP_SECTION,
-                title,
-                caption,
-                kind="sweep",
-                task=task,
-                metric=metric,
-                corpus=corpus,
-            )
+                kind.draw(f, title), slugify(*kind.slug(f)), kind.section or f.task, title, kind.caption(f),
+                kind=kind.name, task=f.task, metric=f.metric, corpus=corpus,
+            )  # fmt: skip

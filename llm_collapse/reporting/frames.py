@@ -20,7 +20,8 @@ Decisions:
   nothing is averaged across machines; `ReportData.renamed` records it for the caveats.
 - Everything is sorted (models by name, methods with ``base`` first) so that a rebuild is byte-identical.
 - ``*_vs_base`` metrics (paired contrasts of a method against ``base``, `is_contrast`) are registered with
-  their metric's direction; they stay out of the summary table (not in `HEADLINE`).
+  their metric's direction; they stay out of the summary table (not in `HEADLINE`, the registry's headline
+  metrics).
 """
 
 from __future__ import annotations
@@ -38,15 +39,16 @@ from llm_collapse.errors import UserError
 from llm_collapse.run.record import RUN_FILE, ModelRecord, RunRecord, RunRecordError
 from llm_collapse.run.results import COLUMNS, OPTIONAL_COLUMNS
 
-# Metric labels, directions and paired contrasts live in the task registry; the reporting code reads them here.
+# Metric labels, directions, paired contrasts and the headline metrics live in the task registry; the
+# reporting code reads them here.
 from llm_collapse.tasks.registry import (  # noqa: F401
     CLOSER_IF_HIGHER,
+    HEADLINE,
     HIGHER_IS_BETTER,
     METRICS,
     MORE_COLLAPSE_IF_HIGHER,
     MORE_COLLAPSE_IF_LOWER,
     PAIRED_METRICS,
-    TASKS,
     VS_BASE,
     VS_CONTROL,
     VS_REFERENCE,
@@ -75,23 +77,6 @@ def is_contrast(metric: str) -> bool:
     return metric.endswith((VS_BASE, VS_SHORTEST, VS_REFERENCE, VS_CONTROL))
 
 
-# Metrics of the summary table and the temperature sweep, in this order.
-HEADLINE: tuple[tuple[str, str], ...] = (
-    ("collapse", "pairwise_cosine"),
-    ("collapse", "global_centroid_distance"),  # the TempScale paper's collapse distance
-    ("collapse", "centroid_distance"),
-    ("knn", "knn_cross_accuracy"),  # the TempScale paper's probe: a pool of all lengths
-    ("knn", "knn_accuracy"),
-    ("passkey", "acc@1"),
-    ("needle", "acc@1"),
-    ("passkey-start", "acc@1"),
-    ("needle-start", "acc@1"),
-    ("position", "acc@1"),
-    # the drift against whichever dtype the unquantized reference ran in (a run has one of them)
-    *(("quantization", metric) for metric in TASKS["quantization"].metrics),
-)
-
-
 class SchemaError(UserError, ValueError):
     """A run directory or its files do not match the contract (one line, fit for a CLI)."""
 
@@ -117,6 +102,11 @@ class RunInfo:
         return self.record.models.get(model)
 
 
+def _sorted_column(column: str, doc: str) -> property:
+    """A read-only attribute: the distinct values of ``results[column]``, sorted."""
+    return property(lambda self: sorted(self.results[column].unique()), doc=doc)
+
+
 @dataclass
 class ReportData:
     """Validated, merged results of one or more runs.
@@ -135,25 +125,14 @@ class ReportData:
     renamed: dict[str, tuple[str, str]] = field(default_factory=dict)
     empty: list[tuple[str, str, str, str, str]] = field(default_factory=list)
 
-    @property
-    def models(self) -> list[str]:
-        """Display model names, sorted."""
-        return sorted(self.results["model"].unique())
+    models = _sorted_column("model", "Display model names, sorted.")
+    tasks = _sorted_column("task", "Tasks, sorted.")
+    corpora = _sorted_column("corpus", "Corpora, sorted.")
 
     @property
     def methods(self) -> list[str]:
         """Methods, ``base`` first then sorted."""
         return sorted_methods(self.results["method"].unique())
-
-    @property
-    def tasks(self) -> list[str]:
-        """Tasks, sorted."""
-        return sorted(self.results["task"].unique())
-
-    @property
-    def corpora(self) -> list[str]:
-        """Corpora, sorted."""
-        return sorted(self.results["corpus"].unique())
 
     def model_sources(self, model: str) -> list[tuple[RunInfo, str]]:
         """The (run, model name as written) pairs behind a display model, in run order."""

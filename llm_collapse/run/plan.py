@@ -13,7 +13,7 @@ embed the reference's texts again (bitsandbytes on CPU is slower than fp32, int8
 
 Under ``--design prefix`` and for the ``-start`` retrieval tasks (their documents are a prefix sweep too) it
 states the forward passes per model and method: one per document where prefix
-sharing is exact (`llm_collapse.prefix.sharing_limit`, asked of the model built on the meta device: no
+sharing is exact (`llm_collapse.prefix.prefix_sharing`, asked of the model built on the meta device: no
 weights are read), else one per document and length, with the reason.
 """
 
@@ -29,7 +29,7 @@ from llm_collapse.cost.rate import planning_gflops
 from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
 from llm_collapse.interventions import ModelContext, parse_interventions
-from llm_collapse.prefix import prefix_groups, sharing_limit
+from llm_collapse.prefix import prefix_groups, prefix_sharing
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.tasks.base import BASE_METHOD
 
@@ -120,7 +120,8 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
         )
         context = ModelContext(name=name, trained_length=spec.trained_length)
         for method in config.methods:
-            limit, why = sharing_limit(spec, model, model_tokenizer, stacks[method].parts, context)
+            sharing = prefix_sharing(spec, model, model_tokenizer, stacks[method].parts, context)
+            limit, why = sharing.limit, sharing.reason
             every, shared = costs[widens[method]]
             if limit is None:
                 flops, how = shared, f"{n_docs} prefix-sweep forwards (one per document: sharing is exact)"
@@ -242,7 +243,7 @@ def _bounded_cost(
     limit: int,
 ) -> tuple[float, int]:
     """FLOPs when prefix sharing holds only among inputs of at most ``limit`` tokens
-    (`llm_collapse.prefix.sharing_limit`), from ``every`` (no sharing), and the prefix-sweep forwards run.
+    (`llm_collapse.prefix.PrefixSharing.limit`), from ``every`` (no sharing), and the prefix-sweep forwards run.
     ``limit`` counts model-input tokens, so the tokenizer's special tokens (Gemma's BOS) count here; a
     template's words do not."""
     model_config = {**config_json, "sliding_window": None} if window_off else config_json

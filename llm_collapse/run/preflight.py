@@ -75,7 +75,7 @@ def check_packages(*, report: bool, quantization: bool = False) -> None:
 
 def check_backend(backend: str) -> None:
     if backend == "vllm":
-        from llm_collapse.backends.vllm_backend import INSTALL_HINT, vllm_available
+        from llm_collapse.backends.vllm.install import INSTALL_HINT, vllm_available
 
         if not vllm_available():
             raise PreflightError(f"--backend vllm: vLLM is not installed here; {INSTALL_HINT}")

@@ -33,7 +33,6 @@ from llm_collapse.backends.weights import is_tiny_random
 from llm_collapse.cache import cache_for
 from llm_collapse.errors import DiskFullError, disk_full
 from llm_collapse.interventions import InterventionError, NotApplicable
-from llm_collapse.prefix import prefix_sharing_limit
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.directory import claim_run_dir, open_run_dir
 from llm_collapse.run.distributed import embed_share, world
@@ -280,11 +279,9 @@ def _run_cell(
 
 def _prefix_path(embedder) -> str:
     """How the prefix design's lengths are embedded for this cell: one forward per document, or separately."""
-    if embedder.backend.returns_pooled:
-        return f"separate forwards: backend {embedder.backend.name!r} pools itself"
-    limit, why = prefix_sharing_limit(embedder)
-    if limit is None:
+    sharing = embedder.prefix_sharing()
+    if sharing.ok:
         return "one forward per document (prefix sharing is exact)"
-    if limit:
-        return f"one forward per document up to {limit} tokens (prefix sharing is exact there), one per length above: {why}"
-    return f"separate forwards: {why}"
+    if sharing.limit:
+        return f"one forward per document up to {sharing.limit} tokens (prefix sharing is exact there), one per length above: {sharing.reason}"
+    return f"separate forwards: {sharing.reason}"

@@ -1,7 +1,7 @@
-"""The task registry: every task's name, runner, metrics (label, direction, decimals), figure kind and report
-section, in one place. The configuration (`llm_collapse.run.config.TASKS`), the preflight (which tasks read
-the corpus), the runner, the figures (order, depth and position panels) and the report (section titles,
-table judgements) all read it.
+"""The task registry: every task's name, runner, metrics (label, direction, decimals), figure kinds, headline
+metrics and report section, in one place. The configuration (`llm_collapse.run.config.TASKS`), the preflight
+(which tasks read the corpus), the runner, the figures (order, which kinds a task gets) and the report
+(section titles, the summary table's metrics, table judgements) all read it.
 
 Runners are named as ``module:function`` and imported on first use, so reading the registry (the reporting
 code does) imports no model code. Adding a task: write its runner (``(TaskContext) -> list of result
@@ -52,6 +52,10 @@ class MetricInfo:
     proportion: bool = False
 
 
+DEFAULT_FIGURES: tuple[str, ...] = ("length",)
+"""The figure kinds of a task that declares none, and of rows whose task the registry does not know."""
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """One task.
@@ -62,8 +66,10 @@ class TaskSpec:
         runner: ``"module:function"`` taking a `TaskContext` and returning result rows; None for a task whose
             rows come from another command (none today).
         metrics: The metrics its rows carry (keys of `METRICS`).
-        figure: ``"length"`` (metric against length), ``"depth"`` (also by depth: passkey, needle) or
-            ``"position"`` (early vs late).
+        figures: The figure kinds it gets, in report order (`llm_collapse.reporting.figures.FIGURE_KINDS`):
+            ``"length"`` (each metric against length), ``"depth"`` (Acc@1 by depth and length: passkey,
+            needle), ``"position"`` (early vs late) or ``"layerwise"`` (statistics against layer).
+        headline: Its metrics in the summary table and the temperature sweep (`HEADLINE`), in that order.
         reads_corpus: Whether it samples the run's corpus (else it generates its own texts).
         nested_lengths: Whether its items are the same at every length whatever the design (its texts at
             length L are token prefixes of one long text each), so length contrasts are paired. Tasks that
@@ -79,10 +85,17 @@ class TaskSpec:
     title: str
     runner: str | None
     metrics: tuple[str, ...]
-    figure: str = "length"
+    figures: tuple[str, ...] = DEFAULT_FIGURES
+    headline: tuple[str, ...] = ()
     reads_corpus: bool = False
     nested_lengths: bool = False
     texts: str = "binned"
+
+    def __post_init__(self) -> None:
+        if not set(self.headline) <= set(self.metrics):
+            raise ValueError(
+                f"task {self.name}: headline metrics {self.headline} not all among {self.metrics}"
+            )
 
     def run(self, ctx) -> list[dict]:
         return _load(self.runner)(ctx)
@@ -101,38 +114,50 @@ KNN_NEIGHBOURS = 5
 _COLLAPSE = ("pairwise_cosine", "centroid_cosine", "centroid_distance", "global_centroid_distance",
              "effective_rank", "tokens")  # fmt: skip
 _RETRIEVAL = ("acc@1", "ndcg@10")
+_DRIFT = ("cosine_to_bf16", "cosine_to_fp16", "cosine_to_fp32")
 
 TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (
         TaskSpec("collapse", "Collapse geometry", "llm_collapse.tasks.collapse:run_collapse", _COLLAPSE,
-                 reads_corpus=True),
+                 reads_corpus=True,
+                 headline=("pairwise_cosine",
+                           "global_centroid_distance",  # the TempScale paper's collapse distance
+                           "centroid_distance")),
         TaskSpec("knn", "kNN probe", "llm_collapse.tasks.knn:run_knn", ("knn_accuracy", "knn_cross_accuracy"),
-                 reads_corpus=True),
+                 reads_corpus=True,
+                 headline=("knn_cross_accuracy",  # the TempScale paper's probe: a pool of all lengths
+                           "knn_accuracy")),
         TaskSpec("passkey", "Passkey retrieval", "llm_collapse.tasks.retrieval:run_passkey", _RETRIEVAL,
-                 figure="depth", texts="retrieval"),
+                 figures=("length", "depth"), headline=("acc@1",), texts="retrieval"),
         TaskSpec("needle", "Needle retrieval", "llm_collapse.tasks.retrieval:run_needle", _RETRIEVAL,
-                 figure="depth", texts="retrieval"),
+                 figures=("length", "depth"), headline=("acc@1",), texts="retrieval"),
         TaskSpec("passkey-start", "Passkey at the start, haystack grows",
-                 "llm_collapse.tasks.retrieval:run_passkey_start", _RETRIEVAL, nested_lengths=True,
-                 texts="retrieval"),
+                 "llm_collapse.tasks.retrieval:run_passkey_start", _RETRIEVAL, headline=("acc@1",),
+                 nested_lengths=True, texts="retrieval"),
         TaskSpec("needle-start", "Needle at the start, haystack grows",
-                 "llm_collapse.tasks.retrieval:run_needle_start", _RETRIEVAL, nested_lengths=True,
-                 texts="retrieval"),
+                 "llm_collapse.tasks.retrieval:run_needle_start", _RETRIEVAL, headline=("acc@1",),
+                 nested_lengths=True, texts="retrieval"),
         TaskSpec("position", "Early vs late position (echo test)", "llm_collapse.tasks.retrieval:run_position",
-                 ("acc@1",), figure="position", texts="retrieval-pair"),
+                 ("acc@1",), figures=("length", "position"), headline=("acc@1",), texts="retrieval-pair"),
         TaskSpec("layerwise", "Layerwise statistics", "llm_collapse.tasks.layerwise:run_layerwise",
-                 ("hf_ratio", "hf_ratio_length_free", "attention_entropy", "attention_entropy_normalized"), reads_corpus=True,
-                 texts="layerwise"),
+                 ("hf_ratio", "hf_ratio_length_free", "attention_entropy", "attention_entropy_normalized"),
+                 reads_corpus=True, figures=("layerwise",), texts="layerwise"),
+        # headline: the drift against whichever dtype the unquantized reference ran in (a run has one of them)
         TaskSpec("quantization", "Quantization drift", "llm_collapse.tasks.quantization:run_quantization",
-                 ("cosine_to_bf16", "cosine_to_fp16", "cosine_to_fp32"), reads_corpus=True,
-                 texts="variants"),
+                 _DRIFT, reads_corpus=True, headline=_DRIFT, texts="variants"),
     )
 }  # fmt: skip
 """Every task, in report order."""
 
 RUNNABLE: tuple[str, ...] = tuple(name for name, spec in TASKS.items() if spec.runner is not None)
 """The tasks ``--tasks`` accepts."""
+
+HEADLINE: tuple[tuple[str, str], ...] = tuple(
+    (name, metric) for name, spec in TASKS.items() for metric in spec.headline
+)
+"""The (task, metric) pairs of the summary table and the temperature sweep, in this order (tasks in report
+order, each task's `TaskSpec.headline` in its order)."""
 
 METRICS: dict[str, MetricInfo] = {
     "pairwise_cosine": MetricInfo("mean pairwise cosine", MORE_COLLAPSE_IF_HIGHER, paired=True),
@@ -201,10 +226,10 @@ def length_paired_tasks(design: str) -> frozenset[str]:
 
 
 def tasks_with(*, figure: str | None = None, reads_corpus: bool | None = None) -> frozenset[str]:
-    """Names of the tasks with that figure kind and/or corpus use."""
+    """Names of the tasks that get that figure kind and/or have that corpus use."""
     return frozenset(
         name
         for name, spec in TASKS.items()
-        if (figure is None or spec.figure == figure)
+        if (figure is None or figure in spec.figures)
         and (reads_corpus is None or spec.reads_corpus is reads_corpus)
     )

@@ -54,6 +54,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "NV_EMBED_FF_KEY_STYLES",
     "TINY_BUILDERS",
+    "TINY_LAYOUT_OF",
     "TINY_RANDOM_MARKER",
     "is_tiny_random",
     "nv_embed_expected_keys",
@@ -406,3 +407,17 @@ TINY_BUILDERS: dict[str, Callable[..., Path]] = {
     "gte-qwen2": save_tiny_gte_qwen2,
 }
 """Short name -> builder; every builder is ``(path, *, seed=0, **overrides) -> Path``."""
+
+TINY_LAYOUT_OF: dict[str, str] = {
+    "mistral": "e5-mistral",
+    "nv-embed": "nv-embed",
+    "bge-gemma2": "bge-gemma2",
+    "echo-mistral": "mistral-instruct",
+    "gemma3-270m": "gemma3",
+    "echo-gemma3-270m": "gemma3",
+    "prompt-gemma3-270m": "gemma3",
+    "twice-gemma3-270m": "gemma3",
+    "qwen3-embedding-0.6b": "qwen3-embedding",
+    "gte-qwen2": "gte-qwen2",
+}
+"""Catalog name -> the `TINY_BUILDERS` layout its tiny stand-in has (the weights the adapter expects on disk)."""

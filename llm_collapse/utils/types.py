@@ -1,8 +1,8 @@
 """Whether a value read from a user's or a run's file has the type a dataclass field declares.
 
-The one check behind `CompareConfig`'s YAML values (`llm_collapse.run.config.check_types`) and ``run.json``'s
-typed fields (`llm_collapse.run.record`): field annotations are strings (``from __future__ import
-annotations``), so it reads those. Strict on purpose: a bool is not an int, ``"8"`` is not an int.
+The one check behind `CompareConfig`'s YAML values (`llm_collapse.run.config.check_types`), ``run.json``'s
+typed fields (`llm_collapse.run.record`) and embedder spec files (`llm_collapse.adapters.spec_file`): field
+annotations are strings (``from __future__ import annotations``), so it reads those. Strict on purpose: a bool is not an int, ``"8"`` is not an int.
 """
 
 from __future__ import annotations

