@@ -148,7 +148,7 @@ def effective_rank_ci(
     the point (the percentile interval can exclude it); leaving one row out keeps distinct rows, and the
     statistic is a smooth function of the singular values, where the jackknife variance is consistent and,
     by the Efron-Stein inequality, conservative in expectation. ``t_{n-1}`` rather than z: at n = 10 z
-    covered 0.89 in the synthetic check; t gives ~0.92-0.98 at n = 10-100 (tests/test_metrics.py).
+    covered 0.89 in the synthetic check; t gives ~0.92-0.98 at n = 10-100 (tests/metrics/test_metrics.py).
 
     Returns:
         ``(point, low, high)``; NaN interval when n < 3 or the point is NaN.

@@ -1,6 +1,6 @@
 """One spec per intervention kind, with parameters small enough to change a tiny checkpoint's output.
 
-Shared by the CPU matrix (`tests/test_interventions.py`) and the CUDA-vs-CPU check (`tests/test_gpu.py`), so a new
+Shared by the CPU matrix (`tests/interventions/test_interventions.py`) and the CUDA-vs-CPU check (`tests/test_gpu.py`), so a new
 intervention is added to both by adding it here. ``window:off`` is not in the list: it only changes models with
 a sliding window, so each test adds it where it applies.
 """

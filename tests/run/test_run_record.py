@@ -10,7 +10,7 @@ import pytest
 
 from llm_collapse.run.record import InputsRecord, ModelRecord, RunRecord
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COMMITTED = sorted(REPO.glob("reports/**/run.json"))
 
 

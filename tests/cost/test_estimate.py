@@ -14,7 +14,7 @@ from llm_collapse.cost.estimate import Assumptions, ModelPlan, estimate, model_f
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.testing.cli import flag_argv
 
-YAML = Path(__file__).resolve().parents[1] / "experiments" / "gpu_7b.yaml"
+YAML = Path(__file__).resolve().parents[2] / "experiments" / "gpu_7b.yaml"
 SMALL = PublishedDims(
     source="test", hidden=64, layers=3, heads=4, kv_heads=2, head_dim=16, intermediate=96, vocab=100
 )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-REPORTS = Path(__file__).resolve().parents[1] / "reports"
+REPORTS = Path(__file__).resolve().parents[2] / "reports"
 RUNS = sorted(p.parent for p in REPORTS.glob("*/*/results.parquet"))
 
 

@@ -79,7 +79,7 @@ def test_controls_enter_the_run_id_only_when_set():
     """Unset, a committed run (written before the option existed) keeps its id, so it still resumes."""
     from pathlib import Path
 
-    record = json.loads((Path(__file__).parents[1] / "reports/study/tau32k/run.json").read_text())
+    record = json.loads((Path(__file__).parents[2] / "reports/study/tau32k/run.json").read_text())
     config = CompareConfig(**record["config"])
     assert config.controls == {} and config.run_id() == record["run_id"]
     config.methods = [*config.methods, "tempscale:0.9"]

@@ -1,6 +1,6 @@
 """backend="vllm" against backend="hf" on the same tiny checkpoints (head_dim 64, which vLLM's CPU kernels take).
 
-Runs only in an environment with vLLM (``python -m pytest -m vllm tests/test_vllm_backend.py``); see the README's
+Runs only in an environment with vLLM (``python -m pytest -m vllm tests/backends/test_vllm_backend.py``); see the README's
 optional vLLM install. Every engine start costs 5-30 s on 2 cores, so one engine per (model, dtype) serves all
 base and TempScale checks (TempScale needs no restart), and only RoPE / window changes restart one.
 

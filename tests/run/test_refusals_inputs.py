@@ -21,7 +21,7 @@ from llm_collapse.cli.study import main as study_main
 from llm_collapse.reporting.study import StudyError, load_questions
 from llm_collapse.testing.trees import file_tree
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LONG = " ".join(f"word{i} and some more text" for i in range(60))  # well past --lengths 32 tokens
 
 
