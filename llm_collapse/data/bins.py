@@ -41,6 +41,10 @@ logger = logging.getLogger(__name__)
 Mode = Literal["span", "whole"]
 
 
+PREFIX_BIN = "prefix:"
+"""Bin labels of the prefix design start with it (``prefix:<L>``, `llm_collapse.data.prefixes`)."""
+
+
 @dataclass(frozen=True)
 class LengthBin:
     """A half-open token-length bin ``[lo, hi)`` and the length ``span`` mode aims for."""
@@ -82,6 +86,14 @@ class BinnedText:
     source: str = ""
     tokenizer: str = ""
     span: tuple[int, int] | None = None
+
+    @property
+    def item_id(self) -> str:
+        """Its id in the per-item results (``items.parquet``): the document under the prefix design (the same
+        item at every length, ``span`` = the length's token prefix), else the document and paragraph span."""
+        if self.span is None or self.bin.startswith(PREFIX_BIN):
+            return self.doc_id
+        return f"{self.doc_id}:{self.span[0]}-{self.span[1]}"
 
 
 def log2_bins(lo: int = 128, hi: int = 32768) -> list[LengthBin]:

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from llm_collapse.data.bins import (
+    PREFIX_BIN,
     BinnedText,
     ParagraphCounts,
     count_tokens,
@@ -131,7 +132,15 @@ def nested_prefixes(
             doc_id = f"{doc.doc_id}@{start}" + (f"+{k}" if k else "")
             out.append(
                 BinnedText(
-                    text, f"prefix:{length}", length, n, doc_id, dict(doc.labels), corpus, name, (0, length)
+                    text,
+                    f"{PREFIX_BIN}{length}",
+                    length,
+                    n,
+                    doc_id,
+                    dict(doc.labels),
+                    corpus,
+                    name,
+                    (0, length),
                 )
             )
     return out

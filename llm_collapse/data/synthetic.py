@@ -126,6 +126,16 @@ class RetrievalTask:
     haystack: str = ""
 
     @property
+    def item_ids(self) -> tuple[str, ...]:
+        """Each query's id in the per-item results: ``q<i>`` where every length asks the same queries (the
+        ``-start`` tasks), else ``<length>/q<i>`` (another length asks other keys), with the key's position
+        in the position test (``<length>/<depth>/q<i>``: early and late are other documents)."""
+        if self.name.endswith("-start"):
+            return tuple(f"q{i}" for i in range(len(self.queries)))
+        where = f"{self.length}/{self.depths[0]:g}" if self.name == "position" else f"{self.length}"
+        return tuple(f"{where}/q{i}" for i in range(len(self.queries)))
+
+    @property
     def query_ids(self) -> tuple[str, ...]:
         return tuple(f"ctx{self.length}_query{i}" for i in range(len(self.queries)))
 

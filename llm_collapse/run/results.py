@@ -1,6 +1,7 @@
 """Tidy results: one row per (model, method, task, corpus, length, depth, layer, metric), and run files.
 
-A run directory holds ``results.parquet`` and ``results.csv`` (the same rows), ``run.json`` (resolved
+A run directory holds ``results.parquet`` and ``results.csv`` (the same rows), ``items.parquet`` (what each
+row is a mean of, per item: `llm_collapse.tasks.items`), ``run.json`` (resolved
 config, versions, git commit, hardware, wall time per stage, per-model settings and truncations, notes) and
 the report. Files are written to a temporary name and renamed into place, so a failure leaves no
 half-written file.
@@ -63,6 +64,24 @@ def write_results(rows: Iterable[dict], out_dir: Path) -> None:
     atomic_write(out_dir / "results.csv", lambda path: frame.to_csv(path, index=False, float_format="%.6g"))
 
 
+def write_items(rows: list[dict], out_dir: Path) -> None:
+    """Writes ``items.parquet`` (`llm_collapse.tasks.items`: one row per item of every bin) atomically; a run
+    without per-item rows writes none, and an older one is removed so it never outlives its results."""
+    import pandas as pd
+
+    from llm_collapse.tasks.items import KEYS
+
+    path = out_dir / ITEMS_FILE
+    if not rows:
+        path.unlink(missing_ok=True)
+        return
+    frame = pd.DataFrame(rows)
+    frame = frame[[*KEYS, *sorted(set(frame.columns) - set(KEYS))]]
+    frame = frame.sort_values(["model", "method", "task", "length", "depth", "layer"], kind="stable")
+    atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
+ITEMS_FILE = "items.parquet"
 REPORT_FILES: tuple[str, ...] = ("report.md", "report.html", "figures")
 
 

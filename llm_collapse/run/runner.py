@@ -40,7 +40,7 @@ from llm_collapse.run.inputs import build_inputs
 from llm_collapse.run.models import load_for_run, reference_tokenizer
 from llm_collapse.run.preflight import preflight
 from llm_collapse.run.record import InputsRecord, ModelRecord, RunRecord
-from llm_collapse.run.results import environment, remove_report, write_results
+from llm_collapse.run.results import environment, remove_report, write_items, write_results
 from llm_collapse.tasks.base import (
     BASE_METHOD,
     TaskContext,
@@ -48,6 +48,7 @@ from llm_collapse.tasks.base import (
     length_contrast_rows,
     paired_task,
 )
+from llm_collapse.tasks.items import item_rows
 from llm_collapse.tasks.registry import TASKS, VS_CONTROL, VS_REFERENCE, length_paired_tasks
 from llm_collapse.utils.logs import held_logs
 from llm_collapse.utils.paths import cache_root
@@ -58,6 +59,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class RunState:
     rows: list[dict] = field(default_factory=list)
+    items: list[dict] = field(default_factory=list)
     models: dict[str, ModelRecord] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     wall_time_s: dict[str, float] = field(default_factory=dict)
@@ -150,6 +152,7 @@ def _write_outputs(
     clock = time.perf_counter()
     remove_report(out)  # whatever is written below, no report of an earlier run stays beside it
     write_results(state.rows, out)
+    write_items(state.items, out)
     RunRecord(
         run_id=config.run_id(),
         config=config.to_dict(),
@@ -262,6 +265,7 @@ def _run_cell(
             state.rows += length_contrast_rows(
                 model_name, stack.slug, config.corpus, cell.paired, nested, seed=config.seed
             )
+        state.items += item_rows(model_name, stack.slug, config.corpus, cell.paired)
         if paired is not None:
             paired[stack.slug] = cell.paired
         record.truncated[stack.slug] = cell.record.get("truncated", 0)

@@ -44,6 +44,10 @@ class PairedItems:
             layer, a paired t-test over the items where neither side is NaN.
         continuous: ``values`` is (n,) of continuous per-item values (the quantization drift's per-text
             cosines), not 0/1 outcomes: a paired t-test instead of McNemar.
+        ids: (n,) item ids for the per-item results (`llm_collapse.tasks.items`): a text's
+            `BinnedText.item_id`, a query's ``q<i>``; empty where a task keeps none.
+        extra: Further (n,) or (n, k) per-item quantities that only the per-item results keep (a query's
+            gold rank, a text's neighbour lengths).
     """
 
     metric: str
@@ -51,6 +55,8 @@ class PairedItems:
     reference: np.ndarray | None = None
     per_layer: bool = False
     continuous: bool = False
+    ids: tuple[str, ...] = ()
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def paired_key(task: str, length: int, depth: float = math.nan, metric: str = "") -> PairedKey:

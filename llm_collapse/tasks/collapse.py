@@ -38,7 +38,8 @@ def run_collapse(ctx: TaskContext) -> list[dict]:
         n = len(groups[length])
         X, tokens = vectors[start : start + n], lengths[start : start + n]
         start += n
-        ctx.paired[paired_key("collapse", length)] = PairedItems(EMBEDDINGS, X, reference=global_c)
+        ids = tuple(t.item_id for t in groups[length])
+        ctx.paired[paired_key("collapse", length)] = PairedItems(EMBEDDINGS, X, reference=global_c, ids=ids)
         label = f"{ctx.model}/{ctx.method}/{length}"
         seed = ctx.config.seed
         point, low, high = pairwise_cosine_ci(X, seed=seed, label=label)

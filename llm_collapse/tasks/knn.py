@@ -69,17 +69,19 @@ def run_knn(ctx: TaskContext) -> list[dict]:
         part = slice(start, start + n)
         start += n
         within = knn_correct(vectors[part], labels[part], k=K, label=f"{name}/{length}") if n else None
-        rows.append(_row(ctx, length, WITHIN, within, n, paired_key("knn", length)))
+        ids = tuple(t.item_id for t in kept[length])
+        rows.append(_row(ctx, length, WITHIN, within, ids, paired_key("knn", length)))
         cross_part = None if cross is None else cross[part]
-        rows.append(_row(ctx, length, CROSS, cross_part, n, paired_key("knn", length, metric=CROSS)))
+        rows.append(_row(ctx, length, CROSS, cross_part, ids, paired_key("knn", length, metric=CROSS)))
     return rows
 
 
-def _row(ctx: TaskContext, length: int, metric: str, correct: np.ndarray | None, n: int, key) -> dict:
+def _row(ctx: TaskContext, length: int, metric: str, correct: np.ndarray | None, ids: tuple, key) -> dict:
     """One accuracy row with its Wilson interval; the per-text correctness also goes to ``ctx.paired``."""
+    n = len(ids)
     if correct is None or n == 0:
         accuracy, ci = math.nan, (math.nan, math.nan)
     else:
         accuracy, ci = float(correct.mean()), wilson_interval(int(correct.sum()), n)
-        ctx.paired[key] = PairedItems(metric, correct)
+        ctx.paired[key] = PairedItems(metric, correct, ids=ids)
     return ctx.row(task="knn", length=length, metric=metric, value=accuracy, ci=ci, n=n)

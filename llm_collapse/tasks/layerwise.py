@@ -20,9 +20,8 @@ from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key
 
 def run_layerwise(ctx: TaskContext) -> list[dict]:
     groups = ctx.inputs.by_length()
-    chosen = {
-        length: [t.text for t in groups[length][: ctx.config.layerwise_per_bin]] for length in sorted(groups)
-    }
+    picked = {length: groups[length][: ctx.config.layerwise_per_bin] for length in sorted(groups)}
+    chosen = {length: [t.text for t in texts] for length, texts in picked.items()}
     # One call for every length: the prefix design's lengths of a document then share one forward.
     result = measure_layers(
         ctx.embedder, [text for texts in chosen.values() for text in texts], batch_size=ctx.config.batch_size
@@ -43,7 +42,7 @@ def run_layerwise(ctx: TaskContext) -> list[dict]:
         for metric, everything in statistics.items():
             values = everything[part]
             ctx.paired[paired_key("layerwise", length, metric=metric)] = PairedItems(
-                metric, values, per_layer=True
+                metric, values, per_layer=True, ids=tuple(t.item_id for t in picked[length])
             )
             for layer in range(values.shape[1]):
                 column = values[:, layer]

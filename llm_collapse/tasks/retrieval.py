@@ -30,8 +30,8 @@ HUB_MIN_QUERIES = 4
 logger = logging.getLogger(__name__)
 
 
-def retrieve(ctx: TaskContext, task: RetrievalTask) -> tuple[dict[str, float], np.ndarray]:
-    """Embeds a task's queries and documents; returns `retrieval_scores` and the per-query top-1 hits (0/1)."""
+def retrieve(ctx: TaskContext, task: RetrievalTask) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """Embeds a task's queries and documents; returns what `score` returns."""
     queries = ctx.encode(list(task.queries), kind="query")
     documents = ctx.encode(list(task.documents))
     return score(queries, documents, task.relevant, pool=ctx.config.retrieval_pool, label=_label(ctx, task))
@@ -39,8 +39,9 @@ def retrieve(ctx: TaskContext, task: RetrievalTask) -> tuple[dict[str, float], n
 
 def score(
     queries: np.ndarray, documents: np.ndarray, relevant, pool: int | None = None, label: str | None = None
-) -> tuple[dict[str, float], np.ndarray]:
-    """`retrieval_scores` (Acc@1, nDCG@10) and the per-query top-1 hits (0/1) of embedded queries/documents.
+) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """`retrieval_scores` (Acc@1, nDCG@10), the per-query top-1 hits (0/1) and the relevant document's rank
+    among its pool's candidates (1 = top; a tie goes to the lower index, as the top-1 does: hit = rank 1).
 
     With ``pool``, documents ``[k * pool, (k + 1) * pool)`` form pool k and a query ranks only the pool of its
     relevant document (chance 1 / pool whatever the number of documents); scores are means over all queries.
@@ -48,7 +49,7 @@ def score(
     """
     relevant = np.asarray(relevant)
     pool = pool or len(documents)
-    hits = np.zeros(len(relevant), dtype=int)
+    ranks = np.zeros(len(relevant), dtype=int)
     totals: dict[str, float] = {}
     for first in range(0, len(documents), pool):
         mine = np.flatnonzero((relevant >= first) & (relevant < first + pool))
@@ -58,11 +59,15 @@ def score(
         scores = retrieval_scores(queries[mine], block, list(relevant[mine] - first), ks=(1, 10))
         for name in ("acc@1", "ndcg@10"):
             totals[name] = totals.get(name, 0.0) + scores[name] * len(mine)
-        top1 = np.argmax(queries[mine] @ block.T, axis=1)  # encode returns unit vectors: cosine
-        hits[mine] = (top1 == relevant[mine] - first).astype(int)
+        sims = queries[mine] @ block.T  # encode returns unit vectors: cosine
+        gold = relevant[mine] - first
+        gold_sims = sims[np.arange(len(mine)), gold][:, None]
+        before = np.arange(block.shape[0])[None, :] < gold[:, None]
+        ranks[mine] = 1 + (sims > gold_sims).sum(axis=1) + ((sims == gold_sims) & before).sum(axis=1)
         if label is not None:
-            _warn_if_hub(label, first + top1)
-    return {name: total / len(relevant) for name, total in totals.items()}, hits
+            _warn_if_hub(label, first + np.argmax(sims, axis=1))
+    hits = (ranks == 1).astype(int)
+    return {name: total / len(relevant) for name, total in totals.items()}, hits, ranks
 
 
 def _label(ctx: TaskContext, task: RetrievalTask) -> str:
@@ -81,10 +86,21 @@ def _warn_if_hub(label: str, top1: np.ndarray) -> None:
         )  # fmt: skip
 
 
-def accuracy_row(ctx: TaskContext, name: str, length: int, hits: np.ndarray, depth: float = math.nan) -> dict:
-    """One acc@1 row: the mean of ``hits`` with its Wilson interval; ``hits`` also go to ``ctx.paired``."""
+def accuracy_row(
+    ctx: TaskContext,
+    name: str,
+    length: int,
+    hits: np.ndarray,
+    ranks: np.ndarray,
+    ids: tuple[str, ...],
+    depth: float = math.nan,
+) -> dict:
+    """One acc@1 row: the mean of ``hits`` with its Wilson interval; ``hits`` (with each query's id and gold
+    rank, for the per-item results) also go to ``ctx.paired``."""
     n = len(hits)
-    ctx.paired[paired_key(name, length, depth)] = PairedItems("acc@1", np.asarray(hits))
+    ctx.paired[paired_key(name, length, depth)] = PairedItems(
+        "acc@1", np.asarray(hits), ids=tuple(ids), extra={"gold_rank": np.asarray(ranks)}
+    )
     return ctx.row(
         task=name,
         length=length,
@@ -99,16 +115,21 @@ def accuracy_row(ctx: TaskContext, name: str, length: int, hits: np.ndarray, dep
 def run_retrieval(ctx: TaskContext, name: str) -> list[dict]:
     rows = []
     for task in ctx.inputs.retrieval[name]:
-        scores, hits = retrieve(ctx, task)
-        n = len(task.queries)
-        rows.append(accuracy_row(ctx, name, task.length, hits))
+        scores, hits, ranks = retrieve(ctx, task)
+        n, ids = len(task.queries), np.array(task.item_ids)
+        rows.append(accuracy_row(ctx, name, task.length, hits, ranks, task.item_ids))
         rows.append(ctx.row(task=name, length=task.length, metric="ndcg@10", value=scores["ndcg@10"], n=n))
         depth = np.array([task.depths[r] for r in task.relevant])
         bins = np.minimum((depth * DEPTH_BINS).astype(int), DEPTH_BINS - 1)
         for b in range(DEPTH_BINS):
-            chosen = hits[bins == b]
-            if len(chosen):
-                rows.append(accuracy_row(ctx, name, task.length, chosen, depth=(b + 0.5) / DEPTH_BINS))
+            chosen = bins == b
+            if chosen.any():
+                rows.append(
+                    accuracy_row(
+                        ctx, name, task.length, hits[chosen], ranks[chosen], tuple(ids[chosen]),
+                        depth=(b + 0.5) / DEPTH_BINS,
+                    )
+                )  # fmt: skip
     return rows
 
 
@@ -131,10 +152,10 @@ def run_start(ctx: TaskContext, name: str) -> list[dict]:
     for task in tasks:
         block = documents[start : start + len(task.documents)]
         start += len(task.documents)
-        scores, hits = score(
+        scores, hits, ranks = score(
             queries, block, task.relevant, pool=ctx.config.retrieval_pool, label=_label(ctx, task)
         )
-        rows.append(accuracy_row(ctx, name, task.length, hits))
+        rows.append(accuracy_row(ctx, name, task.length, hits, ranks, task.item_ids))
         rows.append(
             ctx.row(task=name, length=task.length, metric="ndcg@10", value=scores["ndcg@10"], n=len(hits))
         )
@@ -153,9 +174,10 @@ def run_position(ctx: TaskContext, name: str = "position") -> list[dict]:
     """Acc@1 per (length, position) with depth = the task's depth, plus an overall row per length."""
     rows, pooled = [], {}
     for task in ctx.inputs.retrieval[name]:
-        _, hits = retrieve(ctx, task)
-        rows.append(accuracy_row(ctx, name, task.length, hits, depth=task.depths[0]))
-        pooled.setdefault(task.length, []).append(hits)
+        _, hits, ranks = retrieve(ctx, task)
+        rows.append(accuracy_row(ctx, name, task.length, hits, ranks, task.item_ids, depth=task.depths[0]))
+        pooled.setdefault(task.length, []).append((hits, ranks, task.item_ids))
     for length, parts in pooled.items():
-        rows.append(accuracy_row(ctx, name, length, np.concatenate(parts)))
+        hits, ranks, ids = (np.concatenate(part) for part in zip(*parts, strict=True))
+        rows.append(accuracy_row(ctx, name, length, hits, ranks, tuple(ids)))
     return rows

@@ -23,7 +23,7 @@ def test_pooled_scores_equal_scoring_each_pool_alone():
     documents = _unit(rng.normal(size=(12, 8)))
     relevant = np.array([0, 3, 5, 6, 7, 11, 2, 9])
     queries = _unit(documents[relevant] + rng.normal(scale=0.9, size=(8, 8)))
-    scores, hits = score(queries, documents, relevant, pool=4)
+    scores, hits, _ = score(queries, documents, relevant, pool=4)
     expected_hits, expected_ndcg = [], []
     for q, r in zip(queries, relevant, strict=True):
         first = (r // 4) * 4
@@ -35,7 +35,7 @@ def test_pooled_scores_equal_scoring_each_pool_alone():
     assert scores["acc@1"] == pytest.approx(np.mean(expected_hits))
     assert scores["ndcg@10"] == pytest.approx(np.mean(expected_ndcg))
     # without a pool every document is a candidate, and a pool as large as the set changes nothing
-    whole, whole_hits = score(queries, documents, relevant)
+    whole, whole_hits, _ = score(queries, documents, relevant)
     assert np.array_equal(score(queries, documents, relevant, pool=12)[1], whole_hits)
     assert whole_hits.sum() <= hits.sum()  # fewer candidates cannot lose a top-1 hit
 
@@ -49,7 +49,7 @@ def test_a_hub_document_is_reported_per_pool(caplog):
         score(separable, documents, relevant, pool=4, label="m x base: needle at 64 tokens")
         assert not caplog.records
         hubbed = _unit(separable + 2.0 * documents[5])  # document 5 outranks the right one for every query
-        _, hits = score(hubbed, documents, relevant, pool=4, label="m x base: needle at 64 tokens")
+        _, hits, _ = score(hubbed, documents, relevant, pool=4, label="m x base: needle at 64 tokens")
         score(hubbed, documents, relevant, pool=4)  # no label: nothing logged
     assert hits.tolist() == [1, 1, 1, 1, 0, 1, 0, 0]  # pool 0 is untouched; in pool 1 document 5 wins all
     (record,) = caplog.records

