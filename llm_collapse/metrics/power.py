@@ -8,7 +8,10 @@ Binomial(n, psi) and n10, no normal approximation (the counts are small).
 
 Decisions: ``psi`` is a planning assumption, not a measurement: at least |d| (all discordant queries one
 way, the most favourable case); the sizing script (`experiments/study/retrieval_power.py`) tabulates several.
-``alpha`` is per test; Holm's correction across a table makes the first-ranked test run at alpha / m.
+``alpha`` is per test; Holm's correction across a table makes the first-ranked test run at alpha / m
+(`holm_level`): no row of an m-row table can survive unless its smallest p-value clears alpha / m, so the
+difference a table can detect at all is ``detectable_difference(n, family_size=m)`` (20 queries: 0.37 at
+0.05, 0.52 at 0.05 / 8, best case psi = |d|).
 """
 
 from __future__ import annotations
@@ -50,14 +53,30 @@ def mcnemar_power(n: int, difference: float, discordance: float, alpha: float = 
     return float(power)
 
 
+def holm_level(alpha: float, m: int) -> float:
+    """The level of the first-ranked of m Holm tests, alpha / m (Holm 1979): the smallest p must clear it."""
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise ValueError(f"m must be an integer >= 1 (tests in the Holm family), got {m!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    return float(alpha) / int(m)
+
+
 def detectable_difference(
-    n: int, discordance: float | None = None, alpha: float = 0.05, power: float = 0.8, step: float = 0.005
+    n: int,
+    discordance: float | None = None,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    step: float = 0.005,
+    family_size: int = 1,
 ) -> float:
     """Smallest |d| (on a grid of ``step``) that n paired queries detect with ``power``.
 
     ``discordance=None`` takes psi = |d| (every discordant query one way: the best case); otherwise
-    psi = max(discordance, |d|). NaN when no difference up to 1 reaches the power.
+    psi = max(discordance, |d|). ``family_size=m`` tests at the Holm level ``holm_level(alpha, m)`` of
+    the first-ranked of m tests (1: alpha itself). NaN when no difference up to 1 reaches the power.
     """
+    alpha = holm_level(alpha, family_size)
     for d in np.arange(step, 1 + step / 2, step):
         psi = d if discordance is None else max(discordance, d)
         if mcnemar_power(n, d, min(psi, 1.0), alpha) >= power:

@@ -24,10 +24,15 @@ Decisions and gotchas:
 - Deterministic ties. Equal similarities are ordered by the lower row / document index first (stable
   sort of the negated similarities). A tied kNN vote goes to the tied class whose first member
   appears earliest in that neighbour order, i.e. the class of the nearest neighbour among the tied ones.
+  Only bitwise-equal similarities tie: the BLAS product may round one cosine differently at different
+  output positions (seen: bitwise-identical unit rows scoring 0.9999999999999999 and 1.0 against the same
+  query), so duplicated texts are not guaranteed to come out in index order.
 - The kNN probe needs >= 2 classes and n > k (so every item has k other neighbours); otherwise NaN and
   a warning. With groups, every item needs k rows outside its own group, else NaN and a warning. Chance level is about the majority-class share, not 1/n_classes, for unbalanced labels.
 - Queries with an empty relevant set are dropped (with a warning); relevant indices outside
   [0, m) raise ``ValueError``.
+- ``knn_neighbours`` returns the neighbour lists themselves (for ``hubness``); it raises where
+  ``knn_correct`` warns and returns None, since it has no label to fall back on.
 - Similarity matrices are formed in row chunks of ``chunk_size``, so memory stays O(chunk_size n).
 """
 
@@ -107,14 +112,52 @@ def knn_correct(
             k,
         )
         return None
-    correct = np.empty(n, dtype=int)
+    order = _neighbour_order(U, g_ids, k, chunk_size)  # (n, k)
+    return (_vote(y_ids[order], classes.size) == y_ids).astype(int)
+
+
+def knn_neighbours(
+    X: np.ndarray, k: int, groups: Sequence | np.ndarray | None = None, chunk_size: int = 2048
+) -> np.ndarray:
+    """The k nearest neighbours of every row by cosine, nearest first (the ordering `knn_correct` votes on).
+
+    Args:
+        X: (n, d) embeddings.
+        k: Neighbours per item.
+        groups: (n,) group ids; an item's candidates exclude its whole group. None = only itself.
+        chunk_size: Query rows per similarity block.
+
+    Returns:
+        (n, k) int64 row indices; row i lists ``N_k(i)`` by decreasing cosine, ties to the lower index.
+
+    Raises:
+        ValueError: If k < 1 or some item has fewer than k rows outside its group (n <= k without groups).
+    """
+    U = normalize_rows(X)  # (n, d)
+    n = U.shape[0]
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    g_ids = np.arange(n) if groups is None else _group_ids(groups, n)  # (n,)
+    fewest = int((n - np.bincount(g_ids)[g_ids]).min()) if n else 0
+    if n == 0 or fewest < k:
+        raise ValueError(
+            f"every item needs >= k = {k} candidates outside its own group; the fewest is {fewest}"
+        )
+    return _neighbour_order(U, g_ids, k, chunk_size)
+
+
+def _neighbour_order(U: np.ndarray, g_ids: np.ndarray, k: int, chunk_size: int) -> np.ndarray:
+    """(n, d) unit rows, (n,) group ids -> (n, k) nearest rows of other groups, ties to the lower index."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    n = U.shape[0]
+    order = np.empty((n, k), dtype=np.int64)
     for start in range(0, n, chunk_size):
         stop = min(start + chunk_size, n)
         sims = U[start:stop] @ U.T  # (c, n)
         sims[g_ids[start:stop, None] == g_ids[None, :]] = -np.inf  # exclude self (and its group)
-        order = np.argsort(-sims, axis=1, kind="stable")[:, :k]  # (c, k), ties -> lower index
-        correct[start:stop] = _vote(y_ids[order], classes.size) == y_ids[start:stop]
-    return correct
+        order[start:stop] = np.argsort(-sims, axis=1, kind="stable")[:, :k]  # (c, k), ties -> lower index
+    return order
 
 
 def _group_ids(groups: Sequence | np.ndarray, n: int) -> np.ndarray:

@@ -191,9 +191,12 @@ def contrast_rows(
             point, low, high = paired_jackknife_ci(mine, theirs, centroid_distance)
             rows.append(result_row(**row, metric="centroid_distance" + suffix, value=point, ci=(low, high)))
             if items[key].reference is not None and base[key].reference is not None:
-                contrast = _global_distance_contrast(items[key], base[key], seed)
-                contrast["metric"] += suffix
-                rows.append(result_row(**row, **contrast))
+                for contrast in (
+                    _global_distance_contrast(items[key], base[key], seed),
+                    *_decomposition_contrasts(items[key], base[key], seed),
+                ):
+                    contrast["metric"] += suffix
+                    rows.append(result_row(**row, **contrast))
         elif items[key].continuous:
             point, low, high, p_value = paired_t_contrast(mine, theirs, seed)
             metric = items[key].metric + suffix
@@ -235,6 +238,30 @@ def _global_distance_contrast(mine: PairedItems, theirs: PairedItems, seed: int)
     b = np.linalg.norm(normalize_rows(theirs.values) - theirs.reference.reshape(1, -1), axis=1)
     point, low, high, p_value = paired_t_contrast(a, b, seed)
     return dict(metric="global_centroid_distance", value=point, ci=(low, high), p_value=p_value)
+
+
+def _decomposition_contrasts(mine: PairedItems, theirs: PairedItems, seed: int) -> list[dict]:
+    """Paired differences of the decomposition's three terms (`llm_collapse.metrics.decomposition`), each side
+    against its own global centroid: the whole from the per-item squared distances (`paired_t_contrast`), the
+    spread and the offset by a paired delete-one jackknife (they move with the length's own centroid)."""
+    from llm_collapse.metrics.decomposition import DECOMPOSITION_KEYS, centroid_decomposition
+    from llm_collapse.metrics.stats import jackknife_ci
+
+    def term(key: str):
+        return lambda pairs: (
+            centroid_decomposition(pairs[:, 0], mine.reference).summary()[key]
+            - centroid_decomposition(pairs[:, 1], theirs.reference).summary()[key]
+        )
+
+    a = centroid_decomposition(mine.values, mine.reference).global_sq
+    b = centroid_decomposition(theirs.values, theirs.reference).global_sq
+    point, low, high, p_value = paired_t_contrast(a, b, seed)
+    out = [dict(metric=DECOMPOSITION_KEYS[0], value=point, ci=(low, high), p_value=p_value)]
+    pairs = np.stack([mine.values, theirs.values], axis=1)  # (n, 2, d)
+    for key in DECOMPOSITION_KEYS[1:]:
+        point, low, high = jackknife_ci(pairs, term(key))
+        out.append(dict(metric=key, value=point, ci=(low, high)))
+    return out
 
 
 def paired_t_contrast(a: np.ndarray, b: np.ndarray, seed: int) -> tuple[float, float, float, float]:
@@ -285,17 +312,3 @@ def _is_out_of_memory(err: BaseException) -> bool:
         or "out of memory" in text
         or "can't allocate" in text
     )
-
-
-def wilson_interval(successes: int, n: int) -> tuple[float, float]:
-    """95% Wilson score interval for a proportion (accuracy over n independent items); NaN for n = 0.
-
-    scipy's ``binomtest(...).proportion_ci(method="wilson")`` (no continuity correction); it replaced a
-    hand-written formula with z = 1.959964, from which it differs by < 4e-9.
-    """
-    if n == 0:
-        return math.nan, math.nan
-    from scipy.stats import binomtest
-
-    ci = binomtest(successes, n).proportion_ci(confidence_level=0.95, method="wilson")
-    return float(ci.low), float(ci.high)

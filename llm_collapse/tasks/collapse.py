@@ -4,8 +4,9 @@ Per bin: mean pairwise cosine (duplicate-aware bootstrap CI), distance to the bi
 bootstrap duplicates pull the centroid towards themselves and bias resamples low) and to the global
 centroid of all bins of this model and method (bootstrap CI), cosine between bin and global
 centroids, effective rank (delete-one jackknife CI, `llm_collapse.metrics.stats.effective_rank_ci`: a
-bootstrap repeats rows, which add no rank; runs written before it have no effective-rank CI), and the mean token count
-under this model (``tokens``). Each bin's embeddings are left in ``ctx.paired`` for the runner's paired
+bootstrap repeats rows, which add no rank; runs written before it have no effective-rank CI), the mean token count
+under this model (``tokens``), and the squared distance to the global centroid split into within-length spread and
+the length centroid's offset (`decomposition`). Each bin's embeddings are left in ``ctx.paired`` for the runner's paired
 contrasts against ``base`` (`llm_collapse.tasks.base`).
 """
 
@@ -19,6 +20,7 @@ from llm_collapse.metrics.collapse import (
     centroid_distance,
     global_centroid_distance,
 )
+from llm_collapse.metrics.decomposition import DECOMPOSITION_KEYS, centroid_decomposition
 from llm_collapse.metrics.stats import bootstrap_ci, effective_rank_ci, jackknife_ci, pairwise_cosine_ci
 from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, TaskContext, paired_key
 
@@ -79,4 +81,23 @@ def run_collapse(ctx: TaskContext) -> list[dict]:
             ctx.row(task="collapse", length=length, metric="effective_rank", value=point, ci=(low, high), n=n)
         )
         rows.append(ctx.row(task="collapse", length=length, metric="tokens", value=float(tokens.mean()), n=n))
+        rows += [
+            ctx.row(task="collapse", length=length, n=n, **part) for part in decomposition(X, global_c, seed)
+        ]
     return rows
+
+
+def decomposition(X: np.ndarray, global_c: np.ndarray, seed: int) -> list[dict]:
+    """The squared distance to the global centroid and its two parts, with intervals
+    (`llm_collapse.metrics.decomposition`): a bootstrap of the per-item squared distances for the whole,
+    delete-one jackknifes for the spread and the offset (both move with the length's own centroid, which a
+    bootstrap's repeated rows pull towards themselves)."""
+    whole = centroid_decomposition(X, global_c)
+    point, low, high = bootstrap_ci(whole.global_sq, lambda s: s.mean(axis=-1), seed=seed, batched=True)
+    parts = [dict(metric=DECOMPOSITION_KEYS[0], value=point, ci=(low, high))]
+    for key in DECOMPOSITION_KEYS[1:]:
+        point, low, high = jackknife_ci(
+            X, lambda x, key=key: centroid_decomposition(x, global_c).summary()[key]
+        )
+        parts.append(dict(metric=key, value=point, ci=(low, high)))
+    return parts

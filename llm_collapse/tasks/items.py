@@ -8,7 +8,9 @@ the bin's value in ``results.parquet`` (tested):
 
 - collapse: ``pairwise_cosine`` (an item's mean cosine to the other items of its length: the mean over
   items is the mean over pairs), ``centroid_distance`` (to its length's centroid),
-  ``global_centroid_distance`` (to the centroid of all lengths, the TempScale paper's distance);
+  ``global_centroid_distance`` (to the centroid of all lengths, the TempScale paper's distance), and the
+  squares of the last two (``within_length_sq_spread``, ``global_centroid_sq_distance``: the decomposition's
+  per-item terms; the length centroid's offset is one number per length, in the results only);
 - knn: ``knn_accuracy`` and ``knn_cross_accuracy`` (0/1 correct);
 - retrieval tasks: ``acc@1`` (0/1) and ``gold_rank`` (the relevant document's rank, 1 = top);
 - layerwise: one row per layer with each statistic.
@@ -69,7 +71,7 @@ def embedding_quantities(X: np.ndarray, reference: np.ndarray | None) -> dict[st
 
     ``pairwise_cosine``: mean cosine to the other items (NaN for a lone item); ``centroid_distance``: distance
     to the items' own centroid; ``global_centroid_distance``: distance to ``reference``, the centroid of all
-    lengths (absent without one).
+    lengths (absent without one); the ``*_sq_*`` columns: their squares.
     """
     U = normalize_rows(np.asarray(X, dtype=np.float64))
     n = U.shape[0]
@@ -78,6 +80,8 @@ def embedding_quantities(X: np.ndarray, reference: np.ndarray | None) -> dict[st
         "pairwise_cosine": sums / (n - 1) if n > 1 else np.full(n, math.nan),
         "centroid_distance": np.linalg.norm(U - U.mean(axis=0, keepdims=True), axis=1),
     }
+    out["within_length_sq_spread"] = out["centroid_distance"] ** 2
     if reference is not None:
         out["global_centroid_distance"] = np.linalg.norm(U - np.asarray(reference).reshape(1, -1), axis=1)
+        out["global_centroid_sq_distance"] = out["global_centroid_distance"] ** 2
     return out

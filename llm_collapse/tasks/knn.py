@@ -33,7 +33,8 @@ import numpy as np
 
 from llm_collapse.errors import UserError
 from llm_collapse.metrics.probes import knn_correct
-from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key, wilson_interval
+from llm_collapse.metrics.proportions import wilson_interval
+from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key
 from llm_collapse.tasks.registry import KNN_NEIGHBOURS
 
 logger = logging.getLogger(__name__)

@@ -112,6 +112,7 @@ KNN_NEIGHBOURS = 5
 """k of the kNN probes (`llm_collapse.tasks.knn`): each text needs more than k texts of its length."""
 
 _COLLAPSE = ("pairwise_cosine", "centroid_cosine", "centroid_distance", "global_centroid_distance",
+             "global_centroid_sq_distance", "within_length_sq_spread", "length_centroid_offset_sq",
              "effective_rank", "tokens")  # fmt: skip
 _RETRIEVAL = ("acc@1", "ndcg@10")
 _DRIFT = ("cosine_to_bf16", "cosine_to_fp16", "cosine_to_fp32")
@@ -166,6 +167,15 @@ METRICS: dict[str, MetricInfo] = {
     "global_centroid_distance": MetricInfo(
         "distance to global centroid (paper)", MORE_COLLAPSE_IF_LOWER, paired=True
     ),
+    # The squared paper distance = within-length spread + the length centroid's offset (metrics.decomposition):
+    # the spread is collapse proper; the offset moves with where a length's group sits, not how tight it is.
+    "global_centroid_sq_distance": MetricInfo(
+        "squared distance to global centroid", MORE_COLLAPSE_IF_LOWER, paired=True, digits=4
+    ),
+    "within_length_sq_spread": MetricInfo(
+        "within-length spread (squared)", MORE_COLLAPSE_IF_LOWER, paired=True, digits=4
+    ),
+    "length_centroid_offset_sq": MetricInfo("length centroid offset (squared)", "", paired=True, digits=4),
     "effective_rank": MetricInfo("effective rank", MORE_COLLAPSE_IF_LOWER),
     "hf_ratio": MetricInfo("high-frequency energy ratio", MORE_COLLAPSE_IF_LOWER, paired=True),
     "hf_ratio_length_free": MetricInfo(

@@ -17,7 +17,8 @@ import numpy as np
 
 from llm_collapse.data.synthetic import RetrievalTask
 from llm_collapse.metrics.probes import retrieval_scores
-from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key, wilson_interval
+from llm_collapse.metrics.proportions import wilson_interval
+from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key
 
 DEPTH_BINS = 5
 HUB_SHARE = 0.5

@@ -22,7 +22,8 @@ RUN = dict(
     lengths=[64, 128], design="prefix", prefix_docs=8, layerwise_per_bin=3, retrieval_docs=4,
     retrieval_queries=3, batch_size=8, dtype="fp32", no_report=True,
 )  # fmt: skip
-MEANS = ("pairwise_cosine", "centroid_distance", "global_centroid_distance", "knn_accuracy",
+MEANS = ("pairwise_cosine", "centroid_distance", "global_centroid_distance", "within_length_sq_spread",
+         "global_centroid_sq_distance", "knn_accuracy",
          "knn_cross_accuracy", "acc@1", "hf_ratio", "attention_entropy")  # fmt: skip
 
 
@@ -94,3 +95,15 @@ def test_embedding_quantities_equal_loops():
         assert got["pairwise_cosine"][i] == pytest.approx(sum(cosines) / len(cosines), abs=1e-12)
         assert got["centroid_distance"][i] == pytest.approx(math.dist(u, c), abs=1e-12)
         assert got["global_centroid_distance"][i] == pytest.approx(math.dist(u, g), abs=1e-12)
+
+
+def test_decomposition_rows_add_up_and_pair(run, assert_paired_differences):
+    results, _ = run
+    collapse = results[results.task == "collapse"]
+    for suffix in ("", "_vs_base", "_vs_shortest"):
+        terms = ["global_centroid_sq_distance", "within_length_sq_spread", "length_centroid_offset_sq"]
+        wide = collapse.pivot_table(index=["method", "length"], columns="metric", values="value")
+        whole, within, offset = (wide[f"{term}{suffix}"].dropna() for term in terms)
+        assert len(whole) >= 2 and len(whole) == len(within) == len(offset), suffix
+        assert (whole - within - offset).abs().max() < 1e-12, suffix
+    assert_paired_differences(collapse, "_vs_base", "method", "tempscale-0.8", "base", ["length"])

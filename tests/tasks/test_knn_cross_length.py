@@ -15,6 +15,7 @@ from llm_collapse.data.bins import BinnedText
 from llm_collapse.data.corpora import MOVIE_REVIEWS_DEFAULT, MOVIE_REVIEWS_ENV
 from llm_collapse.errors import UserError
 from llm_collapse.metrics.probes import knn_correct
+from llm_collapse.metrics.proportions import wilson_interval
 from llm_collapse.run.inputs import RunInputs
 from llm_collapse.tasks.base import (
     VS_BASE,
@@ -23,7 +24,6 @@ from llm_collapse.tasks.base import (
     contrast_rows,
     length_contrast_rows,
     paired_key,
-    wilson_interval,
 )
 from llm_collapse.tasks.knn import CROSS, WITHIN, K, run_knn
 
