@@ -58,8 +58,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from llm_collapse.metrics.probes import _group_ids, knn_neighbours
-from llm_collapse.metrics.stats import _interval, bootstrap_ci
+from llm_collapse.metrics.probes import group_ids, knn_neighbours
+from llm_collapse.metrics.stats import bootstrap_ci, percentile_interval
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def chance_longer_share(
     """
     ln = _check_lengths(lengths)
     n = ln.size
-    g = np.arange(n) if groups is None else _group_ids(groups, n)  # (n,)
+    g = np.arange(n) if groups is None else group_ids(groups, n)  # (n,)
     ranks, r = np.unique(ln, return_inverse=True)
     r = r.reshape(n)
     longer_all = n - np.searchsorted(np.sort(r), r, side="right")  # (n,)
@@ -241,10 +241,12 @@ def hubness_ci(
     boot = np.concatenate(skews)
     if np.isfinite(point["skewness"]) and np.isfinite(boot).any():
         bias = float(boot[np.isfinite(boot)].mean() - point["skewness"])
-        skew_ci = _interval(point["skewness"], boot - bias, alpha)  # bias-corrected, see the module notes
+        skew_ci = percentile_interval(
+            point["skewness"], boot - bias, alpha
+        )  # bias-corrected, see the module notes
     return {
         "skewness": skew_ci,
-        "top_hub_share": _interval(point["top_hub_share"], np.concatenate(shares), alpha),
+        "top_hub_share": percentile_interval(point["top_hub_share"], np.concatenate(shares), alpha),
     }
 
 

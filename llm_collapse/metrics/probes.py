@@ -90,7 +90,7 @@ def knn_correct(
         raise ValueError(f"labels must have shape ({n},), got {y.shape}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    g_ids = np.arange(n) if groups is None else _group_ids(groups, n)  # (n,)
+    g_ids = np.arange(n) if groups is None else group_ids(groups, n)  # (n,)
     classes, y_ids = np.unique(y, return_inverse=True)
     if classes.size < 2 or n <= k:
         logger.warning(
@@ -137,7 +137,7 @@ def knn_neighbours(
     n = U.shape[0]
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    g_ids = np.arange(n) if groups is None else _group_ids(groups, n)  # (n,)
+    g_ids = np.arange(n) if groups is None else group_ids(groups, n)  # (n,)
     fewest = int((n - np.bincount(g_ids)[g_ids]).min()) if n else 0
     if n == 0 or fewest < k:
         raise ValueError(
@@ -160,7 +160,7 @@ def _neighbour_order(U: np.ndarray, g_ids: np.ndarray, k: int, chunk_size: int) 
     return order
 
 
-def _group_ids(groups: Sequence | np.ndarray, n: int) -> np.ndarray:
+def group_ids(groups: Sequence | np.ndarray, n: int) -> np.ndarray:
     """(n,) group values -> (n,) int ids."""
     g = np.asarray(groups)
     if g.shape != (n,):

@@ -109,7 +109,7 @@ def bootstrap_ci(
         return (point, float("nan"), float("nan"))
     idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))  # (n_boot, n)
     boot = _resample_values(data, statistic, idx, batched, max_batch_bytes)  # (n_boot,)
-    return _interval(point, boot, alpha)
+    return percentile_interval(point, boot, alpha)
 
 
 def jackknife_ci(
@@ -168,7 +168,7 @@ def effective_rank_ci(
     return (point, point - t * se, point + t * se)
 
 
-def _interval(point: float, boot: np.ndarray, alpha: float) -> tuple[float, float, float]:
+def percentile_interval(point: float, boot: np.ndarray, alpha: float) -> tuple[float, float, float]:
     """Percentile interval of the finite resample values ``boot`` (n_boot,) around ``point``."""
     finite = np.isfinite(boot)
     if not finite.all():
@@ -210,7 +210,7 @@ def pairwise_cosine_ci(
         num, den = _dedup_pair_sums(U, w)
         with np.errstate(invalid="ignore", divide="ignore"):
             parts.append(np.where(den > 0, num / den, np.nan))
-    return _interval(point, np.concatenate(parts), alpha)
+    return percentile_interval(point, np.concatenate(parts), alpha)
 
 
 def _count_blocks(idx: np.ndarray, n: int):
@@ -276,7 +276,7 @@ def paired_pairwise_cosine_ci(
         num_v, _ = _dedup_pair_sums(V, w)
         with np.errstate(invalid="ignore", divide="ignore"):
             parts.append(np.where(den > 0, num_u / den - num_v / den, np.nan))
-    return _interval(point, np.concatenate(parts), alpha)
+    return percentile_interval(point, np.concatenate(parts), alpha)
 
 
 def paired_jackknife_ci(

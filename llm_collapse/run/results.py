@@ -69,19 +69,19 @@ def write_items(rows: list[dict], out_dir: Path) -> None:
     without per-item rows writes none, and an older one is removed so it never outlives its results."""
     import pandas as pd
 
-    from llm_collapse.tasks.items import KEYS
-
     path = out_dir / ITEMS_FILE
     if not rows:
         path.unlink(missing_ok=True)
         return
     frame = pd.DataFrame(rows)
-    frame = frame[[*KEYS, *sorted(set(frame.columns) - set(KEYS))]]
+    frame = frame[[*ITEM_KEYS, *sorted(set(frame.columns) - set(ITEM_KEYS))]]
     frame = frame.sort_values(["model", "method", "task", "length", "depth", "layer"], kind="stable")
     atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 ITEMS_FILE = "items.parquet"
+ITEM_KEYS: tuple[str, ...] = ("model", "method", "task", "corpus", "length", "depth", "layer", "item")
+"""The columns of ``items.parquet`` that name an item's row; every other column is a per-item quantity."""
 REPORT_FILES: tuple[str, ...] = ("report.md", "report.html", "figures")
 
 

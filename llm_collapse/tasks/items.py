@@ -28,9 +28,6 @@ import numpy as np
 from llm_collapse.metrics.collapse import normalize_rows
 from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, PairedKey, paired_task
 
-KEYS: tuple[str, ...] = ("model", "method", "task", "corpus", "length", "depth", "layer", "item")
-"""The columns that name an item's row; every other column is a per-item quantity."""
-
 
 def item_rows(model: str, method: str, corpus: str, paired: dict[PairedKey, PairedItems]) -> list[dict]:
     """Per-item rows of one (model, method) cell, one per (task, length, depth, layer, item).

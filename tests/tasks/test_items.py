@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llm_collapse.run.results import ITEMS_FILE
-from llm_collapse.tasks.items import KEYS, embedding_quantities
+from llm_collapse.run.results import ITEM_KEYS, ITEMS_FILE
+from llm_collapse.tasks.items import embedding_quantities
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
@@ -47,7 +47,7 @@ def run(tmp_path_factory, tiny_dir):
 
 def test_every_bin_is_the_mean_of_its_items(run):
     results, items = run
-    assert not items.duplicated(list(KEYS)).any()
+    assert not items.duplicated(list(ITEM_KEYS)).any()
     checked = 0
     for metric in MEANS:
         rows = results[(results.metric == metric) & results.value.notna()]
