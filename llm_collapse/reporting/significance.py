@@ -31,7 +31,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from llm_collapse.metrics.stats import holm_adjust
-from llm_collapse.tasks.registry import metric_info
+from llm_collapse.tasks.registry import VS_INTERACTION, metric_info
 
 ALPHA = 0.05
 _Z = float(sps.norm.ppf(0.975))
@@ -39,6 +39,7 @@ _Z = float(sps.norm.ppf(0.975))
 KINDS: dict[str, str] = {
     "McNemar": "exact McNemar test on the paired items",
     "paired t": "paired t-test on the per-item values",
+    "sign-flip": "exact sign-flip test on the per-item differences of differences (0/1 outcomes)",
     "paired Wald": "Wald test from the paired 95% interval",
     "Fisher": "Fisher's exact test on the two counts (different items)",
     "Wald": "Wald test from the two 95% intervals taken as independent (different items; conservative for the "
@@ -72,8 +73,10 @@ def paired_test(row: pd.Series) -> Significance | None:
     """The test of one paired contrast row (module docstring)."""
     p = float(row.get("p_value", math.nan))
     if math.isfinite(p):
-        base = str(row.get("metric", "")).rsplit("_vs_", 1)[0]
-        return Significance(p, "McNemar" if metric_info(base).proportion else "paired t")
+        metric = str(row.get("metric", ""))
+        if not metric_info(metric.split("_vs_", 1)[0]).proportion:
+            return Significance(p, "paired t")
+        return Significance(p, "sign-flip" if metric.endswith(VS_INTERACTION) else "McNemar")
     return _wald(float(row["value"]), _se(row), "paired Wald")
 
 

@@ -48,6 +48,7 @@ from llm_collapse.tasks.base import (
     length_contrast_rows,
     paired_task,
 )
+from llm_collapse.tasks.interaction import interaction_rows
 from llm_collapse.tasks.items import item_rows
 from llm_collapse.tasks.registry import TASKS, VS_CONTROL, VS_REFERENCE, length_paired_tasks
 from llm_collapse.utils.logs import held_logs
@@ -172,14 +173,16 @@ def _write_outputs(
 
 
 def _contrasts(model_name: str, config: CompareConfig, paired: dict[str, dict]) -> list[dict]:
-    """``*_vs_base`` rows of every non-base method of one model (none without a base cell)."""
+    """``*_vs_base`` rows of every non-base method of one model, and where the items are the same at every
+    length its method x length interaction (`llm_collapse.tasks.interaction`); none without a base cell."""
     base = paired.get(BASE_METHOD)
     if base is None:
         return []
-    rows = []
+    rows, nested = [], length_paired_tasks(config.design) & set(config.tasks)
     for method, items in paired.items():
         if method != BASE_METHOD:
             rows += contrast_rows(model_name, method, config.corpus, items, base, seed=config.seed)
+            rows += interaction_rows(model_name, method, config.corpus, items, base, nested, seed=config.seed)
     return rows
 
 

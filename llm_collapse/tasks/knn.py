@@ -35,6 +35,7 @@ from llm_collapse.errors import UserError
 from llm_collapse.metrics.probes import knn_correct
 from llm_collapse.metrics.proportions import wilson_interval
 from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key
+from llm_collapse.tasks.knn_mechanism import mechanism_rows
 from llm_collapse.tasks.registry import KNN_NEIGHBOURS
 
 logger = logging.getLogger(__name__)
@@ -64,17 +65,18 @@ def run_knn(ctx: TaskContext) -> list[dict]:
     labels = np.array([t.labels[label_key] for t in pool])
     name = f"{ctx.model}/{ctx.method}"
     cross = knn_correct(vectors, labels, k=K, label=f"{name}/all lengths", groups=[t.doc_id for t in pool])
-    rows, start = [], 0
+    rows, start, parts = [], 0, {}
     for length in lengths:
         n = len(kept[length])
         part = slice(start, start + n)
         start += n
         within = knn_correct(vectors[part], labels[part], k=K, label=f"{name}/{length}") if n else None
         ids = tuple(t.item_id for t in kept[length])
+        parts[length] = (part, ids)
         rows.append(_row(ctx, length, WITHIN, within, ids, paired_key("knn", length)))
         cross_part = None if cross is None else cross[part]
         rows.append(_row(ctx, length, CROSS, cross_part, ids, paired_key("knn", length, metric=CROSS)))
-    return rows
+    return rows + mechanism_rows(ctx, vectors, labels, [t.doc_id for t in pool], parts, K)
 
 
 def _row(ctx: TaskContext, length: int, metric: str, correct: np.ndarray | None, ids: tuple, key) -> dict:

@@ -23,6 +23,9 @@ VS_BASE = "_vs_base"
 VS_SHORTEST = "_vs_shortest"
 """Suffix of the paired length contrasts (`llm_collapse.tasks.base.length_contrast_rows`): length L - the
 shortest length on the same items (prefix design, or a task with nested lengths)."""
+VS_INTERACTION = VS_BASE + VS_SHORTEST
+"""Suffix of the method x length interaction (`llm_collapse.tasks.interaction`): (method - base) at length L
+minus (method - base) at the shortest length, on the same items."""
 VS_REFERENCE = "_vs_reference"
 """Suffix of the paired model contrasts (``reference_model`` in the run config): a model - the reference model,
 the same method on the same items."""
@@ -115,6 +118,8 @@ _COLLAPSE = ("pairwise_cosine", "centroid_cosine", "centroid_distance", "global_
              "global_centroid_sq_distance", "within_length_sq_spread", "length_centroid_offset_sq",
              "effective_rank", "tokens")  # fmt: skip
 _RETRIEVAL = ("acc@1", "ndcg@10")
+_KNN = ("knn_accuracy", "knn_cross_accuracy", "knn_longer_neighbour_share", "knn_longer_neighbour_chance",
+        "knn_neighbour_occurrence", "knn_hubness_skewness", "knn_top_hub_share")  # fmt: skip
 _DRIFT = ("cosine_to_bf16", "cosine_to_fp16", "cosine_to_fp32")
 
 TASKS: dict[str, TaskSpec] = {
@@ -125,7 +130,7 @@ TASKS: dict[str, TaskSpec] = {
                  headline=("pairwise_cosine",
                            "global_centroid_distance",  # the TempScale paper's collapse distance
                            "centroid_distance")),
-        TaskSpec("knn", "kNN probe", "llm_collapse.tasks.knn:run_knn", ("knn_accuracy", "knn_cross_accuracy"),
+        TaskSpec("knn", "kNN probe", "llm_collapse.tasks.knn:run_knn", _KNN,
                  reads_corpus=True,
                  headline=("knn_cross_accuracy",  # the TempScale paper's probe: a pool of all lengths
                            "knn_accuracy")),
@@ -187,6 +192,14 @@ METRICS: dict[str, MetricInfo] = {
     "knn_cross_accuracy": MetricInfo(  # the within-bin probe is knn_accuracy
         "kNN accuracy, all lengths (paper)", HIGHER_IS_BETTER, paired=True, proportion=True
     ),
+    # The paper's mechanism (tasks.knn_mechanism): long texts as everyone's neighbours, and hubs.
+    "knn_longer_neighbour_share": MetricInfo(
+        "share of k neighbours that are longer (all lengths)", "", paired=True
+    ),
+    "knn_longer_neighbour_chance": MetricInfo("longer-neighbour share of random neighbours", ""),
+    "knn_neighbour_occurrence": MetricInfo("mean k-occurrence (all lengths)", ""),
+    "knn_hubness_skewness": MetricInfo("hubness: k-occurrence skewness (within length)", ""),
+    "knn_top_hub_share": MetricInfo("top hub's share of neighbour slots (within length)", ""),
     "acc@1": MetricInfo("Acc@1", HIGHER_IS_BETTER, paired=True, proportion=True),
     "ndcg@10": MetricInfo("nDCG@10", HIGHER_IS_BETTER),
     "tokens": MetricInfo("mean tokens per text", ""),
@@ -213,6 +226,7 @@ METRICS.update(
         for suffix, what in (
             (VS_BASE, "base"),
             (VS_SHORTEST, "shortest length"),
+            (VS_INTERACTION, "base, change from the shortest length"),
             (VS_REFERENCE, "reference model"),
             (VS_CONTROL, "matched control"),
         )

@@ -23,7 +23,7 @@ RUN = dict(
     retrieval_queries=3, batch_size=8, dtype="fp32", no_report=True,
 )  # fmt: skip
 MEANS = ("pairwise_cosine", "centroid_distance", "global_centroid_distance", "within_length_sq_spread",
-         "global_centroid_sq_distance", "knn_accuracy",
+         "global_centroid_sq_distance", "knn_accuracy", "knn_longer_neighbour_share",
          "knn_cross_accuracy", "acc@1", "hf_ratio", "attention_entropy")  # fmt: skip
 
 
@@ -42,11 +42,11 @@ def run(tmp_path_factory, tiny_dir):
         )
         == 0
     )
-    return pd.read_parquet(out / "results.parquet"), pd.read_parquet(out / ITEMS_FILE)
+    return pd.read_parquet(out / "results.parquet"), pd.read_parquet(out / ITEMS_FILE), out
 
 
 def test_every_bin_is_the_mean_of_its_items(run):
-    results, items = run
+    results, items, _ = run
     assert not items.duplicated(list(ITEM_KEYS)).any()
     checked = 0
     for metric in MEANS:
@@ -66,7 +66,7 @@ def test_every_bin_is_the_mean_of_its_items(run):
 
 
 def test_items_pair_across_methods_and_lengths(run):
-    _, items = run
+    _, items, _ = run
     for task in ("collapse", "knn", "passkey-start"):
         mine = items[(items.task == task) & items.layer.isna()]
         ids = mine.groupby(["method", "length"])["item"].apply(lambda s: tuple(sorted(s)))
@@ -77,7 +77,7 @@ def test_items_pair_across_methods_and_lengths(run):
 
 
 def test_gold_rank_one_is_a_hit(run):
-    _, items = run
+    _, items, _ = run
     retrieval = items[items.task == "passkey-start"]
     assert ((retrieval["gold_rank"] == 1) == (retrieval["acc@1"] == 1)).all()
     assert (retrieval["gold_rank"] >= 1).all()
@@ -98,7 +98,7 @@ def test_embedding_quantities_equal_loops():
 
 
 def test_decomposition_rows_add_up_and_pair(run, assert_paired_differences):
-    results, _ = run
+    results, _, _ = run
     collapse = results[results.task == "collapse"]
     for suffix in ("", "_vs_base", "_vs_shortest"):
         terms = ["global_centroid_sq_distance", "within_length_sq_spread", "length_centroid_offset_sq"]
@@ -107,3 +107,57 @@ def test_decomposition_rows_add_up_and_pair(run, assert_paired_differences):
         assert len(whole) >= 2 and len(whole) == len(within) == len(offset), suffix
         assert (whole - within - offset).abs().max() < 1e-12, suffix
     assert_paired_differences(collapse, "_vs_base", "method", "tempscale-0.8", "base", ["length"])
+
+
+def test_interaction_rows_are_the_difference_of_the_per_method_rows(run):
+    """Two tiny cells (base, tempscale-0.8) of one prefix-design run: every interaction row's value is
+    (m_L - b_L) - (m_S - b_S) of the plain rows, for set-level and per-item metrics alike."""
+    results, _, _ = run
+    did = results[results.metric.str.endswith("_vs_base_vs_shortest") & results.layer.isna()]
+    assert {"pairwise_cosine", "global_centroid_distance", "within_length_sq_spread", "knn_cross_accuracy",
+            "acc@1"} <= {m.removesuffix("_vs_base_vs_shortest") for m in did.metric}  # fmt: skip
+    plain = results[results.depth.isna() & results.layer.isna()]
+    plain = plain.set_index(["task", "metric", "method", "length"]).sort_index()
+    for row in did.itertuples():
+        metric = row.metric.removesuffix("_vs_base_vs_shortest")
+        short = min(plain.loc[(row.task, metric, "base")].index)
+        value = plain.loc[(row.task, metric), "value"]
+        expected = (value[(row.method, row.length)] - value[("base", row.length)]) - (
+            value[(row.method, short)] - value[("base", short)]
+        )
+        assert row.value == pytest.approx(expected, abs=1e-9), row.metric
+
+
+def test_report_reads_the_interaction_and_the_decomposition(run, tmp_path):
+    from llm_collapse.reporting import build_report
+    from llm_collapse.reporting.tables import fmt, fmt_ci
+
+    results, _, out = run
+    build_report([out], tmp_path)
+    text = (tmp_path / "report.md").read_text()
+    assert "Does a method change the collapse that comes with length?" in text and "Spread or offset?" in text
+    did = results[
+        (results.metric == "pairwise_cosine_vs_base_vs_shortest") & (results.method == "tempscale-0.8")
+    ]
+    longest = did.sort_values("length").iloc[-1]
+    assert (
+        fmt_ci(longest.value, longest.ci_low, longest.ci_high) + ": (" in text
+    )  # the cell, with its reading
+    plain = results[(results.method == "base") & results.depth.isna()].set_index(["metric", "length"])[
+        "value"
+    ]
+    lengths = sorted(results.loc[results.metric == "within_length_sq_spread", "length"].unique())
+    delta = {m: plain[(m, lengths[-1])] - plain[(m, lengths[0])] for m in
+             ("global_centroid_sq_distance", "length_centroid_offset_sq")}  # fmt: skip
+    share = 100 * delta["length_centroid_offset_sq"] / delta["global_centroid_sq_distance"]
+    assert f"| {fmt(share, 0)}% |" in text
+
+
+def test_items_keep_each_texts_neighbours(run):
+    _, items, _ = run
+    knn = items[items.task == "knn"].dropna(subset=["knn_longer_neighbour_share"])
+    assert len(knn) > 0
+    for row in knn.itertuples():
+        lengths = np.asarray(row.neighbour_lengths)
+        assert len(lengths) == 5 and len(row.neighbour_labels) == 5
+        assert row.knn_longer_neighbour_share == pytest.approx(np.mean(lengths > row.length), abs=1e-12)

@@ -80,7 +80,7 @@ def test_grouped_knn_needs_k_rows_outside_each_group(caplog):
 
 def _fake_ctx(texts: list[BinnedText], vectors: dict[str, np.ndarray], label="y"):
     return SimpleNamespace(
-        config=SimpleNamespace(knn_label=label, corpus="fake"),
+        config=SimpleNamespace(knn_label=label, corpus="fake", seed=0),
         inputs=RunInputs(tokenizer="t", binned=texts),
         model="m",
         method="base",
@@ -107,7 +107,7 @@ def test_run_knn_pools_all_lengths_and_excludes_the_source_document():
     y = [t.labels["y"] for t in pool]
     cross = _brute_knn(X, y, [t.doc_id for t in pool], K)
     by = {(r["metric"], r["length"]): r for r in rows}
-    assert len(rows) == 2 * len(lengths)
+    assert sorted(r["metric"] for r in rows if r["metric"] in (CROSS, WITHIN)) == sorted([CROSS, WITHIN] * 3)
     for i, length in enumerate(lengths):
         part = slice(i * (n_docs - 1), (i + 1) * (n_docs - 1))
         row = by[(CROSS, length)]
@@ -119,6 +119,18 @@ def test_run_knn_pools_all_lengths_and_excludes_the_source_document():
         assert by[(WITHIN, length)]["value"] == pytest.approx(within.mean())
         np.testing.assert_array_equal(ctx.paired[paired_key("knn", length)].values, within)
         assert ctx.paired[paired_key("knn", length, metric=CROSS)].metric == CROSS
+        # the mechanism: the share of each text's cross-pool neighbours that are longer, by brute force
+        groups, shares = [t.doc_id for t in pool], []
+        for i in range(part.start, part.stop):
+            others = [j for j in range(len(X)) if groups[j] != groups[i]]
+            cosine = [float(X[i] @ X[j] / np.linalg.norm(X[i]) / np.linalg.norm(X[j])) for j in others]
+            nearest = [
+                j for _, j in sorted(zip(cosine, others, strict=True), key=lambda cj: (-cj[0], cj[1]))[:K]
+            ]
+            shares.append(np.mean([pool[j].target_tokens > length for j in nearest]))
+        assert by[("knn_longer_neighbour_share", length)]["value"] == pytest.approx(
+            np.mean(shares), abs=1e-12
+        )
 
 
 def test_run_knn_refuses_a_label_no_text_carries():

@@ -171,6 +171,8 @@ def test_compare_writes_contrasts_consistent_with_per_method_rows(run_compare, t
         expected.add(("knn", "knn_accuracy_vs_base"))
     if frame[frame.metric == "knn_cross_accuracy"].value.notna().all():
         expected.add(("knn", "knn_cross_accuracy_vs_base"))
+    if (frame.metric == "knn_longer_neighbour_share").any():
+        expected.add(("knn", "knn_longer_neighbour_share_vs_base"))
     assert set(map(tuple, contrasts[["task", "metric"]].drop_duplicates().to_numpy().tolist())) == expected
     for (task, metric), group in contrasts.groupby(["task", "metric"]):
         plain = metric.removesuffix("_vs_base")

@@ -1,0 +1,115 @@
+"""Two summary tables about the change that comes with length: the method x length interaction and the
+decomposition of the paper's distance.
+
+- Interaction: per model x non-base method, each headline metric's ``*_vs_base_vs_shortest`` row at the
+  longest length, (method - base at L) - (method - base at the shortest), read with its test after Holm's
+  correction across the table ("less collapse": the method shrinks the collapse that comes with length).
+- Decomposition: per model x method, the change from the shortest to the longest length of the squared
+  distance to the global centroid and of its two parts (within-length spread, the length centroid's offset),
+  tested like the summary table's changes, and the offset's share of the change.
+
+Both are absent where the run has no such rows (bins design; runs written before them).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from llm_collapse.metrics.decomposition import DECOMPOSITION_KEYS
+from llm_collapse.reporting.frames import ReportData, overall_rows, sorted_methods
+from llm_collapse.reporting.significance import change_test, paired_test, read_changes
+from llm_collapse.reporting.tables import (
+    Table,
+    fmt,
+    fmt_ci,
+    headline_metrics,
+    judge,
+    length_text,
+    model_cell,
+    summary_models,
+)
+from llm_collapse.tasks.registry import VS_INTERACTION, VS_SHORTEST, metric_info
+
+
+def interaction_table(data: ReportData) -> Table | None:
+    """The interaction at the longest length per model x method (columns: headline metrics that have it)."""
+    models, all_tiny = summary_models(data)
+    rows = overall_rows(data.results[data.results["model"].isin(models)])
+    did = rows[rows["metric"].str.endswith(VS_INTERACTION)]
+    pairs = [(task, metric) for task, metric in headline_metrics(data)
+             if ((did["task"] == task) & (did["metric"] == metric + VS_INTERACTION)).any()]  # fmt: skip
+    if not pairs:
+        return None
+    tiny = set(data.tiny_models) if all_tiny else set()
+    headers = ["model", "method", *(f"{metric} {_at(did, task, metric)}" for task, metric in pairs)]
+    body, changes = [], []
+    for model in models:
+        for method in sorted_methods(did.loc[did["model"] == model, "method"]):
+            row = [model_cell(model, tiny), f"`{method}`"]
+            for task, metric in pairs:
+                mine = _longest(did, model, method, task, metric + VS_INTERACTION)
+                if mine is None:
+                    row.append("—")
+                    continue
+                digits = metric_info(metric).digits
+                row.append(None)
+                ci = fmt_ci(mine["value"], mine["ci_low"], mine["ci_high"], digits)
+                changes.append(
+                    (len(body), len(row) - 1, ci, (metric, mine["value"], paired_test(mine), digits))
+                )
+            body.append(row)
+    for (i, j, ci, _), text in zip(changes, read_changes([c for *_, c in changes], judge), strict=True):
+        body[i][j] = f"{ci}: {text.partition(' ')[2]}"
+    return Table(tuple(headers), tuple(tuple(r) for r in body), (False, False, *(True for _ in pairs)))
+
+
+def decomposition_table(data: ReportData) -> Table | None:
+    """Shortest -> longest change of the squared distance to the global centroid and of its two parts."""
+    models, all_tiny = summary_models(data)
+    rows = overall_rows(data.results[data.results["model"].isin(models)])
+    rows = rows[(rows["task"] == "collapse") & rows["metric"].isin(DECOMPOSITION_KEYS)]
+    if rows.empty:
+        return None
+    paired = data.results[data.results["metric"].str.endswith(VS_SHORTEST)]
+    tiny = set(data.tiny_models) if all_tiny else set()
+    headers = ["model", "method", "lengths", *(f"Δ {key}" for key in DECOMPOSITION_KEYS), "offset share of Δ"]
+    body, changes = [], []
+    for model in models:
+        for method in sorted_methods(rows.loc[rows["model"] == model, "method"]):
+            mine = rows[(rows["model"] == model) & (rows["method"] == method)]
+            lengths = sorted(mine["length"].unique())
+            if len(lengths) < 2:
+                continue
+            short, long = lengths[0], lengths[-1]
+            row = [model_cell(model, tiny), f"`{method}`", f"{length_text(short)} → {length_text(long)}"]
+            deltas = {}
+            for key in DECOMPOSITION_KEYS:
+                a = mine[(mine["metric"] == key) & (mine["length"] == short)].iloc[0]
+                b = mine[(mine["metric"] == key) & (mine["length"] == long)].iloc[0]
+                deltas[key] = float(b["value"] - a["value"])
+                cell_paired = paired[(paired["model"] == model) & (paired["method"] == method)]
+                test = change_test(key, a, b, cell_paired, VS_SHORTEST)
+                row.append(None)
+                changes.append((len(body), len(row) - 1, (key, deltas[key], test, metric_info(key).digits)))
+            whole = deltas[DECOMPOSITION_KEYS[0]]
+            share = deltas[DECOMPOSITION_KEYS[2]] / whole if whole else math.nan
+            row.append(fmt(100 * share, 0) + "%" if math.isfinite(share) else "n/a")
+            body.append(row)
+    if not body:
+        return None
+    for (i, j, _), text in zip(changes, read_changes([c for *_, c in changes], judge), strict=True):
+        body[i][j] = text
+    return Table(tuple(headers), tuple(tuple(r) for r in body), (False, False, False, True, True, True, True))
+
+
+def _at(rows: pd.DataFrame, task: str, metric: str) -> str:
+    lengths = rows.loc[(rows["task"] == task) & (rows["metric"] == metric + VS_INTERACTION), "length"]
+    return length_text(int(lengths.max()))
+
+
+def _longest(rows: pd.DataFrame, model: str, method: str, task: str, metric: str) -> pd.Series | None:
+    mine = rows[(rows["model"] == model) & (rows["method"] == method) & (rows["task"] == task)
+                & (rows["metric"] == metric)].dropna(subset=["value"])  # fmt: skip
+    return None if mine.empty else mine.sort_values("length").iloc[-1]

@@ -1,0 +1,173 @@
+"""Method x length interaction: does a method change the collapse that *comes with length*?
+
+The TempScale paper claims a temperature reduces the collapse that grows with length, which is an
+interaction, not a difference at one length. For a method m, ``base`` b, a length L and the shortest length
+S of the same items (the prefix design's documents, a ``-start`` task's queries)::
+
+    (m_L - b_L) - (m_S - b_S)
+
+is the method's effect on the change from S to L. It is negative for a metric that rises with collapse when
+the method shrinks that rise. Rows ``<metric>_vs_base_vs_shortest`` (method m, length L) carry it with a paired
+interval over the items, each item seen in all four cells:
+
+- per-item quantities (0/1 correctness, the distance to the global centroid and its square, per-layer
+  statistics): the mean of the per-item values, a bootstrap interval, and a p-value (a one-sample t-test of
+  continuous values; for 0/1 outcomes an exact sign-flip test, whose null is that each item's value is as
+  likely negated: the four-cell analogue of McNemar's test);
+- set-level statistics (pairwise cosine, distance to the length's own centroid, the decomposition's spread
+  and offset): a delete-one jackknife over the items, no p-value (as their ``*_vs_base`` rows).
+
+Bins whose four cells do not hold the same items (by id, else by count) are skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+
+import numpy as np
+
+from llm_collapse.metrics.collapse import centroid_distance, mean_pairwise_cosine, normalize_rows
+from llm_collapse.metrics.decomposition import DECOMPOSITION_KEYS, centroid_decomposition
+from llm_collapse.metrics.stats import jackknife_ci, paired_mean_diff_ci
+from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, PairedKey, paired_task
+from llm_collapse.tasks.registry import VS_INTERACTION
+
+logger = logging.getLogger(__name__)
+
+INTERACTION = VS_INTERACTION
+EXACT_SIGN_FLIPS = 16
+"""Up to this many nonzero items the sign-flip test enumerates every assignment; beyond, 20,000 seeded draws."""
+
+
+def interaction_rows(
+    model: str,
+    method: str,
+    corpus: str,
+    items: dict[PairedKey, PairedItems],
+    base: dict[PairedKey, PairedItems],
+    tasks: set[str] | frozenset[str],
+    *,
+    seed: int = 0,
+) -> list[dict]:
+    """``*_vs_base_vs_shortest`` rows of one method against ``base``, for the ``tasks`` whose items are the
+    same at every length (`llm_collapse.tasks.registry.length_paired_tasks`)."""
+    from llm_collapse.run.results import result_row
+
+    shortest: dict[tuple[str, float | None], int] = {}
+    for name, length, depth in items:
+        if paired_task(name) in tasks:
+            shortest[(name, depth)] = min(length, shortest.get((name, depth), length))
+    rows = []
+    for key in sorted(items, key=lambda k: (k[0], k[1], -1.0 if k[2] is None else k[2])):
+        name, length, depth = key
+        if paired_task(name) not in tasks or length == shortest[(name, depth)]:
+            continue
+        short = (name, shortest[(name, depth)], depth)
+        cells = [items.get(key), base.get(key), items.get(short), base.get(short)]
+        if not _same_items(cells, f"{model}/{method} {key}"):
+            continue
+        cell = dict(model=model, method=method, task=paired_task(name), corpus=corpus, length=length,
+                    depth=math.nan if depth is None else depth, n=len(cells[0].values))  # fmt: skip
+        for part in _interactions(cells, seed):
+            rows.append(result_row(**{**cell, **part}))  # a per-layer part counts its own items
+    return rows
+
+
+def _same_items(cells: list[PairedItems | None], label: str) -> bool:
+    if any(c is None for c in cells) or len({c.metric for c in cells}) != 1:
+        return False
+    ids = {c.ids for c in cells}
+    counts = {len(c.values) for c in cells}
+    if len(counts) != 1 or (all(c.ids for c in cells) and len(ids) != 1):
+        logger.warning("%s: the four cells of the interaction hold other items; no interaction row", label)
+        return False
+    return True
+
+
+def _interactions(cells: list[PairedItems], seed: int) -> list[dict]:
+    """The rows of one bin from its four cells (method L, base L, method S, base S)."""
+    kind = cells[0]
+    if kind.metric == EMBEDDINGS:
+        return _embedding_interactions(cells, seed)
+    values = [np.asarray(c.values, dtype=np.float64) for c in cells]
+    if kind.per_layer:
+        out = []
+        for layer in range(values[0].shape[1]):
+            d = _did([v[:, layer] for v in values])
+            d = d[~np.isnan(d)]
+            out.append(dict(_per_item(d, seed, binary=False), layer=layer, metric=kind.metric + INTERACTION,
+                            n=len(d)))  # fmt: skip
+        return out
+    binary = not kind.continuous
+    return [dict(_per_item(_did(values), seed, binary=binary), metric=kind.metric + INTERACTION)]
+
+
+def _did(values: list[np.ndarray]) -> np.ndarray:
+    m_long, b_long, m_short, b_short = values
+    return (m_long - b_long) - (m_short - b_short)
+
+
+def _per_item(d: np.ndarray, seed: int, *, binary: bool) -> dict:
+    point, low, high = paired_mean_diff_ci(d, np.zeros_like(d), seed=seed)
+    return dict(value=point, ci=(low, high), p_value=sign_flip_p(d, seed) if binary else _t_p(d))
+
+
+def _t_p(d: np.ndarray) -> float:
+    from scipy.stats import ttest_1samp
+
+    return float(ttest_1samp(d, 0.0).pvalue) if len(d) > 1 and np.any(d != 0) else math.nan
+
+
+def sign_flip_p(d: np.ndarray, seed: int = 0) -> float:
+    """Two-sided sign-flip test of mean(d) = 0: the share of sign assignments of the nonzero values whose
+    |sum| reaches the observed one; exact (every assignment) up to `EXACT_SIGN_FLIPS` nonzero values, else
+    20,000 seeded draws (counting the observed one). 1.0 when every value is 0; NaN when empty."""
+    d = np.asarray(d, dtype=np.float64)
+    if d.size == 0:
+        return math.nan
+    nonzero = d[d != 0]
+    if nonzero.size == 0:
+        return 1.0
+    observed = abs(nonzero.sum())
+    if nonzero.size <= EXACT_SIGN_FLIPS:
+        signs = np.array(list(itertools.product((1.0, -1.0), repeat=nonzero.size)))
+        sums = np.abs(signs @ nonzero)
+        return float(np.mean(sums >= observed - 1e-12))
+    rng = np.random.default_rng(seed)
+    signs = rng.choice((1.0, -1.0), size=(20_000, nonzero.size))
+    sums = np.abs(signs @ nonzero)
+    return float((1 + np.sum(sums >= observed - 1e-12)) / (1 + len(sums)))
+
+
+def _embedding_interactions(cells: list[PairedItems], seed: int) -> list[dict]:
+    stack = np.stack([c.values for c in cells], axis=1)  # (n, 4, d)
+    refs = [c.reference for c in cells]
+
+    def set_level(statistic):
+        return jackknife_ci(stack, lambda s: _did([statistic(s[:, j], refs[j]) for j in range(4)]))
+
+    statistics = {
+        "pairwise_cosine": lambda X, g: mean_pairwise_cosine(X),
+        "centroid_distance": lambda X, g: centroid_distance(X),
+    }
+    if all(r is not None for r in refs):
+        for key in DECOMPOSITION_KEYS[1:]:
+            statistics[key] = lambda X, g, key=key: centroid_decomposition(X, g).summary()[key]
+    out = []
+    for metric, statistic in statistics.items():
+        point, low, high = set_level(statistic)
+        out.append(dict(metric=metric + INTERACTION, value=point, ci=(low, high)))
+    if all(r is not None for r in refs):
+        distances = [
+            np.linalg.norm(normalize_rows(c.values) - r.reshape(1, -1), axis=1)
+            for c, r in zip(cells, refs, strict=True)
+        ]
+        squares = [x**2 for x in distances]
+        for metric, per_item in (
+            ("global_centroid_distance", distances),
+            ("global_centroid_sq_distance", squares),
+        ):
+            out.append(dict(_per_item(_did(per_item), seed, binary=False), metric=metric + INTERACTION))
+    return out

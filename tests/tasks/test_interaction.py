@@ -1,0 +1,81 @@
+"""The method x length interaction: (m_L - b_L) - (m_S - b_S) on the same items, against hand computations."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import permutation_test
+
+from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, paired_key
+from llm_collapse.tasks.interaction import INTERACTION, interaction_rows, sign_flip_p
+
+
+def _cosine_mean(X):
+    U = [x / math.sqrt(sum(v * v for v in x)) for x in X]
+    values = [float(u @ w) for i, u in enumerate(U) for j, w in enumerate(U) if i != j]
+    return sum(values) / len(values)
+
+
+def _cells(rng, n=6, d=4):
+    ids = tuple(f"doc{i}" for i in range(n))
+    out = {}
+    for method in ("m", "b"):
+        X = {length: rng.normal(size=(n, d)) + (0.3 if length == 64 else 0.0) for length in (32, 64)}
+        g = np.concatenate([X[32], X[64]]).mean(axis=0) * 0.1
+        out[method] = {
+            paired_key("collapse", length): PairedItems(EMBEDDINGS, X[length], reference=g, ids=ids)
+            for length in X
+        } | {
+            paired_key("knn", length): PairedItems("knn_accuracy", rng.integers(0, 2, n), ids=ids)
+            for length in X
+        }
+    return out
+
+
+def test_interaction_rows_equal_the_difference_of_differences():
+    cells = _cells(np.random.default_rng(1))
+    rows = interaction_rows("x", "m", "c", cells["m"], cells["b"], {"collapse", "knn"})
+    got = {r["metric"]: r for r in rows}
+    assert {r["length"] for r in rows} == {64}  # the shortest length has none
+
+    def did(statistic, key):
+        m, b = cells["m"], cells["b"]
+        return (statistic(m[(key, 64, None)]) - statistic(b[(key, 64, None)])) - (
+            statistic(m[(key, 32, None)]) - statistic(b[(key, 32, None)])
+        )
+
+    cosine = did(lambda c: _cosine_mean(c.values), "collapse")
+    assert got["pairwise_cosine" + INTERACTION]["value"] == pytest.approx(cosine, abs=1e-12)
+    knn = did(lambda c: float(np.mean(c.values)), "knn")
+    assert got["knn_accuracy" + INTERACTION]["value"] == pytest.approx(knn, abs=1e-12)
+    unit = lambda X: X / np.linalg.norm(X, axis=1, keepdims=True)  # noqa: E731
+    distance = did(lambda c: float(np.mean(np.linalg.norm(unit(c.values) - c.reference, axis=1))), "collapse")
+    assert got["global_centroid_distance" + INTERACTION]["value"] == pytest.approx(distance, abs=1e-12)
+    for row in rows:
+        assert row["ci_low"] <= row["value"] <= row["ci_high"], row["metric"]
+
+
+def test_cells_with_other_items_get_no_row(caplog):
+    cells = _cells(np.random.default_rng(2))
+    old = cells["b"][("knn", 64, None)]
+    cells["b"][("knn", 64, None)] = PairedItems(old.metric, old.values, ids=tuple(reversed(old.ids)))
+    rows = interaction_rows("x", "m", "c", cells["m"], cells["b"], {"knn"})
+    assert rows == [] and "other items" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "values", [[1, 0, -1, 2, 1, 1, 0, 1], [1, 1, 1, 1, 1], [2, -1, 1, -2, 1, 1, 1, -1, 2, 1, 1]]
+)
+def test_sign_flip_p_is_the_exact_permutation_test(values):
+    d = np.array(values, dtype=float)
+    nonzero = d[d != 0]
+    observed = abs(nonzero.sum())
+    flips = [abs(np.dot(s, nonzero)) for s in itertools.product((1, -1), repeat=len(nonzero))]
+    brute = sum(f >= observed - 1e-12 for f in flips) / len(flips)
+    assert sign_flip_p(d) == pytest.approx(brute, abs=1e-12)
+    scipy = permutation_test((d,), np.mean, permutation_type="samples", n_resamples=np.inf).pvalue
+    assert sign_flip_p(d) == pytest.approx(scipy, abs=1e-12)
+    assert sign_flip_p(np.zeros(4)) == 1.0 and math.isnan(sign_flip_p(np.array([])))
