@@ -13,6 +13,7 @@ Grammar: parts joined with ``+``; each part is ``method[:arg[:arg...]]``. Method
 ``pi:FACTOR``                       linear position interpolation (every text)
 ``selfextend:G:W``                  SelfExtend, group size G, neighbour window W
 ``window:off``                      switch the sliding window off (``window:keep`` is the default, a no-op)
+``layer0``                          control: the model's pooling of its input embeddings, no layers at all
 ``longembed-ntk:THETA[:L0|nolog]``  LongEmbed's NTK run: ``ntk`` + its log factor + window off
 ``longembed-se:G:W[:L0]``           LongEmbed's SelfExtend run: grouping past L0 + its log factor + window off
 ``longembed-pi:S[:L0]``             LongEmbed's PI run: original positions up to L0, PI beyond + window off
@@ -157,6 +158,13 @@ def _window(args: list[str]) -> Intervention | None:
     raise InterventionError(f"window:{args[0]!r} is not allowed; use window:off or window:keep")
 
 
+def _layer0(args: list[str]) -> Intervention:
+    from llm_collapse.interventions.layer0 import Layer0
+
+    _arity("layer0", args, 0, 0, "no arguments")
+    return Layer0()
+
+
 def _base(args: list[str]) -> None:
     _arity("base", args, 0, 0, "no arguments")
     return None
@@ -175,6 +183,7 @@ for _name, _parser in [
     ("longembed-ntk", _longembed_ntk),
     ("longembed-se", _longembed_se),
     ("longembed-pi", _longembed_pi),
+    ("layer0", _layer0),
 ]:
     METHODS.register(_name, _parser)
 
