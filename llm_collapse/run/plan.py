@@ -43,6 +43,9 @@ QUANT_ON_CPU = {"nf4": 1.77, "int8": 1.79}
 12.56 s (int8) vs 7.01 s for one 4096-token gemma3-270m text, best of 2, 2-core Intel Xeon with AMX."""
 
 
+_BARE = "no transformer layers (the layer0 control): embedding lookups only, ~0 TFLOP"
+
+
 def describe_plan(config: CompareConfig, documents: list[Document] | None = None) -> str:
     """The plan as text. Reads tokenizers and configs only: nothing is written, no GGUF is converted."""
     return plan(config, documents)[0]
@@ -92,6 +95,7 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             method: bool(config_json.get("sliding_window")) and _switches_window_off(stack)
             for method, stack in stacks.items()
         }
+        bare = {method for method, stack in stacks.items() if any(p.kind == "layer0" for p in stack.parts)}
         costs = {
             window_off: _costs(
                 config_json, window_off, texts, (prefix_texts, longest), tokenizer, copies=copies
@@ -100,15 +104,16 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
         }  # window switched off -> (FLOPs of every text, with prefix sharing)
         if not prefix_texts:
             every = costs[False][0]
-            seconds = sum(costs[widens[m]][0] for m in config.methods) / (gflops * 1e9)
+            seconds = sum(costs[widens[m]][0] for m in config.methods if m not in bare) / (gflops * 1e9)
             total += seconds
             lines.append(
                 f"  {name}: ~{every / 1e12:.2f} TFLOP per method, ~{seconds / 60:.1f} min for {len(config.methods)} methods"
             )
             for method in (m for m in config.methods if widens[m]):
                 lines.append(f"  {name} x {method}: window off: ~{costs[True][0] / 1e12:.2f} TFLOP")
+            lines += [f"  {name} x {method}: {_BARE}" for method in config.methods if method in bare]
             for method in config.methods:
-                forwards = costs[widens[method]][0] / (gflops * 1e9)
+                forwards = 0.0 if method in bare else costs[widens[method]][0] / (gflops * 1e9)
                 added, said = _task_costs(config, method, forwards, config.max_per_bin, device.type)
                 total += added
                 lines += [f"  {name} x {method}: {line}" for line in said]
@@ -123,6 +128,9 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             sharing = prefix_sharing(spec, model, model_tokenizer, stacks[method].parts, context)
             limit, why = sharing.limit, sharing.reason
             every, shared = costs[widens[method]]
+            if method in bare:
+                every = shared = 0.0
+                lines.append(f"  {name} x {method}: {_BARE}")
             if limit is None:
                 flops, how = shared, f"{n_docs} prefix-sweep forwards (one per document: sharing is exact)"
             elif limit:

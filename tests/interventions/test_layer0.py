@@ -89,3 +89,19 @@ def test_layer0_runs_as_a_method_with_paired_rows(run_compare, tmp_path):
     assert {"pairwise_cosine", "pairwise_cosine_vs_base", "pairwise_cosine_vs_base_vs_shortest"} <= set(
         mine.metric
     )
+
+
+@pytest.mark.parametrize("design", ["bins", "prefix"])
+def test_dry_run_counts_no_layer_work_for_layer0(run_compare, tmp_path, capsys, monkeypatch, design):
+    monkeypatch.setenv("LLM_COLLAPSE_PLAN_GFLOPS", "0.001")  # a fixed, slow rate: the totals are minutes
+    flags = dict(tiny="gemma3-270m", tasks="collapse", lengths=[32, 64], design=design, dry_run=True)
+    if design == "prefix":
+        flags["prefix_docs"] = 4
+    assert run_compare(tmp_path / "a", methods="base", **flags) == 0
+    alone = capsys.readouterr().out
+    assert run_compare(tmp_path / "b", methods="base,layer0", **flags) == 0
+    both = capsys.readouterr().out
+    assert "gemma3-270m x layer0: no transformer layers" in both
+    total = [line for line in both.splitlines() if line.startswith("estimated total")]
+    assert total == [line for line in alone.splitlines() if line.startswith("estimated total")]
+    assert "~0.0 min" not in total[0]
