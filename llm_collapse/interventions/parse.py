@@ -14,6 +14,7 @@ Grammar: parts joined with ``+``; each part is ``method[:arg[:arg...]]``. Method
 ``selfextend:G:W``                  SelfExtend, group size G, neighbour window W
 ``window:off``                      switch the sliding window off (``window:keep`` is the default, a no-op)
 ``layer0``                          control: the model's pooling of its input embeddings, no layers at all
+``posthoc:center|abtt[:D]|whiten``  transform the finished embeddings (`llm_collapse.interventions.posthoc`)
 ``longembed-ntk:THETA[:L0|nolog]``  LongEmbed's NTK run: ``ntk`` + its log factor + window off
 ``longembed-se:G:W[:L0]``           LongEmbed's SelfExtend run: grouping past L0 + its log factor + window off
 ``longembed-pi:S[:L0]``             LongEmbed's PI run: original positions up to L0, PI beyond + window off
@@ -165,6 +166,13 @@ def _layer0(args: list[str]) -> Intervention:
     return Layer0()
 
 
+def _posthoc(args: list[str]) -> Intervention:
+    from llm_collapse.interventions.posthoc import PostHoc
+
+    _arity("posthoc", args, 1, 2, "posthoc:center, posthoc:abtt[:D] or posthoc:whiten")
+    return PostHoc(args[0], _integer("posthoc", "D", args[1]) if len(args) == 2 else None)
+
+
 def _base(args: list[str]) -> None:
     _arity("base", args, 0, 0, "no arguments")
     return None
@@ -184,6 +192,7 @@ for _name, _parser in [
     ("longembed-se", _longembed_se),
     ("longembed-pi", _longembed_pi),
     ("layer0", _layer0),
+    ("posthoc", _posthoc),
 ]:
     METHODS.register(_name, _parser)
 

@@ -261,6 +261,7 @@ class CompareConfig:
                 f"--retrieval-docs {self.retrieval_docs} leaves each query a single candidate, so Acc@1 is always 1; "
                 "use --retrieval-docs >= 2"
             )
+        self._validate_posthoc()
         if "knn" in self.tasks:
             if self.knn_label is None:
                 raise ConfigError(
@@ -272,6 +273,20 @@ class CompareConfig:
                 raise ConfigError(
                     f"{flag} {per_length} is too few texts per length for the kNN probe: each text needs "
                     f"k = {KNN_K} neighbours of its own length; use {flag} >= {KNN_K + 1}"
+                )
+
+    def _validate_posthoc(self) -> None:
+        """A post-hoc method (`llm_collapse.interventions.posthoc`) needs enough texts per length to fit."""
+        from llm_collapse.interventions.posthoc import MIN_ITEMS, split_posthoc
+
+        per_length = self.prefix_docs or self.max_per_bin
+        flag = "--prefix-docs" if self.prefix_docs else "--max-per-bin"
+        for method in self.methods:
+            _, posthoc = split_posthoc(parse_interventions(method).parts)
+            if posthoc is not None and per_length < MIN_ITEMS[posthoc.name]:
+                raise ConfigError(
+                    f"--methods {method!r}: {posthoc.slug} needs at least {MIN_ITEMS[posthoc.name]} texts per "
+                    f"length to fit, {flag} gives {per_length}; use {flag} >= {MIN_ITEMS[posthoc.name]}"
                 )
 
     def _validate_controls(self, slug_of: dict[str, str]) -> None:

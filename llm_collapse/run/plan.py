@@ -43,7 +43,9 @@ QUANT_ON_CPU = {"nf4": 1.77, "int8": 1.79}
 12.56 s (int8) vs 7.01 s for one 4096-token gemma3-270m text, best of 2, 2-core Intel Xeon with AMX."""
 
 
-_BARE = "no transformer layers (the layer0 control): embedding lookups only, ~0 TFLOP"
+_BARE = (
+    "no forward of its own (layer0: embedding lookups only; posthoc: base's vectors, transformed): ~0 TFLOP"
+)
 
 
 def describe_plan(config: CompareConfig, documents: list[Document] | None = None) -> str:
@@ -96,6 +98,12 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             for method, stack in stacks.items()
         }
         bare = {method for method, stack in stacks.items() if any(p.kind == "layer0" for p in stack.parts)}
+        # a post-hoc method alone transforms base's (cached) vectors; with other parts it embeds like them
+        bare |= {
+            m
+            for m, stack in stacks.items()
+            if [p.kind for p in stack.parts] == ["posthoc"] and "base" in stacks
+        }
         costs = {
             window_off: _costs(
                 config_json, window_off, texts, (prefix_texts, longest), tokenizer, copies=copies

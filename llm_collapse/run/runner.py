@@ -32,7 +32,9 @@ from pathlib import Path
 from llm_collapse.backends.weights import is_tiny_random
 from llm_collapse.cache import cache_for
 from llm_collapse.errors import DiskFullError, disk_full
-from llm_collapse.interventions import InterventionError, NotApplicable
+from llm_collapse.interventions import InterventionError, NotApplicable, Stack, parse_interventions
+from llm_collapse.interventions.posthoc import TASKS as POSTHOC_TASKS
+from llm_collapse.interventions.posthoc import split_posthoc
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.directory import claim_run_dir, open_run_dir
 from llm_collapse.run.distributed import embed_share, world
@@ -239,8 +241,10 @@ def _run_cell(
     Returns the method's slug, or None where it is not applicable to the model."""
     record = state.models[model_name]
     try:
-        context = embedder.intervene(method)
-        stack = context.__enter__()
+        whole = parse_interventions(method)
+        parts, posthoc = split_posthoc(whole.parts)  # a post-hoc part transforms the vectors, not the model
+        context = embedder.intervene(Stack(parts))
+        context.__enter__()
     except InterventionError as err:
         record.not_applicable[method] = str(err)
         state.notes.append(f"{model_name} x {method}: not applicable ({err})")
@@ -248,40 +252,46 @@ def _run_cell(
         return None
     try:
         cache = cache_for(embedder)
-        cell = TaskContext(embedder, model_name, stack.slug, config, inputs, cache, overwrite=overwrite)
+        cell = TaskContext(
+            embedder, model_name, whole.slug, config, inputs, cache, overwrite=overwrite, posthoc=posthoc
+        )
         nested = length_paired_tasks(config.design) & set(config.tasks)
         if nested:  # the prefix design or a -start task: say how their lengths were embedded
-            record.prefix_sharing[stack.slug] = _prefix_path(embedder)
+            record.prefix_sharing[whole.slug] = _prefix_path(embedder)
         for task in config.tasks:
             clock = time.perf_counter()
-            logger.info("%s x %s: %s", model_name, stack.slug, task)
+            logger.info("%s x %s: %s", model_name, whole.slug, task)
             try:
+                if posthoc is not None and task not in POSTHOC_TASKS:
+                    raise NotApplicable(
+                        f"{whole.slug} transforms the texts of {', '.join(POSTHOC_TASKS)} only"
+                    )
                 state.rows += TASKS[task].run(cell)
             except NotApplicable as err:  # the task cannot measure this method (layerwise under SelfExtend)
                 stale = [k for k in cell.paired if paired_task(k[0]) == task]  # no rows, so no contrasts
                 for key in stale:
                     del cell.paired[key]
-                record.not_applicable[f"{stack.slug}:{task}"] = str(err)
-                state.notes.append(f"{model_name} x {stack.slug} x {task}: not applicable ({err})")
-            state.wall_time_s[f"{model_name}:{stack.slug}:{task}"] = time.perf_counter() - clock
+                record.not_applicable[f"{whole.slug}:{task}"] = str(err)
+                state.notes.append(f"{model_name} x {whole.slug} x {task}: not applicable ({err})")
+            state.wall_time_s[f"{model_name}:{whole.slug}:{task}"] = time.perf_counter() - clock
         if nested:
             state.rows += length_contrast_rows(
-                model_name, stack.slug, config.corpus, cell.paired, nested, seed=config.seed
+                model_name, whole.slug, config.corpus, cell.paired, nested, seed=config.seed
             )
-        state.items += item_rows(model_name, stack.slug, config.corpus, cell.paired)
+        state.items += item_rows(model_name, whole.slug, config.corpus, cell.paired)
         if paired is not None:
-            paired[stack.slug] = cell.paired
-        record.truncated[stack.slug] = cell.record.get("truncated", 0)
+            paired[whole.slug] = cell.paired
+        record.truncated[whole.slug] = cell.record.get("truncated", 0)
         # What a task adds to run.json for parts of its work (the quantization task: its variants).
         record.variants.update(cell.record.get("variants", {}))
         for what, why in cell.record.get("not_applicable", {}).items():
             record.not_applicable[what] = why
             state.notes.append(f"{model_name} x {what}: not applicable ({why})")
         if cell.record.get("oom_retries"):
-            record.oom_retries[stack.slug] = cell.record["oom_retries"]
+            record.oom_retries[whole.slug] = cell.record["oom_retries"]
     finally:
         context.__exit__(None, None, None)
-    return stack.slug
+    return whole.slug
 
 
 def _prefix_path(embedder) -> str:

@@ -100,6 +100,9 @@ class TaskContext:
     paired: dict[PairedKey, PairedItems] = field(default_factory=dict)
     _recomputed: set[tuple[str, str]] = field(default_factory=set)
     batch_size: int = 0
+    posthoc: object | None = (
+        None  # `llm_collapse.interventions.posthoc.PostHoc`: transforms what encode returns
+    )
 
     def __post_init__(self) -> None:
         self.batch_size = self.batch_size or self.config.batch_size
@@ -115,7 +118,8 @@ class TaskContext:
         self.record["truncated"] = self.record.get("truncated", 0) + truncated
         while True:
             try:
-                return self._encode_once(texts, kind)
+                vectors = self._encode_once(texts, kind)
+                return vectors if self.posthoc is None else self._transformed(texts, vectors)
             except (torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
                 if not _is_out_of_memory(err) or (
                     self.embedder.max_tokens_per_batch <= 1 and self.batch_size <= 1
@@ -126,6 +130,19 @@ class TaskContext:
                 retry = f"{type(err).__name__}: batch_size -> {self.batch_size}, tokens -> {self.embedder.max_tokens_per_batch}"
                 self.record.setdefault("oom_retries", []).append(retry)
                 logger.warning("%s/%s out of memory; retrying with %s", self.model, self.method, retry)
+
+    def _transformed(self, texts: list[str], vectors: np.ndarray) -> np.ndarray:
+        """The post-hoc method's transform of one task's vectors, given each text's length and item id."""
+        from llm_collapse.interventions import NotApplicable
+
+        known = {t.text: t for t in self.inputs.binned}
+        if any(text not in known for text in texts):
+            raise NotApplicable(
+                f"{self.method} needs each text's length and item id: only corpus texts have them"
+            )
+        lengths = np.array([known[text].target_tokens for text in texts])
+        ids = [known[text].item_id for text in texts]
+        return self.posthoc.transform(vectors, lengths, ids, self.config.seed).astype(np.float32)
 
     def _encode_once(self, texts: list[str], kind: str) -> np.ndarray:
         """With ``overwrite``, texts not yet recomputed in this cell are embedded again, the rest cached."""

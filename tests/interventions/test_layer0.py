@@ -101,7 +101,7 @@ def test_dry_run_counts_no_layer_work_for_layer0(run_compare, tmp_path, capsys, 
     alone = capsys.readouterr().out
     assert run_compare(tmp_path / "b", methods="base,layer0", **flags) == 0
     both = capsys.readouterr().out
-    assert "gemma3-270m x layer0: no transformer layers" in both
+    assert "gemma3-270m x layer0: no forward of its own" in both
     total = [line for line in both.splitlines() if line.startswith("estimated total")]
     assert total == [line for line in alone.splitlines() if line.startswith("estimated total")]
     assert "~0.0 min" not in total[0]
