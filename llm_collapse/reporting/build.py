@@ -343,34 +343,34 @@ def summary_section(data: ReportData) -> list[Block]:
     return [*blocks, Paragraph(intro), table, Bullets(tuple(legend_lines)), *length_effect_blocks(data)]
 
 
+_LENGTH_EFFECTS = (
+    (
+        interaction_table,
+        "Does a method change the collapse that comes with length?",
+        "(method − base at the longest length) − (method − base at the shortest), on the same items, with its "
+        "95% CI; the reading says whether the method adds to (more collapse) or takes from (less collapse) the "
+        "change with length, after Holm's correction across the table.",
+    ),
+    (
+        decomposition_table,
+        "Spread or offset?",
+        "Squared distance to the global centroid = within-length spread + the length centroid's squared offset "
+        "from the global one (exact). A fall of the paper's distance is collapse proper only as far as the spread "
+        "falls; the last column says how much of the change is the offset.",
+    ),
+)
+
+
 def length_effect_blocks(data: ReportData) -> list[Block]:
     """The interaction and decomposition tables (`llm_collapse.reporting.length_effects`), where the run has them."""
     blocks: list[Block] = []
-    interaction = interaction_table(data)
-    if interaction is not None:
-        blocks += [
-            Heading(3, "Does a method change the collapse that comes with length?"),
-            Paragraph(
-                "(method − base at the longest length) − (method − base at the shortest), on the same items, "
-                "with its 95% CI; the reading says whether the method adds to (more collapse) or takes from "
-                "(less collapse) the change with length, after Holm's correction across the table."
-            ),
-            interaction,
-        ]
-    decomposition = decomposition_table(data)
-    if decomposition is not None:
-        blocks += [
-            Heading(3, "Spread or offset?"),
-            Paragraph(
-                "Squared distance to the global centroid = within-length spread + the length centroid's squared "
-                "offset from the global one (exact). A fall of the paper's distance is collapse proper only as far "
-                "as the spread falls; the last column says how much of the change is the offset."
-            ),
-            decomposition,
-        ]
-    legend = table_legend(
-        [row for table in (interaction, decomposition) if table is not None for row in table.rows]
-    )
+    rows: list = []
+    for make, heading, text in _LENGTH_EFFECTS:
+        table = make(data)
+        if table is not None:
+            blocks += [Heading(3, heading), Paragraph(text), table]
+            rows += table.rows
+    legend = table_legend(rows)
     return [*blocks, Paragraph(legend)] if legend else blocks
 
 
