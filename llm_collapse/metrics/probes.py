@@ -67,6 +67,7 @@ def knn_correct(
     chunk_size: int = 2048,
     label: str | None = None,
     groups: Sequence | np.ndarray | None = None,
+    neighbours: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """Leave-one-out k-nearest-neighbour correctness per item, cosine similarity and majority vote.
 
@@ -78,6 +79,8 @@ def knn_correct(
         label: Group name for warnings.
         groups: (n,) group ids (e.g. source document ids); an item's neighbours then exclude its whole
             group, not only itself. None = every item its own group (plain leave-one-out).
+        neighbours: The (n, k) lists `knn_neighbours` gave for the same X, k and groups, so a caller that
+            also needs them searches once; None = search here.
 
     Returns:
         (n,) 0/1 ints: whether each item's vote equals its label; None if < 2 classes, n <= k, or (with
@@ -112,7 +115,11 @@ def knn_correct(
             k,
         )
         return None
-    order = _neighbour_order(U, g_ids, k, chunk_size)  # (n, k)
+    if neighbours is not None and np.shape(neighbours) != (n, k):
+        raise ValueError(f"neighbours must have shape (n, k) = ({n}, {k}), got {np.shape(neighbours)}")
+    order = (
+        _neighbour_order(U, g_ids, k, chunk_size) if neighbours is None else np.asarray(neighbours)
+    )  # (n, k)
     return (_vote(y_ids[order], classes.size) == y_ids).astype(int)
 
 

@@ -79,6 +79,7 @@ def decomposition_table(data: ReportData) -> Table | None:
     for model in models:
         for method in sorted_methods(rows.loc[rows["model"] == model, "method"]):
             mine = rows[(rows["model"] == model) & (rows["method"] == method)]
+            cell_paired = paired[(paired["model"] == model) & (paired["method"] == method)]
             lengths = sorted(mine["length"].unique())
             if len(lengths) < 2:
                 continue
@@ -89,7 +90,6 @@ def decomposition_table(data: ReportData) -> Table | None:
                 a = mine[(mine["metric"] == key) & (mine["length"] == short)].iloc[0]
                 b = mine[(mine["metric"] == key) & (mine["length"] == long)].iloc[0]
                 deltas[key] = float(b["value"] - a["value"])
-                cell_paired = paired[(paired["model"] == model) & (paired["method"] == method)]
                 test = change_test(key, a, b, cell_paired, VS_SHORTEST)
                 row.append(None)
                 changes.append((len(body), len(row) - 1, (key, deltas[key], test, metric_info(key).digits)))

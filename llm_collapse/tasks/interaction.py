@@ -30,8 +30,8 @@ import numpy as np
 
 from llm_collapse.metrics.collapse import centroid_distance, mean_pairwise_cosine, normalize_rows
 from llm_collapse.metrics.decomposition import DECOMPOSITION_KEYS, centroid_decomposition
-from llm_collapse.metrics.stats import jackknife_ci, paired_mean_diff_ci
-from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, PairedKey, paired_task
+from llm_collapse.metrics.stats import jackknife_ci
+from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, PairedKey, paired_t_contrast, paired_task
 from llm_collapse.tasks.registry import VS_INTERACTION
 
 logger = logging.getLogger(__name__)
@@ -110,14 +110,10 @@ def _did(values: list[np.ndarray]) -> np.ndarray:
 
 
 def _per_item(d: np.ndarray, seed: int, *, binary: bool) -> dict:
-    point, low, high = paired_mean_diff_ci(d, np.zeros_like(d), seed=seed)
-    return dict(value=point, ci=(low, high), p_value=sign_flip_p(d, seed) if binary else _t_p(d))
-
-
-def _t_p(d: np.ndarray) -> float:
-    from scipy.stats import ttest_1samp
-
-    return float(ttest_1samp(d, 0.0).pvalue) if len(d) > 1 and np.any(d != 0) else math.nan
+    """mean(d) of per-item differences of differences: the bootstrap interval and t-test of
+    `paired_t_contrast` (d against 0), the sign-flip test instead for 0/1 outcomes."""
+    point, low, high, p_value = paired_t_contrast(d, np.zeros_like(d), seed)
+    return dict(value=point, ci=(low, high), p_value=sign_flip_p(d, seed) if binary else p_value)
 
 
 def sign_flip_p(d: np.ndarray, seed: int = 0) -> float:

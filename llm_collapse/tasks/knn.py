@@ -32,10 +32,10 @@ import math
 import numpy as np
 
 from llm_collapse.errors import UserError
-from llm_collapse.metrics.probes import knn_correct
+from llm_collapse.metrics.probes import knn_correct, knn_neighbours
 from llm_collapse.metrics.proportions import wilson_interval
 from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key
-from llm_collapse.tasks.knn_mechanism import mechanism_rows
+from llm_collapse.tasks.knn_mechanism import Part, mechanism_rows
 from llm_collapse.tasks.registry import KNN_NEIGHBOURS
 
 logger = logging.getLogger(__name__)
@@ -63,20 +63,38 @@ def run_knn(ctx: TaskContext) -> list[dict]:
         )
     vectors = ctx.encode([t.text for t in pool])  # (N, d), all lengths in one call (prefix sharing)
     labels = np.array([t.labels[label_key] for t in pool])
-    name = f"{ctx.model}/{ctx.method}"
-    cross = knn_correct(vectors, labels, k=K, label=f"{name}/all lengths", groups=[t.doc_id for t in pool])
+    name, documents = f"{ctx.model}/{ctx.method}", [t.doc_id for t in pool]
+    # One neighbour search per pool, for the vote and for the mechanism (`llm_collapse.tasks.knn_mechanism`).
+    cross_neighbours = _neighbours(vectors, documents)
+    cross = knn_correct(
+        vectors, labels, k=K, label=f"{name}/all lengths", groups=documents, neighbours=cross_neighbours
+    )
     rows, start, parts = [], 0, {}
     for length in lengths:
         n = len(kept[length])
         part = slice(start, start + n)
         start += n
-        within = knn_correct(vectors[part], labels[part], k=K, label=f"{name}/{length}") if n else None
+        neighbours = _neighbours(vectors[part])
+        within = (
+            knn_correct(vectors[part], labels[part], k=K, label=f"{name}/{length}", neighbours=neighbours)
+            if n
+            else None
+        )
         ids = tuple(t.item_id for t in kept[length])
-        parts[length] = (part, ids)
+        parts[length] = Part(part, ids, neighbours)
         rows.append(_row(ctx, length, WITHIN, within, ids, paired_key("knn", length)))
         cross_part = None if cross is None else cross[part]
         rows.append(_row(ctx, length, CROSS, cross_part, ids, paired_key("knn", length, metric=CROSS)))
-    return rows + mechanism_rows(ctx, vectors, labels, [t.doc_id for t in pool], parts, K)
+    return rows + mechanism_rows(ctx, labels, documents, parts, cross_neighbours, K)
+
+
+def _neighbours(X: np.ndarray, groups: list[str] | None = None) -> np.ndarray | None:
+    """`knn_neighbours` with k = `K`, or None where some text has fewer than K candidates (`knn_correct` then
+    says why and gives no accuracy)."""
+    try:
+        return knn_neighbours(X, K, groups=groups)
+    except ValueError:
+        return None
 
 
 def _row(ctx: TaskContext, length: int, metric: str, correct: np.ndarray | None, ids: tuple, key) -> dict:

@@ -17,6 +17,8 @@ rows against ``base``; each text's neighbours' lengths and labels go to the per-
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from llm_collapse.metrics.hubness import (
@@ -24,7 +26,6 @@ from llm_collapse.metrics.hubness import (
     length_neighbour_summary,
     longer_neighbour_share,
 )
-from llm_collapse.metrics.probes import knn_neighbours
 from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key
 
 SHARE, CHANCE, OCCURRENCE = (
@@ -35,28 +36,33 @@ SHARE, CHANCE, OCCURRENCE = (
 SKEWNESS, TOP_HUB = "knn_hubness_skewness", "knn_top_hub_share"
 
 
+class Part(NamedTuple):
+    """One length of the knn task's pool: its rows, their item ids, and its own kNN lists (None if too few)."""
+
+    rows: slice
+    ids: tuple[str, ...]
+    neighbours: np.ndarray | None
+
+
 def mechanism_rows(
     ctx: TaskContext,
-    vectors: np.ndarray,
     labels: np.ndarray,
     groups: list[str],
-    parts: dict[int, tuple[slice, tuple[str, ...]]],
+    parts: dict[int, Part],
+    neighbours: np.ndarray | None,
     k: int,
 ) -> list[dict]:
-    """Rows of the mechanism per length; ``parts`` maps each length to its rows of the pool and their ids.
-    Lengths too small for k neighbours get no rows (the accuracies already say why, as NaN)."""
+    """Rows of the mechanism per length, from the knn task's neighbour lists: ``neighbours`` of the
+    all-lengths pool (source documents ``groups`` excluded; None when some text has fewer than k candidates)
+    and each length's own in ``parts``. Lengths without lists get no rows (their accuracies are NaN)."""
     seed, rows = ctx.config.seed, []
-    lengths = np.zeros(len(vectors), dtype=np.int64)
-    for length, (part, _) in parts.items():
-        lengths[part] = length
-    try:
-        neighbours = knn_neighbours(vectors, k, groups=groups)
-    except ValueError:
-        neighbours = None
+    lengths = np.zeros(len(labels), dtype=np.int64)
+    for length, part in parts.items():
+        lengths[part.rows] = length
     if neighbours is not None:
         summary = length_neighbour_summary(neighbours, lengths, groups, seed=seed)
         share = longer_neighbour_share(neighbours, lengths)
-        for length, (part, ids) in parts.items():
+        for length, part in parts.items():
             if length not in summary:
                 continue
             mine = summary[length]
@@ -70,21 +76,17 @@ def mechanism_rows(
             rows.append(
                 ctx.row(task="knn", length=length, metric=OCCURRENCE, value=point, ci=(low, high), n=n)
             )
-            extra = {
-                "neighbour_lengths": lengths[neighbours[part]],
-                "neighbour_labels": labels[neighbours[part]],
-            }
+            mine_nb = neighbours[part.rows]
+            extra = {"neighbour_lengths": lengths[mine_nb], "neighbour_labels": labels[mine_nb]}
             ctx.paired[paired_key("knn", length, metric=SHARE)] = PairedItems(
-                SHARE, share[part], continuous=True, ids=ids, extra=extra
+                SHARE, share[part.rows], continuous=True, ids=part.ids, extra=extra
             )
-    for length, (part, _) in parts.items():
-        X = vectors[part]
-        if len(X) <= k:
+    for length, part in parts.items():
+        if part.neighbours is None:
             continue
-        stats = hubness_ci(knn_neighbours(X, k), len(X), k, seed=seed)
+        n = len(part.ids)
+        stats = hubness_ci(part.neighbours, n, k, seed=seed)
         for metric, key in ((SKEWNESS, "skewness"), (TOP_HUB, "top_hub_share")):
             point, low, high = stats[key]
-            rows.append(
-                ctx.row(task="knn", length=length, metric=metric, value=point, ci=(low, high), n=len(X))
-            )
+            rows.append(ctx.row(task="knn", length=length, metric=metric, value=point, ci=(low, high), n=n))
     return rows
