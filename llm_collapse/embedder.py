@@ -24,7 +24,13 @@ from llm_collapse.adapters.inputs import KINDS, EncodedText, Kind
 from llm_collapse.adapters.spec import EmbedderSpec
 from llm_collapse.backends.base import Backend
 from llm_collapse.batching import MAX_PADDING, plan_batches
-from llm_collapse.interventions import InterventionError, ModelContext, Stack, parse_interventions
+from llm_collapse.interventions import (
+    InterventionError,
+    ModelContext,
+    NotApplicable,
+    Stack,
+    parse_interventions,
+)
 from llm_collapse.pooling import pool
 from llm_collapse.prefix import PrefixSharing, pool_prefixes, prefix_sharing, sharing_groups
 
@@ -60,7 +66,8 @@ class Embedder:
     Args:
         spec: The adapter spec.
         backend: The loaded backend (`llm_collapse.backends.base.Backend`: ``hf`` or ``vllm``).
-        max_length: Token cap per text (per copy for echo).
+        max_length: Token cap per text (per copy for echo); an active intervention may replace it while it is
+            active (`token_cap`: LongEmbed's extensions of absolute positions read S x L0 tokens).
         batch_size: Default most texts per batch.
         max_tokens_per_batch: Most padded tokens per batch (length-sorted batching).
 
@@ -128,6 +135,14 @@ class Embedder:
     def interventions(self) -> str:
         """Slug of the interventions currently applied (``"base"`` when none)."""
         return Stack(list(self.active_interventions)).slug
+
+    @property
+    def token_cap(self) -> int:
+        """Tokens per text now: `max_length`, or the cap of an active intervention that reads longer texts
+        (`Intervention.token_cap`: LongEmbed's extensions of absolute positions, S x L0)."""
+        config, context = self.backend.config, self.model_context
+        caps = [c for p in self.active_interventions if (c := p.token_cap(config, context)) is not None]
+        return max(caps, default=self.max_length)
 
     @property
     def model_context(self) -> ModelContext:
@@ -237,7 +252,7 @@ class Embedder:
         texts = as_text_list(texts)
         instruction = self.resolve_instruction(kind, instruction)
         return self.spec.input_format.encode(
-            self.tokenizer, texts, kind=kind, instruction=instruction, max_length=self.max_length
+            self.tokenizer, texts, kind=kind, instruction=instruction, max_length=self.token_cap
         )
 
     def encode(self, texts: Sequence[str], **options) -> np.ndarray:
@@ -287,6 +302,9 @@ class Embedder:
         if batch_size is not None:
             check_count("batch_size", batch_size)
         pooled_backend = self.backend.returns_pooled
+        own = next((p for p in self.active_interventions if p.embeds_inputs), None)  # PCW: its own forwards
+        if output_hidden_states and own is not None:
+            raise NotApplicable(f"{own.slug} embeds a text from several forwards: it has no hidden states")
         if output_hidden_states and pooled_backend:
             raise ValueError(
                 f"backend={self.backend.name!r} returns pooled embeddings only; use backend='hf' for hidden states"
@@ -298,7 +316,7 @@ class Embedder:
                 self.name,
                 n_truncated,
                 len(encoded),
-                self.max_length,
+                self.token_cap,
             )
         if n_empty := sum(not any(e.pool_mask) for e in encoded):
             logger.warning(
@@ -328,7 +346,10 @@ class Embedder:
                 indices = [roots[b] for b in batch]
                 items = [encoded[i] for i in indices]
                 input_ids, attention_mask, pool_mask = self._collate(items)
-                if pooled_backend:  # the backend pools our EncodedTexts itself, over their pool masks
+                if own is not None:
+                    pooled = own.embed_inputs(self, items)
+                    states = hidden_states = None
+                elif pooled_backend:  # the backend pools our EncodedTexts itself, over their pool masks
                     pooled = self.backend.embed(items, pooling=self.spec.pooling)
                     states = hidden_states = None
                 else:
@@ -406,7 +427,7 @@ class Embedder:
         return {
             **self.spec.describe(),
             **self.backend.describe(),
-            "max_length": self.max_length,
+            "max_length": self.token_cap,
             "interventions": self.interventions,
             "intervention_params": [p.describe() for p in self.active_interventions],
             "sliding_window": getattr(config, "sliding_window", None),

@@ -16,6 +16,7 @@ runs=(
   layerwise32k                          # Q3 to 32k
   echo8k echo_position echo pooling_last  # Q4
   quant_minilm quant32k                 # Q6: nf4 and int8 against fp32 (minilm to 512, gemma3-270m to 32k)
+  minilm_items                          # Q1, Q2: per-item rows, interaction, decomposition, controls (issue 43)
   rope                                  # Q5 by length bin to 2k: the RoPE baselines and the matched temperature control
 )
 for name in "${runs[@]}"; do

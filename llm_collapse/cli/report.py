@@ -1,10 +1,14 @@
-"""Command line: ``python -m llm_collapse.report RUN_DIR [RUN_DIR ...] [--out DIR]``.
+"""Command line: ``python -m llm_collapse.report RUN_DIR [RUN_DIR ...] [--out DIR]``, or ``--recompute RUN_DIR``.
 
 Writes report.md, report.html (self-contained) and figures/ for one run (default output: the run directory)
 or several merged runs (``--out`` required). Bad input (missing directory, missing results.parquet, schema
 mismatch, ``--out`` missing when merging or not a directory) (including an unwritable ``--out``) prints exactly one line to stderr and exits 2;
 nothing is written. Logging goes to stderr at WARNING (``-v``: INFO). This module is the only place in the
 reporting code that prints.
+
+``--recompute RUN_DIR`` first rebuilds the run's results.parquet/csv and items.parquet from its saved embeddings
+(a run made with ``--save-embeddings``), loading no model (`llm_collapse.run.runner.recompute_comparison`), then
+its report. A run without saved embeddings, or with a task that runs the model itself, is refused the same way.
 """
 
 from __future__ import annotations
@@ -34,6 +38,12 @@ def _parser(prog: str) -> ArgumentParser:
         default=None,
         help="output folder (default: the run directory; required when merging)",
     )
+    parser.add_argument(
+        "--recompute",
+        action="store_true",
+        help="first recompute every metric of RUN_DIR from its saved embeddings (a run made with "
+        "--save-embeddings), loading no model, and rewrite its results",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO)")
     return parser
 
@@ -54,6 +64,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
 
 
 def _report(args) -> int:
+    if args.recompute:
+        return _recompute(args)
     if len(args.run_dirs) > 1 and args.out is None:
         raise UserError("--out is required when merging several run directories")
     out = check_writable_dir(args.out if args.out is not None else args.run_dirs[0], what="--out")
@@ -71,4 +83,19 @@ def _report(args) -> int:
     say(f"wrote {files['report.md']}")
     say(f"wrote {files['report.html']}")
     say(f"wrote {n_figures} figures under {files['report.md'].parent / 'figures'}")
+    return 0
+
+
+def _recompute(args) -> int:
+    """``--recompute RUN_DIR``: the run's results from its saved embeddings, then its report, in place."""
+    if len(args.run_dirs) > 1 or args.out is not None:
+        raise UserError(
+            "--recompute rewrites one run directory in place; give exactly one RUN_DIR and no --out"
+        )
+    run_dir = check_writable_dir(args.run_dirs[0], what="RUN_DIR")
+    from llm_collapse.run.runner import recompute_comparison
+
+    recompute_comparison(run_dir)
+    say(f"recomputed {run_dir / 'results.parquet'} from {run_dir / 'embeddings.npz'}")
+    say(f"report:  {run_dir / 'report.html'}")
     return 0

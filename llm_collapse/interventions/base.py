@@ -18,13 +18,21 @@ import contextlib
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from torch import nn
 
 from llm_collapse.errors import UserError
 from llm_collapse.models import text_config
 
-KINDS: tuple[str, ...] = ("attention", "rope", "window")
+if TYPE_CHECKING:
+    import torch
+
+    from llm_collapse.adapters.inputs import EncodedText
+
+KINDS: tuple[str, ...] = ("attention", "rope", "window", "extension")
+ONE_PER_STACK: tuple[str, ...] = ("rope", "window", "extension")
+"""Kinds a `Stack` holds at most one intervention of (two would act on the same thing)."""
 
 
 class InterventionError(UserError, ValueError):
@@ -78,6 +86,9 @@ class Intervention:
     #: True when the intervention computes attention itself (SelfExtend): it must be entered before any
     #: intervention that wraps the attention function, so `Stack` enters it first.
     replaces_attention: bool = False
+    #: True when it embeds each input itself from forwards of its own (PCW's chunks): `Embedder` then takes
+    #: each batch's pooled vectors from `embed_inputs` instead of one forward per input.
+    embeds_inputs: bool = False
 
     @property
     def slug(self) -> str:
@@ -120,6 +131,21 @@ class Intervention:
         """
         return None
 
+    def token_cap(self, config, context: ModelContext) -> int | None:
+        """The most tokens per input while it is active, replacing `Embedder.max_length` (None, the default:
+        the embedder's own). LongEmbed's extensions of absolute positions read texts up to S x L0 tokens, where
+        ``base`` truncates at the position table (`llm_collapse.interventions.absolute`)."""
+        return None
+
+    def forward_lengths(self, tokens: int, config, context: ModelContext) -> list[int]:
+        """The lengths of the forwards that embed one input of ``tokens`` tokens (what ``--dry-run`` costs):
+        one of ``tokens`` by default; PCW: its chunks."""
+        return [tokens]
+
+    def embed_inputs(self, embedder, items: list[EncodedText]) -> torch.Tensor:
+        """Pooled, unnormalised float32 vectors (len(items), d) of ``items``, where `embeds_inputs` is set."""
+        raise NotImplementedError(f"{self.slug} runs inside the model's forward; it does not embed inputs")
+
     def describe(self) -> dict:
         return {"slug": self.slug, "kind": self.kind, **self.params()}
 
@@ -138,6 +164,16 @@ def check_positive_finite(name: str, value: float, *, minimum: float = 0.0, incl
         allowed = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
         raise InterventionError(f"{name}={value!r} is not allowed; {name} must be a finite number {allowed}")
     return number
+
+
+def check_base_length(value: float | None) -> int | None:
+    """L0 as given to a method (None passes: the model's trained length): an integer number of tokens > 1."""
+    if value is None:
+        return None
+    number = check_positive_finite("L0", value, minimum=1.0)
+    if not float(number).is_integer():
+        raise InterventionError(f"L0={value!r} is not allowed; L0 must be an integer number of tokens > 1")
+    return int(number)
 
 
 def trained_length(config, context: ModelContext) -> int:
@@ -172,10 +208,10 @@ def format_number(value: float) -> str:
 
 
 class Stack(Intervention):
-    """Several interventions applied together (at most one RoPE and one window intervention)."""
+    """Several interventions applied together (at most one of each `ONE_PER_STACK` kind)."""
 
     def __init__(self, parts: list[Intervention]) -> None:
-        for kind in ("rope", "window"):
+        for kind in ONE_PER_STACK:
             same = [p.slug for p in parts if kind in p.kinds]
             if len(same) > 1:
                 raise InterventionError(

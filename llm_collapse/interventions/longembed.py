@@ -63,7 +63,7 @@ from llm_collapse.interventions.base import (
     NotApplicable,
     Stack,
     VLLMSettings,
-    check_positive_finite,
+    check_base_length,
     format_number,
     not_on_vllm,
     tightest,
@@ -81,22 +81,13 @@ __all__ = ["LongEmbedNTK", "LongEmbedPI", "LongEmbedPreset", "LongEmbedSelfExten
 _WINDOW = "off where the model has one (LongEmbed: config.sliding_window = None)"
 
 
-def _base_length(value: float | None) -> int | None:
-    if value is None:
-        return None
-    number = check_positive_finite("L0", value, minimum=1.0)
-    if not float(number).is_integer():
-        raise InterventionError(f"L0={value!r} is not allowed; L0 must be an integer number of tokens > 1")
-    return int(number)
-
-
 class LongEmbedPreset(Intervention):
     """Base of the presets: `components` says which interventions make it up on a given model."""
 
     kind = "rope"
 
     def __init__(self, base_length: float | None = None) -> None:
-        self.base_length = _base_length(base_length)
+        self.base_length = check_base_length(base_length)
 
     @property
     def kinds(self) -> tuple[str, ...]:

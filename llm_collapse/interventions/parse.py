@@ -18,9 +18,15 @@ Grammar: parts joined with ``+``; each part is ``method[:arg[:arg...]]``. Method
 ``longembed-ntk:THETA[:L0|nolog]``  LongEmbed's NTK run: ``ntk`` + its log factor + window off
 ``longembed-se:G:W[:L0]``           LongEmbed's SelfExtend run: grouping past L0 + its log factor + window off
 ``longembed-pi:S[:L0]``             LongEmbed's PI run: original positions up to L0, PI beyond + window off
+``ape-gp:S[:L0]``                   absolute positions (BERT), texts up to S x L0 tokens: grouped positions
+``ape-rp:S[:L0]``                   ... recurrent positions (p mod L0)
+``ape-pi:S[:L0]``                   ... interpolated positions (p / s, linear between table rows)
+``pcw:S[:L0]``                      ... the mean of L0-token chunk embeddings, normalised
 ==================================  ===========================================================
 
-The ``longembed-*`` presets are described in `llm_collapse.interventions.longembed`.
+The ``longembed-*`` presets are described in `llm_collapse.interventions.longembed`; ``ape-*`` and ``pcw``
+(LongEmbed's methods for absolute-position encoders) in `llm_collapse.interventions.absolute` and
+`llm_collapse.interventions.pcw`.
 """
 
 from __future__ import annotations
@@ -150,6 +156,31 @@ def _longembed_pi(args: list[str]) -> Intervention:
     )
 
 
+def _absolute(method: str) -> Callable[[list[str]], Intervention]:
+    """The parser of ``ape-gp``, ``ape-rp``, ``ape-pi`` or ``pcw`` (``method:S[:L0]``)."""
+
+    def parse(args: list[str]) -> Intervention:
+        from llm_collapse.interventions.absolute import (
+            GroupedPositions,
+            InterpolatedPositions,
+            RecurrentPositions,
+        )
+        from llm_collapse.interventions.pcw import ChunkedAverage
+
+        classes = {
+            "ape-gp": GroupedPositions,
+            "ape-rp": RecurrentPositions,
+            "ape-pi": InterpolatedPositions,
+            "pcw": ChunkedAverage,
+        }
+        _arity(method, args, 1, 2, f"{method}:S[:L0] (texts up to S x L0 tokens, e.g. {method}:8)")
+        return classes[method](
+            _number(method, "S", args[0]), _integer(method, "L0", args[1]) if len(args) == 2 else None
+        )
+
+    return parse
+
+
 def _window(args: list[str]) -> Intervention | None:
     _arity("window", args, 1, 1, "window:off or window:keep")
     if args[0] == "keep":
@@ -191,6 +222,10 @@ for _name, _parser in [
     ("longembed-ntk", _longembed_ntk),
     ("longembed-se", _longembed_se),
     ("longembed-pi", _longembed_pi),
+    ("ape-gp", _absolute("ape-gp")),
+    ("ape-rp", _absolute("ape-rp")),
+    ("ape-pi", _absolute("ape-pi")),
+    ("pcw", _absolute("pcw")),
     ("layer0", _layer0),
     ("posthoc", _posthoc),
 ]:

@@ -445,12 +445,12 @@ def _truncation_caveats(data: ReportData) -> list[str]:
             if record is None:
                 continue
             truncated = record.truncated
-            max_length = record.describe.get("max_length")
             n_texts = record.n_texts
             for method in sorted_methods(truncated):
                 count = truncated[method]
                 if count <= 0:
                     continue
+                max_length = record.token_caps.get(method, record.describe.get("max_length"))
                 of = f" of {n_texts}" if n_texts is not None else ""
                 cap = f" to max_length {max_length}" if max_length is not None else ""
                 prefix = f"[{run.label}] " if multi else ""

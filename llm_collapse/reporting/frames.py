@@ -149,6 +149,26 @@ class ReportData:
         return any(record is not None and record.tiny_random for _, record in self.model_records(model))
 
     @property
+    def margins(self) -> dict[str, float]:
+        """The runs' equivalence-margin overrides (config ``margins``) merged; where runs disagree on a
+        metric the smallest margin counts (the harder one to call equivalent), logged."""
+        merged: dict[str, float] = {}
+        for run in self.runs:
+            for metric, margin in (run.record.config.get("margins") or {}).items():
+                if (
+                    not isinstance(margin, int | float)
+                    or isinstance(margin, bool)
+                    or not 0 < margin < math.inf
+                ):
+                    raise SchemaError(
+                        f"{run.path}/run.json: margin {metric}={margin!r} is not a positive number"
+                    )
+                if metric in merged and merged[metric] != margin:
+                    logger.warning("runs disagree on the %s margin; the report uses the smaller", metric)
+                merged[metric] = min(margin, merged.get(metric, math.inf))
+        return merged
+
+    @property
     def tiny_models(self) -> list[str]:
         """Display names of models marked ``tiny_random``."""
         return [m for m in self.models if self.is_tiny(m)]

@@ -6,7 +6,8 @@ decomposition of the paper's distance.
   correction across the table ("less collapse": the method shrinks the collapse that comes with length).
 - Decomposition: per model x method, the change from the shortest to the longest length of the squared
   distance to the global centroid and of its two parts (within-length spread, the length centroid's offset),
-  tested like the summary table's changes, and the offset's share of the change.
+  tested like the summary table's changes, and the offset's share of the change (only where the change
+  survives its test: the share of a change indistinguishable from 0 is noise).
 
 Both are absent where the run has no such rows (bins design; runs written before them).
 """
@@ -60,7 +61,9 @@ def interaction_table(data: ReportData) -> Table | None:
                     (len(body), len(row) - 1, ci, (metric, mine["value"], paired_test(mine), digits))
                 )
             body.append(row)
-    for (i, j, ci, _), text in zip(changes, read_changes([c for *_, c in changes], judge), strict=True):
+    for (i, j, ci, _), text in zip(
+        changes, read_changes([c for *_, c in changes], judge, data.margins), strict=True
+    ):
         body[i][j] = f"{ci}: {text.partition(' ')[2]}"
     return Table(tuple(headers), tuple(tuple(r) for r in body), (False, False, *(True for _ in pairs)))
 
@@ -99,8 +102,13 @@ def decomposition_table(data: ReportData) -> Table | None:
             body.append(row)
     if not body:
         return None
-    for (i, j, _), text in zip(changes, read_changes([c for *_, c in changes], judge), strict=True):
+    for (i, j, _), text in zip(
+        changes, read_changes([c for *_, c in changes], judge, data.margins), strict=True
+    ):
         body[i][j] = text
+    for row in body:  # a share of a change that did not survive its test is noise: not printed
+        if not any(f"({word};" in row[3] for word in ("more collapse", "less collapse", "higher", "lower")):
+            row[-1] = "—"
     return Table(tuple(headers), tuple(tuple(r) for r in body), (False, False, False, True, True, True, True))
 
 

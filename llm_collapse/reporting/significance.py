@@ -16,6 +16,15 @@ A reading ("more collapse", "better") is printed only for a change that survives
   ``z = delta / sqrt(se1^2 + se2^2)``.
 - no interval and no counts: untested, never read.
 
+A change that does not survive is not read as "no difference". Where its metric has an equivalence margin m
+(`llm_collapse.metrics.proportions.margin_for`: the run's ``margins``, else the defaults), two one-sided
+Wald tests from the change's 95% interval ask whether it lies within ±m (TOST: H0 delta <= -m and H0
+delta >= +m, each side's standard error from that side's half-width, so a Newcombe or Wilson interval
+keeps its asymmetry); the larger one-sided p is Holm-adjusted across the table's equivalence tests (a
+family of its own) and the cell reads "equivalent within ±m" when it survives at 5%, else
+"inconclusive". Without a margin the cell reads ``n.s.`` as before. The Wald form is approximate
+like the paired Wald test above; it needs no per-item data, so older runs get it too.
+
 Decisions: one family per table (all its cells, both the length change and the gap to a baseline), as a
 reader scans a table as one claim set; Holm rather than Bonferroni (uniformly more powerful, same
 guarantee); tests are recomputed from ``results.parquet``, so reports of earlier runs get them too.
@@ -24,12 +33,14 @@ guarantee); tests are recomputed from ``results.parquet``, so reports of earlier
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from llm_collapse.metrics.proportions import margin_for
 from llm_collapse.metrics.stats import holm_adjust
 from llm_collapse.tasks.registry import VS_INTERACTION, metric_info
 
@@ -41,6 +52,8 @@ KINDS: dict[str, str] = {
     "paired t": "paired t-test on the per-item values",
     "sign-flip": "exact sign-flip test on the per-item differences of differences (0/1 outcomes)",
     "paired Wald": "Wald test from the paired 95% interval",
+    "TOST": "two one-sided Wald tests against ±margin from the 95% interval's half-widths (equivalence; "
+    "Holm across the table's equivalence tests)",
     "Fisher": "Fisher's exact test on the two counts (different items)",
     "Wald": "Wald test from the two 95% intervals taken as independent (different items; conservative for the "
     "same items where the run stored no paired row)",
@@ -50,10 +63,13 @@ KINDS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Significance:
-    """A two-sided p-value and the short name of the test that gave it (a key of `KINDS`)."""
+    """A two-sided p-value, the short name of the test that gave it (a key of `KINDS`), and the change's 95%
+    interval where one is known (for the equivalence test)."""
 
     p: float
     kind: str
+    low: float = math.nan
+    high: float = math.nan
 
 
 def _se(row: pd.Series) -> float:
@@ -64,9 +80,22 @@ def _se(row: pd.Series) -> float:
 def _wald(delta: float, se: float, kind: str) -> Significance | None:
     if not (math.isfinite(delta) and math.isfinite(se)):
         return None
+    low, high = delta - _Z * se, delta + _Z * se
     if se == 0:
-        return Significance(1.0 if delta == 0 else 0.0, kind)
-    return Significance(float(2 * sps.norm.sf(abs(delta) / se)), kind)
+        return Significance(1.0 if delta == 0 else 0.0, kind, low, high)
+    return Significance(float(2 * sps.norm.sf(abs(delta) / se)), kind, low, high)
+
+
+def equivalence_p(delta: float, low: float, high: float, margin: float) -> float:
+    """TOST p-value of ``delta`` against ±``margin`` from its 95% interval (module docstring); NaN without
+    an interval. Each side's standard error is that side's half-width / 1.96; a zero one means no spread."""
+    if not all(math.isfinite(x) for x in (delta, low, high)):
+        return math.nan
+    sides = ((delta + margin, delta - low), (margin - delta, high - delta))  # (distance to H0, half-width)
+    return max(
+        (0.0 if gap > 0 else 1.0) if half <= 0 else float(sps.norm.sf(gap / (half / _Z)))
+        for gap, half in sides
+    )
 
 
 def paired_test(row: pd.Series) -> Significance | None:
@@ -74,9 +103,10 @@ def paired_test(row: pd.Series) -> Significance | None:
     p = float(row.get("p_value", math.nan))
     if math.isfinite(p):
         metric = str(row.get("metric", ""))
+        interval = float(row["ci_low"]), float(row["ci_high"])
         if not metric_info(metric.split("_vs_", 1)[0]).proportion:
-            return Significance(p, "paired t")
-        return Significance(p, "sign-flip" if metric.endswith(VS_INTERACTION) else "McNemar")
+            return Significance(p, "paired t", *interval)
+        return Significance(p, "sign-flip" if metric.endswith(VS_INTERACTION) else "McNemar", *interval)
     return _wald(float(row["value"]), _se(row), "paired Wald")
 
 
@@ -87,7 +117,9 @@ def unpaired_test(metric: str, a: pd.Series, b: pd.Series) -> Significance | Non
         if na > 0 and nb > 0 and math.isfinite(float(a["value"])) and math.isfinite(float(b["value"])):
             ka, kb = round(float(a["value"]) * na), round(float(b["value"]) * nb)
             table = [[ka, na - ka], [kb, nb - kb]]
-            return Significance(float(sps.fisher_exact(table).pvalue), "Fisher")
+            wald = _wald(float(b["value"]) - float(a["value"]), math.hypot(_se(a), _se(b)), "Fisher")
+            interval = (wald.low, wald.high) if wald is not None else (math.nan, math.nan)
+            return Significance(float(sps.fisher_exact(table).pvalue), "Fisher", *interval)
         return None
     delta = float(b["value"]) - float(a["value"])
     return _wald(delta, math.hypot(_se(a), _se(b)), "Wald")
@@ -103,27 +135,50 @@ def change_test(
     return paired_test(match.iloc[0]) if len(match) == 1 else unpaired_test(metric, start, end)
 
 
-def read_changes(changes: list[tuple[str, float, Significance | None, int]], judge) -> list[str]:
-    """Cells for a table's changes, Holm-adjusted together.
+def read_changes(
+    changes: list[tuple[str, float, Significance | None, int]],
+    judge,
+    margins: Mapping[str, float] | None = None,
+) -> list[str]:
+    """Cells for a table's changes, Holm-adjusted together; the ones that do not survive get the equivalence
+    reading where their metric has a margin (module docstring).
 
     Args:
         changes: ``(metric, delta, test or None, digits)`` per cell.
         judge: ``(metric, delta) -> words`` (more/less collapse, better/worse).
+        margins: The runs' margin overrides (`ReportData.margins`); the defaults fill in the rest.
 
     Returns:
         ``+0.123 (more collapse; Fisher, Holm p=0.003)`` for a change that survives ("higher"/"lower"
-        for a metric without a direction), ``+0.012 (n.s.;
-        Wald, Holm p=0.41)`` for one that does not, ``+0.012 (untested)`` without a test.
+        for a metric without a direction); for one that does not, ``+0.002 (equivalent within ±0.01;
+        TOST, Holm p=0.004)``, ``+0.012 (inconclusive; Wald, Holm p=0.41)``, or ``n.s.`` in place of
+        "inconclusive" where the metric has no margin; ``+0.012 (untested)`` without a test.
     """
     adjusted = holm_adjust([t.p if t is not None else np.nan for _, _, t, _ in changes])
+    margin_of = [
+        margin_for(metric, margins) if test is not None and not p <= ALPHA else None
+        for (metric, _, test, _), p in zip(changes, adjusted, strict=True)
+    ]
+    equivalence = holm_adjust(
+        [
+            np.nan if m is None else equivalence_p(delta, test.low, test.high, m)
+            for (_, delta, test, _), m in zip(changes, margin_of, strict=True)
+        ]
+    )
     cells = []
-    for (metric, delta, test, digits), p in zip(changes, adjusted, strict=True):
+    for (metric, delta, test, digits), p, m, q in zip(changes, adjusted, margin_of, equivalence, strict=True):
         number = f"{delta:+.{digits}f}" if math.isfinite(delta) else "n/a"
         if test is None or not math.isfinite(p):
             cells.append(f"{number} (untested)")
-            continue
-        words = (judge(metric, delta) or ("higher" if delta > 0 else "lower")) if p <= ALPHA else "n.s."
-        cells.append(f"{number} ({words}; {test.kind}, Holm p{_p_text(p)})")
+        elif p <= ALPHA:
+            words = judge(metric, delta) or ("higher" if delta > 0 else "lower")
+            cells.append(f"{number} ({words}; {test.kind}, Holm p{_p_text(p)})")
+        elif m is not None and q <= ALPHA:
+            cells.append(f"{number} (equivalent within ±{m:g}; TOST, Holm p{_p_text(q)})")
+        else:
+            cells.append(
+                f"{number} ({'n.s.' if m is None else 'inconclusive'}; {test.kind}, Holm p{_p_text(p)})"
+            )
     return cells
 
 
@@ -138,12 +193,19 @@ def _p_text(p: float) -> str:
     return "<0.001" if p < 0.001 else f"={p:.3f}"
 
 
-def legend(kinds: set[str]) -> str:
-    """One sentence naming the tests a table used."""
+def legend(kinds: set[str], equivalence: bool = False) -> str:
+    """One sentence naming the tests a table used (``equivalence``: some cell has an equivalence reading)."""
     used = [f"{name}: {KINDS[name]}" for name in KINDS if name in kinds]
+    otherwise = (
+        "otherwise 'equivalent within ±m' where the equivalence test (TOST) against the metric's margin m "
+        "survives Holm across the table's equivalence tests, else 'inconclusive' (n.s. for a metric without "
+        "a margin)"
+        if equivalence
+        else "otherwise n.s."
+    )
     return (
-        "Readings (more/less collapse, better/worse; higher/lower without a direction) are printed only where the change survives Holm's "
-        f"correction at {ALPHA:g} across all tests of the table; otherwise n.s. Tests: "
+        "Readings (more/less collapse, better/worse; higher/lower without a direction) are printed only where "
+        f"the change survives Holm's correction at {ALPHA:g} across all tests of the table; {otherwise}. Tests: "
         + "; ".join(used)
         + "."
     )
@@ -151,8 +213,12 @@ def legend(kinds: set[str]) -> str:
 
 def table_legend(rows) -> str | None:
     """`legend` for the tests a rendered table's cells name, or None when it names none."""
-    kinds = kinds_used([cell for row in rows for cell in row])
-    return legend(kinds) if kinds else None
+    cells = [cell for row in rows for cell in row]
+    kinds = kinds_used(cells)
+    equivalence = any(
+        isinstance(c, str) and ("(equivalent within" in c or "(inconclusive;" in c) for c in cells
+    )
+    return legend(kinds, equivalence) if kinds else None
 
 
 def kinds_used(cells: list[str]) -> set[str]:

@@ -250,6 +250,7 @@ def metric_table(
     layers: Sequence[str] | Mapping[str, Sequence[str]] = (),
     by_depth: bool = False,
     contrasts: pd.DataFrame | None = None,
+    margins: Mapping[str, float] | None = None,
 ) -> Table:
     """``value [CI]`` per length for each model x method (x layer or position), the change, the baseline gap.
 
@@ -258,7 +259,8 @@ def metric_table(
     ``by_depth`` splits rows by the depth column (the position task's early/late, passkey depths).
     ``contrasts``: the run's ``<metric>_vs_shortest`` / ``_vs_base`` rows; where one covers a change, its
     paired test reads it, else an unpaired one (`llm_collapse.reporting.significance`). Every test of the
-    table is Holm-adjusted together.
+    table is Holm-adjusted together; ``margins`` (`ReportData.margins`) give changes that do not survive
+    their equivalence reading.
     """
     digits = metric_info(metric).digits
     lengths = sorted(int(x) for x in rows["length"].unique())
@@ -331,7 +333,9 @@ def metric_table(
                             (len(body), len(row) - 1, _change(metric, base.iloc[0], last, mine, VS_BASE))
                         )
                 body.append(row)
-    for (i, j, _), text in zip(changes, read_changes([c for _, _, c in changes], judge), strict=True):
+    for (i, j, _), text in zip(
+        changes, read_changes([c for _, _, c in changes], judge, margins), strict=True
+    ):
         body[i][j] = text
     for (i, j, _), survives in zip(cells, mark_survivors([r for _, _, r in cells]), strict=True):
         body[i][j] = f"**{body[i][j]}**" if survives else body[i][j]
@@ -422,7 +426,7 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
             )
         )
         table = metric_table(
-            rows, metric, q.baseline, q.layers, by_depth, _contrasts(results, q, task, metric)
+            rows, metric, q.baseline, q.layers, by_depth, _contrasts(results, q, task, metric), data.margins
         )
         blocks.append(table)
         if legend := table_legend(table.rows):

@@ -232,7 +232,9 @@ def summary_table(data: ReportData) -> Table | None:
             if change is not None:
                 changes.append((len(body), len(row) - 1, change))
         body.append(row)
-    for (i, j, _), text in zip(changes, read_changes([c for _, _, c in changes], judge), strict=True):
+    for (i, j, _), text in zip(
+        changes, read_changes([c for _, _, c in changes], judge, data.margins), strict=True
+    ):
         body[i][j] = text
     return Table(tuple(headers), tuple(tuple(r) for r in body), tuple(numeric))
 

@@ -6,5 +6,6 @@
 - `models`: loading a model as a run needs it.
 - `runner`: the loop; `distributed`: each rank embeds its share into the cache first.
 - `directory`: the output folder and its run marker; `results` / `record`: results.parquet/csv and run.json.
+- `saved_embeddings`: ``--save-embeddings`` (embeddings.npz); `replay`: what ``report --recompute`` runs on.
 - `plan` (``--dry-run``) and `estimate` (GPU time and memory by counting).
 """

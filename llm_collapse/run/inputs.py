@@ -7,7 +7,10 @@ for a different tokenizer and, for echo, twice as many positions.
 Two designs for the corpus texts (``--design``): ``bins`` samples different texts into each bin [L, 1.1 L)
 (`llm_collapse.data.bins.sample_length_binned`); ``prefix`` cuts the first L tokens of the same documents at
 every length (`llm_collapse.data.prefixes.nested_prefixes`), so row i of every length is document i and
-length contrasts are paired.
+length contrasts are paired. Unset (the default), the design is ``prefix`` where the corpus can give the
+documents (``prefix_docs`` or ``max_per_bin`` of them, each as long as the longest length) and ``bins``
+otherwise (logged; `RunInputs.design` and run.json say which ran). A run that names ``prefix_docs`` asked for
+the prefix design and is refused rather than switched.
 
 The ``-start`` retrieval tasks (``passkey-start``, ``needle-start``) are a prefix sweep of their own: the same
 documents cut to every length (`llm_collapse.data.synthetic.passkey_start_tasks`); `RunInputs.prefix_sweep`
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 from llm_collapse.data import Document, load_corpus, sample_length_binned
 from llm_collapse.data.bins import BinnedText, count_tokens, target_bins
 from llm_collapse.data.position import POSITIONS, position_task
-from llm_collapse.data.prefixes import documents_joined, nested_prefixes
+from llm_collapse.data.prefixes import PrefixDesignError, documents_joined, nested_prefixes
 from llm_collapse.data.synthetic import (
     RetrievalTask,
     needle_start_tasks,
@@ -121,23 +124,31 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
     Raises:
         InputsError: A length for which the corpus holds no text at all (a bin that is only partly filled
             is logged and reported with its n, never refused).
-        PrefixDesignError: ``design="prefix"`` and the corpus cannot give ``prefix_docs`` long texts.
+        PrefixDesignError: ``design="prefix"`` (or ``prefix_docs`` set) and the corpus cannot give that many
+            long texts.
         StartTaskError: A ``-start`` task's shortest length cannot hold its documents' key lines whole.
     """
     name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
     inputs = RunInputs(tokenizer=name, retrieval_pool=config.retrieval_pool)
     if tasks_with(reads_corpus=True) & set(config.tasks):
         documents = load_corpus(config.corpus) if documents is None else documents
-        if config.design == "prefix":
-            inputs.design = "prefix"
-            inputs.binned = nested_prefixes(
-                documents,
-                tokenizer,
-                config.lengths,
-                n_docs=config.prefix_docs or config.max_per_bin,
-                seed=config.seed,
-                corpus=config.corpus,
-            )
+        prefix = None
+        if config.design != "bins":
+            try:
+                prefix = nested_prefixes(
+                    documents,
+                    tokenizer,
+                    config.lengths,
+                    n_docs=config.prefix_docs or config.max_per_bin,
+                    seed=config.seed,
+                    corpus=config.corpus,
+                )
+            except PrefixDesignError as err:
+                if config.design == "prefix" or config.prefix_docs is not None:
+                    raise
+                logger.warning("design: bins, as the prefix design cannot be built: %s", err)
+        if prefix is not None:
+            inputs.design, inputs.binned = "prefix", prefix
         else:
             inputs.binned = sample_length_binned(
                 documents,

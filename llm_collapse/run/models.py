@@ -6,18 +6,21 @@ from __future__ import annotations
 import llm_collapse as lc
 from llm_collapse.adapters import resolve_spec
 from llm_collapse.backends.hf import load_tokenizer
-from llm_collapse.backends.weights import resolve_weights
+from llm_collapse.backends.weights import WeightsLocation, resolve_weights
 from llm_collapse.run.config import CompareConfig
 
 
 def reference_tokenizer(config: CompareConfig):
     """The first model's tokenizer, loaded without the model: it defines every text's length."""
-    name = config.models[0]
+    return load_tokenizer(model_weights(config.models[0], config).directory)
+
+
+def model_weights(name: str, config: CompareConfig) -> WeightsLocation:
+    """Where model ``name``'s files are, as the run finds them (``model_paths``); nothing is loaded."""
     spec, implied = resolve_spec(name)
-    weights = resolve_weights(
+    return resolve_weights(
         spec.name, spec.hub_id, spec.source, config.model_paths.get(name) or implied, revision=spec.revision
     )
-    return load_tokenizer(weights.directory)
 
 
 def load_for_run(model_name: str, config: CompareConfig):

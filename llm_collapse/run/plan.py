@@ -20,6 +20,8 @@ weights are read), else one per document and length, with the reason.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
+from typing import Any
 
 from llm_collapse.adapters import resolve_spec
 from llm_collapse.backends.device import resolve_device, resolve_dtype
@@ -28,7 +30,9 @@ from llm_collapse.cost.flops import FlopModel
 from llm_collapse.cost.rate import planning_gflops
 from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
-from llm_collapse.interventions import ModelContext, parse_interventions
+from llm_collapse.interventions import Intervention, ModelContext, Stack, parse_interventions
+from llm_collapse.interventions.rope import rotary_modules
+from llm_collapse.models import text_config
 from llm_collapse.prefix import prefix_groups, prefix_sharing
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.tasks.base import BASE_METHOD
@@ -97,6 +101,8 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             method: bool(config_json.get("sliding_window")) and _switches_window_off(stack)
             for method, stack in stacks.items()
         }
+        if config.save_embeddings:
+            lines.append(f"  {name}: {_saved_size(config, stacks, len(texts), config_json)}")
         bare = {method for method, stack in stacks.items() if any(p.kind == "layer0" for p in stack.parts)}
         # a post-hoc method alone transforms base's (cached) vectors; with other parts it embeds like them
         bare |= {
@@ -104,46 +110,60 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             for m, stack in stacks.items()
             if [p.kind for p in stack.parts] == ["posthoc"] and "base" in stacks
         }
+        model = _meta_model(spec, weights[name])
+        context = ModelContext(name=name, trained_length=spec.trained_length)
+        reads = {method: _reads(stack, model, context) for method, stack in stacks.items()}
+        keys = {method: (widens[method], reads[method]) for method in config.methods}
+        plain = (False, _reads(parse_interventions("base"), model, context))
         costs = {
-            window_off: _costs(
-                config_json, window_off, texts, (prefix_texts, longest), tokenizer, copies=copies
+            key: _costs(
+                config_json, key[0], texts, (prefix_texts, longest), tokenizer, copies=copies, reads=key[1]
             )
-            for window_off in {False, *widens.values()}
-        }  # window switched off -> (FLOPs of every text, with prefix sharing)
+            for key in {plain, *keys.values()}
+        }  # (window switched off, how texts are read) -> (FLOPs of every text, with prefix sharing)
         if not prefix_texts:
-            every = costs[False][0]
-            seconds = sum(costs[widens[m]][0] for m in config.methods if m not in bare) / (gflops * 1e9)
+            every = costs[plain][0]
+            seconds = sum(costs[keys[m]][0] for m in config.methods if m not in bare) / (gflops * 1e9)
             total += seconds
             lines.append(
                 f"  {name}: ~{every / 1e12:.2f} TFLOP per method, ~{seconds / 60:.1f} min for {len(config.methods)} methods"
             )
-            for method in (m for m in config.methods if widens[m]):
-                lines.append(f"  {name} x {method}: window off: ~{costs[True][0] / 1e12:.2f} TFLOP")
+            for method in (m for m in config.methods if keys[m] != plain and m not in bare):
+                how = "; ".join(
+                    [*(["window off"] if widens[method] else []), *reads[method].differs_from(plain[1])]
+                )
+                lines.append(f"  {name} x {method}: {how}: ~{costs[keys[method]][0] / 1e12:.2f} TFLOP")
             lines += [f"  {name} x {method}: {_BARE}" for method in config.methods if method in bare]
             for method in config.methods:
-                forwards = 0.0 if method in bare else costs[widens[method]][0] / (gflops * 1e9)
+                forwards = 0.0 if method in bare else costs[keys[method]][0] / (gflops * 1e9)
                 added, said = _task_costs(config, method, forwards, config.max_per_bin, device.type)
                 total += added
                 lines += [f"  {name} x {method}: {line}" for line in said]
             continue
         n_docs, n_lengths = len(longest), len(config.lengths)
-        model, model_tokenizer = (
-            _meta_model(spec, weights[name]),
-            _tokenizer(weights[name], weights[first], tokenizer),
-        )
-        context = ModelContext(name=name, trained_length=spec.trained_length)
+        model_tokenizer = _tokenizer(weights[name], weights[first], tokenizer)
         for method in config.methods:
             sharing = prefix_sharing(spec, model, model_tokenizer, stacks[method].parts, context)
             limit, why = sharing.limit, sharing.reason
-            every, shared = costs[widens[method]]
+            every, shared = costs[keys[method]]
             if method in bare:
-                every = shared = 0.0
                 lines.append(f"  {name} x {method}: {_BARE}")
+                added, said = _task_costs(config, method, 0.0, n_docs, device.type, unshared=0.0)
+                total += added
+                lines += [f"  {name} x {method}: {line}" for line in said]
+                continue
             if limit is None:
                 flops, how = shared, f"{n_docs} prefix-sweep forwards (one per document: sharing is exact)"
             elif limit:
                 flops, runs = _bounded_cost(
-                    every, config_json, widens[method], prefix_texts, tokenizer, copies=copies, limit=limit
+                    every,
+                    config_json,
+                    widens[method],
+                    prefix_texts,
+                    tokenizer,
+                    copies=copies,
+                    limit=limit,
+                    reads=reads[method],
                 )
                 how = f"{runs} prefix-sweep forwards ({n_docs} documents: one per document up to {limit} tokens, one per length above: {why})"
             else:
@@ -164,6 +184,22 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
         "are not recomputed)"
     )
     return "\n".join(lines), total
+
+
+def _saved_size(config: CompareConfig, stacks: dict, n_texts: int, config_json: dict) -> str:
+    """What ``--save-embeddings`` writes for one model: a vector per text and method without its post-hoc part
+    (a post-hoc transform is refitted from them; `llm_collapse.run.saved_embeddings`)."""
+    embedded = {
+        stack.slug for stack in (Stack([p for p in s.parts if p.kind != "posthoc"]) for s in stacks.values())
+    }
+    width = int(
+        config_json.get("hidden_size") or (config_json.get("text_config") or {}).get("hidden_size") or 0
+    )
+    size = n_texts * len(embedded) * width * (2 if config.save_embeddings == "float16" else 4)
+    return (
+        f"embeddings.npz: {n_texts} texts x {len(embedded)} embedded methods x {width} dims in "
+        f"{config.save_embeddings} (~{size / 2**20:.1f} MiB, uncompressed)"
+    )
 
 
 def _task_costs(
@@ -234,18 +270,27 @@ def _tokenizer(weights, first, first_tokenizer):
 
 
 def _costs(
-    config_json: dict, window_off: bool, texts: list[str], sweep: tuple, tokenizer, *, copies: int
+    config_json: dict,
+    window_off: bool,
+    texts: list[str],
+    sweep: tuple,
+    tokenizer,
+    *,
+    copies: int,
+    reads: _Reads | None = None,
 ) -> tuple[float, float]:
     """FLOPs of every text, and with the prefix sweep's texts read from one forward per document
     (``sweep`` = `RunInputs.prefix_sweep`); ``window_off`` widens every sliding layer to full attention
-    (window:off, LongEmbed's presets)."""
+    (window:off, LongEmbed's presets); ``reads``: the forwards a text costs (`_reads`)."""
     model_config = {**config_json, "sliding_window": None} if window_off else config_json
-    every = _flops(model_config, texts, tokenizer, copies=copies)
+    every = _flops(model_config, texts, tokenizer, copies=copies, reads=reads)
     prefix_texts, longest = sweep
     if not prefix_texts:
         return every, every
-    shared = every - _flops(model_config, sorted(prefix_texts), tokenizer, copies=copies)
-    return every, shared + _flops(model_config, longest, tokenizer, copies=copies)  # one forward per document
+    shared = every - _flops(model_config, sorted(prefix_texts), tokenizer, copies=copies, reads=reads)
+    return every, shared + _flops(
+        model_config, longest, tokenizer, copies=copies, reads=reads
+    )  # one per document
 
 
 def _bounded_cost(
@@ -257,6 +302,7 @@ def _bounded_cost(
     *,
     copies: int,
     limit: int,
+    reads: _Reads | None = None,
 ) -> tuple[float, int]:
     """FLOPs when prefix sharing holds only among inputs of at most ``limit`` tokens
     (`llm_collapse.prefix.PrefixSharing.limit`), from ``every`` (no sharing), and the prefix-sweep forwards run.
@@ -268,8 +314,8 @@ def _bounded_cost(
     short = [i for i, x in enumerate(ids) if len(x) <= limit]
     roots = [short[r] for r in prefix_groups([ids[i] for i in short])]
     run = [swept[i] for i in roots] + [swept[i] for i, x in enumerate(ids) if len(x) > limit]
-    saved = _flops(model_config, swept, tokenizer, copies=copies) - _flops(
-        model_config, run, tokenizer, copies=copies
+    saved = _flops(model_config, swept, tokenizer, copies=copies, reads=reads) - _flops(
+        model_config, run, tokenizer, copies=copies, reads=reads
     )
     return every - saved, len(run)
 
@@ -279,7 +325,46 @@ def _switches_window_off(stack) -> bool:
     return any("window" in part.kinds for part in stack.parts)
 
 
-def _flops(config: dict, texts: list[str], tokenizer, *, copies: int) -> float:
-    """Forward FLOPs of ``texts``, each read ``copies`` times (echo: twice), the template's few tokens left out."""
+def _flops(config: dict, texts: list[str], tokenizer, *, copies: int, reads: _Reads | None = None) -> float:
+    """Forward FLOPs of ``texts``, each read ``copies`` times (echo: twice), the template's few tokens left out;
+    ``reads``: the forwards one text costs (`_reads`; None: one of all its tokens)."""
     counter = FlopModel.from_config(config)
-    return sum(counter.flops(copies * n) for n in count_tokens(texts, tokenizer))
+    lengths = (reads or _Reads(None)).forwards
+    return sum(counter.flops(copies * k) for n in count_tokens(texts, tokenizer) for k in lengths(n))
+
+
+@dataclass(frozen=True)
+class _Reads:
+    """How a method's forwards read one text: its first ``cap`` tokens (None: all of them), embedded by one
+    forward, or by ``part``'s own forwards (`Intervention.embeds_inputs`: PCW's chunks)."""
+
+    cap: int | None
+    part: Intervention | None = None
+    config: Any = field(default=None, compare=False)
+    context: ModelContext | None = field(default=None, compare=False)
+
+    def forwards(self, tokens: int) -> list[int]:
+        """The lengths of the forwards that embed a text of ``tokens`` tokens."""
+        tokens = tokens if self.cap is None else min(tokens, self.cap)
+        return [tokens] if self.part is None else self.part.forward_lengths(tokens, self.config, self.context)
+
+    def differs_from(self, other: _Reads) -> list[str]:
+        """What a method's reading changes against ``other`` (base's), in words for the plan."""
+        said = (
+            [f"texts read up to {self.cap} tokens"] if self.cap != other.cap and self.cap is not None else []
+        )
+        return said + ([f"embedded by {self.part.slug}'s own forwards (its chunks)"] if self.part else [])
+
+
+def _reads(stack: Stack, model, context: ModelContext) -> _Reads:
+    """How ``stack``'s forwards read a text on ``model`` (meta device): up to an intervention's token cap
+    (`Intervention.token_cap`), else, on an absolute-position model, up to its position table (a run truncates
+    there: `llm_collapse.run.models.fit_max_length`); in PCW's chunks where it is active."""
+    config = getattr(model, "config", None)
+    if config is None:  # NV-Embed: a RoPE model, no cap
+        return _Reads(None)
+    caps = [cap for part in stack.parts if (cap := part.token_cap(config, context)) is not None]
+    positions = getattr(text_config(config), "max_position_embeddings", None)
+    cap = max(caps) if caps else (None if rotary_modules(model) else positions)
+    part = next((p for p in stack.parts if p.embeds_inputs), None)
+    return _Reads(cap, part, config, context)

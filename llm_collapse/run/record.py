@@ -38,6 +38,8 @@ class ModelRecord:
         describe: `Embedder.describe` (dtype, attention, max_length, sliding window, RoPE, interventions...).
         tiny_random: Random weights from `llm_collapse.testing` (code-path checks, never findings).
         truncated: Texts truncated per method slug.
+        token_caps: Method slug -> its tokens per text where a method reads longer texts than ``max_length``
+            (`llm_collapse.interventions.absolute`, PCW); the others truncate at ``max_length``.
         not_applicable: Why a method (or ``method:task``) could not apply.
         oom_retries: Out-of-memory retries per method: what each halving did (a count in hand-made records).
         n_texts: Distinct texts the model embedded per method.
@@ -50,6 +52,7 @@ class ModelRecord:
     describe: dict[str, Any] = field(default_factory=dict)
     tiny_random: bool = False
     truncated: dict[str, int] = field(default_factory=dict)
+    token_caps: dict[str, int] = field(default_factory=dict)
     not_applicable: dict[str, str] = field(default_factory=dict)
     oom_retries: dict[str, list[str] | int] = field(default_factory=dict)
     n_texts: int | None = None
@@ -125,6 +128,9 @@ class RunRecord:
     inputs: InputsRecord = field(default_factory=InputsRecord)
     models: dict[str, ModelRecord] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    embeddings: dict[str, Any] = field(default_factory=dict)
+    """``--save-embeddings``: the file, dtype, vector count and bytes (`SavedEmbeddings.write`), and after
+    ``report --recompute`` when and by which code the results were rebuilt (``recomputed``); absent otherwise."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -142,6 +148,8 @@ class RunRecord:
         }
         data["inputs"] = _written(self.inputs, omit_none=True)
         data["models"] = {name: _written(record) for name, record in self.models.items()}
+        if not self.embeddings:  # files stay as they were before it existed
+            del data["embeddings"]
         return {**self.extra, **data}
 
     def write(self, out_dir: Path | str) -> Path:
@@ -194,7 +202,7 @@ def whole_number(value: Any) -> int | None:
 
 
 # ModelRecord fields left out of the file while empty (or None): files stay as they were before they existed.
-_OPTIONAL = ("n_texts", "controls", "prefix_sharing", "variants")
+_OPTIONAL = ("n_texts", "controls", "prefix_sharing", "variants", "token_caps")
 
 
 def _written(record, *, omit_none: bool = False) -> dict[str, Any]:

@@ -16,6 +16,10 @@ With ``reference_model`` set, that model runs first and its per-item data is kep
 model gets ``*_vs_reference`` rows: the same method on the same items, this model minus the reference.
 With ``controls`` set, each named method also gets ``*_vs_control`` rows against its matched control method
 (the same model and items); run.json records the pairs by slug (``models.<model>.controls``).
+
+With ``save_embeddings`` set, every vector the tasks embed is kept and written to embeddings.npz at the end
+(`llm_collapse.run.saved_embeddings`); `recompute_comparison` (``llm-collapse report --recompute RUN``) runs the
+same loop again on those vectors, with each model as its tokenizer only (`llm_collapse.run.replay`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,9 +44,11 @@ from llm_collapse.run.directory import claim_run_dir, open_run_dir
 from llm_collapse.run.distributed import embed_share, world
 from llm_collapse.run.inputs import build_inputs
 from llm_collapse.run.models import load_for_run, reference_tokenizer
-from llm_collapse.run.preflight import preflight
+from llm_collapse.run.preflight import CORPUS_TASKS, check_corpus, check_packages, preflight
 from llm_collapse.run.record import InputsRecord, ModelRecord, RunRecord
+from llm_collapse.run.replay import recomputable_run, replay_embedder
 from llm_collapse.run.results import environment, remove_report, write_items, write_results
+from llm_collapse.run.saved_embeddings import EMBEDDINGS_FILE, SavedEmbeddings
 from llm_collapse.tasks.base import (
     BASE_METHOD,
     TaskContext,
@@ -99,9 +105,46 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
             if not main_process:
                 return out
             overwrite = False  # every embedding was just (re)computed by the processes
-        _run_models(config, inputs, state, overwrite=overwrite)
-        _write_outputs(config, inputs, state, started, out, report=report)
+        saved = SavedEmbeddings(config.save_embeddings) if config.save_embeddings else None
+        _run_models(config, inputs, state, overwrite=overwrite, saved=saved)
+        _write_outputs(config, inputs, state, started, out, report=report, saved=saved)
     return out
+
+
+def recompute_comparison(run_dir: Path | str, *, report: bool = True) -> Path:
+    """Rebuilds a run's results, per-item results and report from its saved embeddings; loads no model.
+
+    Refused in one line, with nothing written: a folder without run.json or embeddings.npz, a config this
+    version refuses, a task that runs the model itself (`llm_collapse.run.replay.recomputable_run`), a vector
+    the tasks need and the file lacks. Otherwise the run's inputs are built again (under the first model's
+    tokenizer, as the run did) and every cell runs through `_run_models`, the run's own code, with each model
+    as its tokenizer (`replay_embedder`) and the saved vectors. run.json keeps the run's record and gains
+    ``embeddings.recomputed``: when, and by which code. The folder is claimed (`claim_run_dir`), so a run
+    writing it meanwhile is never clobbered.
+    """
+    run_dir = Path(run_dir)
+    record, config = recomputable_run(run_dir)
+    state = RunState()
+    with _disk_full_in_one_line(config), claim_run_dir(run_dir, record.run_id, overwrite=True):
+        with held_logs():  # a refusal is one line, wherever it comes from: nothing is written before the end
+            saved = SavedEmbeddings.read(run_dir / EMBEDDINGS_FILE)
+            check_packages(report=report)
+            documents = check_corpus(config) if CORPUS_TASKS & set(config.tasks) else None
+            inputs = build_inputs(config, reference_tokenizer(config), documents)
+            models = {name: replay_embedder(name, config, record.model(name)) for name in config.models}
+            _run_models(
+                config,
+                inputs,
+                state,
+                overwrite=False,
+                saved=saved,
+                load=lambda name: (models[name], ModelRecord()),
+            )
+        env, when = environment(), datetime.now(timezone.utc).isoformat()
+        code = {"git_commit": env["git_commit"], "llm-collapse": env["versions"]["llm-collapse"]}
+        record.embeddings["recomputed"] = {"finished": when, **code}
+        _write_files(run_dir, state, record, report=report)
+    return run_dir
 
 
 @contextlib.contextmanager
@@ -121,24 +164,32 @@ def _disk_full_in_one_line(config: CompareConfig) -> Iterator[None]:
         raise
 
 
-def _run_models(config: CompareConfig, inputs, state: RunState, *, overwrite: bool) -> None:
-    """Every model x method cell into ``state``, with the paired contrasts between them."""
+def _run_models(
+    config: CompareConfig,
+    inputs,
+    state: RunState,
+    *,
+    overwrite: bool,
+    saved: SavedEmbeddings | None = None,
+    load: Callable[[str], tuple] | None = None,
+) -> None:
+    """Every model x method cell into ``state``, with the paired contrasts between them.
+
+    ``load(model_name)`` gives ``(embedder, its ModelRecord)`` (default `_load_model`; a recompute's loads no
+    weights); ``saved`` keeps every vector the tasks embed, or serves them in a recompute (`TaskContext.saved`).
+    """
+    load = load or (lambda name: _load_model(name, config, inputs))
     reference: dict[str, dict] | None = None  # the reference model's per-item data, per method
     for model_name in _reference_first(config):
         clock = time.perf_counter()
-        embedder = load_for_run(model_name, config)
+        embedder, state.models[model_name] = load(model_name)
         state.wall_time_s[f"load:{model_name}"] = time.perf_counter() - clock
-        state.models[model_name] = ModelRecord(
-            describe=embedder.describe(),
-            tiny_random=is_tiny_random(embedder.backend.weights.directory),
-            n_texts=inputs.n_texts(),
-        )
         paired: dict[str, dict] = {}
         slugs = {
-            method: _run_cell(embedder, model_name, method, config, inputs, state, overwrite, paired)
+            method: _run_cell(embedder, model_name, method, config, inputs, state, overwrite, paired, saved)
             for method in config.methods
         }
-        state.rows += _contrasts(model_name, config, paired)
+        state.rows += _contrasts(model_name, config, paired, inputs.design)
         state.rows += _control_contrasts(model_name, config, paired, slugs, state.models[model_name])
         if model_name == config.reference_model:
             reference = paired
@@ -148,15 +199,30 @@ def _run_models(config: CompareConfig, inputs, state: RunState, *, overwrite: bo
         gc.collect()
 
 
+def _load_model(model_name: str, config: CompareConfig, inputs) -> tuple:
+    """The model loaded as the run asks, and its run.json entry."""
+    embedder = load_for_run(model_name, config)
+    record = ModelRecord(
+        describe=embedder.describe(),
+        tiny_random=is_tiny_random(embedder.backend.weights.directory),
+        n_texts=inputs.n_texts(),
+    )
+    return embedder, record
+
+
 def _write_outputs(
-    config: CompareConfig, inputs, state: RunState, started, out: Path, *, report: bool
+    config: CompareConfig,
+    inputs,
+    state: RunState,
+    started,
+    out: Path,
+    *,
+    report: bool,
+    saved: SavedEmbeddings | None = None,
 ) -> None:
-    """results.parquet/csv, run.json and (unless ``report`` is False) the report."""
+    """embeddings.npz (with ``saved``), results.parquet/csv, run.json and (unless ``report`` is False) the report."""
     clock = time.perf_counter()
-    remove_report(out)  # whatever is written below, no report of an earlier run stays beside it
-    write_results(state.rows, out)
-    write_items(state.items, out)
-    RunRecord(
+    record = RunRecord(
         run_id=config.run_id(),
         config=config.to_dict(),
         **environment(),
@@ -166,21 +232,32 @@ def _write_outputs(
         inputs=InputsRecord.of(inputs.describe()),
         models=state.models,
         notes=state.notes,
-    ).write(out)
+    )
+    if saved is not None:
+        record.embeddings = saved.write(out)
+    _write_files(out, state, record, report=report)
+    state.wall_time_s["write"] = time.perf_counter() - clock
+
+
+def _write_files(out: Path, state: RunState, record: RunRecord, *, report: bool) -> None:
+    """results.parquet/csv, items.parquet, run.json and (unless ``report`` is False) the report."""
+    remove_report(out)  # whatever is written below, no report of an earlier run stays beside it
+    write_results(state.rows, out)
+    write_items(state.items, out)
+    record.write(out)
     if report:
         from llm_collapse.reporting import build_report
 
         build_report([out], out)
-    state.wall_time_s["write"] = time.perf_counter() - clock
 
 
-def _contrasts(model_name: str, config: CompareConfig, paired: dict[str, dict]) -> list[dict]:
+def _contrasts(model_name: str, config: CompareConfig, paired: dict[str, dict], design: str) -> list[dict]:
     """``*_vs_base`` rows of every non-base method of one model, and where the items are the same at every
     length its method x length interaction (`llm_collapse.tasks.interaction`); none without a base cell."""
     base = paired.get(BASE_METHOD)
     if base is None:
         return []
-    rows, nested = [], length_paired_tasks(config.design) & set(config.tasks)
+    rows, nested = [], length_paired_tasks(design) & set(config.tasks)
     for method, items in paired.items():
         if method != BASE_METHOD:
             rows += contrast_rows(model_name, method, config.corpus, items, base, seed=config.seed)
@@ -234,11 +311,21 @@ def _reference_contrasts(
 
 
 def _run_cell(
-    embedder, model_name, method, config, inputs, state: RunState, overwrite: bool, paired: dict | None = None
+    embedder,
+    model_name,
+    method,
+    config,
+    inputs,
+    state: RunState,
+    overwrite: bool,
+    paired: dict | None = None,
+    saved: SavedEmbeddings | None = None,
 ) -> str | None:
     """Runs every task of one (model, method) cell; its per-item data goes to ``paired[slug]``.
 
-    Returns the method's slug, or None where it is not applicable to the model."""
+    A recompute (``saved.replaying``) reads no cache and leaves ``prefix_sharing`` to the run's record: its
+    embedder has no model to ask. Returns the method's slug, or None where it is not applicable to the model."""
+    replaying = saved is not None and saved.replaying
     record = state.models[model_name]
     try:
         whole = parse_interventions(method)
@@ -251,12 +338,22 @@ def _run_cell(
         logger.warning("%s x %s: not applicable: %s", model_name, method, err)
         return None
     try:
-        cache = cache_for(embedder)
+        cache = None if replaying else cache_for(embedder)
         cell = TaskContext(
-            embedder, model_name, whole.slug, config, inputs, cache, overwrite=overwrite, posthoc=posthoc
+            embedder,
+            model_name,
+            whole.slug,
+            config,
+            inputs,
+            cache,
+            overwrite=overwrite,
+            posthoc=posthoc,
+            saved=saved,
         )
-        nested = length_paired_tasks(config.design) & set(config.tasks)
-        if nested:  # the prefix design or a -start task: say how their lengths were embedded
+        nested = length_paired_tasks(inputs.design) & set(config.tasks)
+        if (
+            nested and not replaying
+        ):  # the prefix design or a -start task: say how their lengths were embedded
             record.prefix_sharing[whole.slug] = _prefix_path(embedder)
         for task in config.tasks:
             clock = time.perf_counter()
@@ -282,6 +379,8 @@ def _run_cell(
         if paired is not None:
             paired[whole.slug] = cell.paired
         record.truncated[whole.slug] = cell.record.get("truncated", 0)
+        if embedder.token_cap != embedder.max_length:
+            record.token_caps[whole.slug] = embedder.token_cap
         # What a task adds to run.json for parts of its work (the quantization task: its variants).
         record.variants.update(cell.record.get("variants", {}))
         for what, why in cell.record.get("not_applicable", {}).items():

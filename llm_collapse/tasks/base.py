@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from llm_collapse.cache import EmbeddingCache, encode_cached
+from llm_collapse.cache import EmbeddingCache, encode_cached, text_hash
 from llm_collapse.embedder import Embedder
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.tasks.registry import VS_BASE, VS_SHORTEST
@@ -87,6 +87,9 @@ class TaskContext:
         overwrite: Recompute every embedding once in this cell instead of reading the cache.
         record: Per-cell bookkeeping for run.json (truncations, OOM retries).
         paired: Per-item data of each bin for the runner's contrasts against ``base`` (module docstring).
+        saved: `llm_collapse.run.saved_embeddings.SavedEmbeddings`: every vector `encode` embeds is kept there
+            (``--save-embeddings``), or, where it was read from a run, served from there instead (a recompute:
+            no model runs); the vectors before any post-hoc transform.
     """
 
     embedder: Embedder
@@ -103,6 +106,7 @@ class TaskContext:
     posthoc: object | None = (
         None  # `llm_collapse.interventions.posthoc.PostHoc`: transforms what encode returns
     )
+    saved: object | None = None
 
     def __post_init__(self) -> None:
         self.batch_size = self.batch_size or self.config.batch_size
@@ -118,7 +122,7 @@ class TaskContext:
         self.record["truncated"] = self.record.get("truncated", 0) + truncated
         while True:
             try:
-                vectors = self._encode_once(texts, kind)
+                vectors = self._vectors(texts, kind)
                 return vectors if self.posthoc is None else self._transformed(texts, vectors)
             except (torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
                 if not _is_out_of_memory(err) or (
@@ -143,6 +147,20 @@ class TaskContext:
         lengths = np.array([known[text].target_tokens for text in texts])
         ids = [known[text].item_id for text in texts]
         return self.posthoc.transform(vectors, lengths, ids, self.config.seed).astype(np.float32)
+
+    def _vectors(self, texts: list[str], kind: str) -> np.ndarray:
+        """The model's vectors of ``texts`` (`_encode_once`), kept in ``saved``; or, where ``saved`` was read from
+        a run, served from it (keyed as `llm_collapse.run.saved_embeddings` says)."""
+        if self.saved is None:
+            return self._encode_once(texts, kind)
+        instruction = self.embedder.resolve_instruction(kind, None)
+        hashes = [text_hash(text, kind, instruction) for text in texts]
+        group = (self.model, self.embedder.interventions)
+        if self.saved.replaying:
+            return self.saved.get(*group, hashes)
+        vectors = self._encode_once(texts, kind)
+        self.saved.add(*group, hashes, vectors)
+        return vectors
 
     def _encode_once(self, texts: list[str], kind: str) -> np.ndarray:
         """With ``overwrite``, texts not yet recomputed in this cell are embedded again, the rest cached."""
@@ -172,17 +190,14 @@ def contrast_rows(
 
     Embeddings give ``pairwise_cosine_vs_base`` (paired duplicate-aware bootstrap, the seed of the
     per-method rows) and ``centroid_distance_vs_base`` (paired jackknife); correctness gives
-    ``<metric>_vs_base`` (paired bootstrap of the mean difference, and the exact McNemar p-value); continuous
+    ``<metric>_vs_base`` (Newcombe's method-10 interval, `llm_collapse.metrics.proportions`, and the exact
+    McNemar p-value; runs before 2026-12-05 stored a paired bootstrap interval); continuous
     per-item values give one ``<metric>_vs_base`` row and per-layer statistics one per layer
     (`paired_t_contrast`). Bins absent from either side are skipped.
     """
     from llm_collapse.metrics.collapse import centroid_distance
-    from llm_collapse.metrics.stats import (
-        mcnemar_exact_p,
-        paired_jackknife_ci,
-        paired_mean_diff_ci,
-        paired_pairwise_cosine_ci,
-    )
+    from llm_collapse.metrics.proportions import newcombe_paired_interval
+    from llm_collapse.metrics.stats import mcnemar_exact_p, paired_jackknife_ci, paired_pairwise_cosine_ci
     from llm_collapse.run.results import result_row
 
     rows = []
@@ -218,8 +233,8 @@ def contrast_rows(
             point, low, high, p_value = paired_t_contrast(mine, theirs, seed)
             metric = items[key].metric + suffix
             rows.append(result_row(**row, metric=metric, value=point, ci=(low, high), p_value=p_value))
-        else:
-            point, low, high = paired_mean_diff_ci(mine, theirs, seed=seed)
+        else:  # 0/1 outcomes: Newcombe's interval (a bootstrap's can exclude 0 where McNemar cannot reject)
+            point, low, high = newcombe_paired_interval(mine, theirs)
             p_value = mcnemar_exact_p(mine, theirs)
             rows.append(
                 result_row(

@@ -82,6 +82,9 @@ class TaskSpec:
             ``retrieval_queries`` queries), ``"retrieval-pair"`` (two documents each, early and late, and the
             queries once), ``"layerwise"`` (``layerwise_per_bin`` texts with every layer's hidden states) or
             ``"variants"`` (the binned texts again per quantization, costed by ``--dry-run`` only).
+        vectors_only: Whether it reads the model only through ``TaskContext.encode``'s vectors (and the
+            tokenizer), so ``llm-collapse report --recompute`` can rebuild its rows from a run's saved embeddings;
+            False for a task that runs the model itself (hidden states, attention, quantized variants).
     """
 
     name: str
@@ -93,6 +96,7 @@ class TaskSpec:
     reads_corpus: bool = False
     nested_lengths: bool = False
     texts: str = "binned"
+    vectors_only: bool = True
 
     def __post_init__(self) -> None:
         if not set(self.headline) <= set(self.metrics):
@@ -148,10 +152,10 @@ TASKS: dict[str, TaskSpec] = {
                  ("acc@1",), figures=("length", "position"), headline=("acc@1",), texts="retrieval-pair"),
         TaskSpec("layerwise", "Layerwise statistics", "llm_collapse.tasks.layerwise:run_layerwise",
                  ("hf_ratio", "hf_ratio_length_free", "attention_entropy", "attention_entropy_normalized"),
-                 reads_corpus=True, figures=("layerwise",), texts="layerwise"),
+                 reads_corpus=True, figures=("layerwise",), texts="layerwise", vectors_only=False),
         # headline: the drift against whichever dtype the unquantized reference ran in (a run has one of them)
         TaskSpec("quantization", "Quantization drift", "llm_collapse.tasks.quantization:run_quantization",
-                 _DRIFT, reads_corpus=True, headline=_DRIFT, texts="variants"),
+                 _DRIFT, reads_corpus=True, headline=_DRIFT, texts="variants", vectors_only=False),
     )
 }  # fmt: skip
 """Every task, in report order."""

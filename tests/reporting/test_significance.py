@@ -10,10 +10,12 @@ import pytest
 from scipy import stats as sps
 
 from llm_collapse.reporting.significance import (
+    equivalence_p,
     kinds_used,
     mark_survivors,
     paired_test,
     read_changes,
+    table_legend,
     unpaired_test,
 )
 from llm_collapse.reporting.study import metric_table
@@ -62,11 +64,51 @@ def test_read_changes_applies_holm_across_the_table():
     lone = read_changes(
         [("acc@1", -0.2, paired_test(_row(-0.2, p=0.03, metric="acc@1_vs_base")), 3)] * 2, judge
     )
-    assert lone == ["-0.200 (n.s.; McNemar, Holm p=0.060)"] * 2  # 0.03 x 2 tests
+    # acc@1 has a margin (0.1) but these rows no interval: no equivalence test, so "inconclusive"
+    assert lone == ["-0.200 (inconclusive; McNemar, Holm p=0.060)"] * 2  # 0.03 x 2 tests
     assert kinds_used(cells) == {"McNemar"}
     assert read_changes([("hf_ratio_no_direction", 0.5, paired_test(_row(0.5, p=0.001)), 3)], judge) == [
         "+0.500 (higher; paired t, Holm p=0.001)"
     ]
+
+
+def test_equivalence_p_equals_statsmodels_ztost_from_the_data():
+    from statsmodels.stats.weightstats import ztost
+
+    rng = np.random.default_rng(0)
+    for shift in (0.0, 0.004, -0.008, 0.02):
+        d = rng.normal(shift, 0.02, size=40)
+        se = d.std(ddof=1) / math.sqrt(len(d))
+        z = sps.norm.ppf(0.975)
+        mine = equivalence_p(d.mean(), d.mean() - z * se, d.mean() + z * se, 0.01)
+        assert mine == pytest.approx(ztost(d, -0.01, 0.01)[0], rel=1e-9)
+
+
+def test_equivalence_p_keeps_an_asymmetric_interval_per_side():
+    # delta 0.02 with [0.0, 0.06]: the lower side's se is 0.02/1.96, the upper side's 0.04/1.96
+    z = sps.norm.ppf(0.975)
+    p = equivalence_p(0.02, 0.0, 0.06, 0.1)
+    assert p == pytest.approx(max(sps.norm.sf(0.12 / (0.02 / z)), sps.norm.sf(0.08 / (0.04 / z))))
+    assert equivalence_p(0.0, 0.0, 0.0, 0.1) == 0.0  # no spread, inside the margin
+    assert equivalence_p(0.2, 0.2, 0.2, 0.1) == 1.0
+    assert math.isnan(equivalence_p(0.0, math.nan, math.nan, 0.1))
+
+
+def test_read_changes_gives_equivalent_or_inconclusive_where_a_margin_is_declared():
+    tight = paired_test(_row(0.002, -0.003, 0.007, metric="pairwise_cosine_vs_base"))  # Wald p = 0.43
+    wide = paired_test(_row(0.002, -0.03, 0.034, metric="pairwise_cosine_vs_base"))
+    cells = read_changes([("pairwise_cosine", 0.002, t, 3) for t in (tight, wide)], judge)
+    # TOST p: tight max(sf(0.012/0.00255), sf(0.008/0.00255)) = 8.5e-4 -> Holm x2 (two equivalence tests)
+    assert cells[0] == "+0.002 (equivalent within ±0.01; TOST, Holm p=0.002)"
+    assert cells[1].startswith("+0.002 (inconclusive; paired Wald, Holm p=")
+    # a larger margin from the config makes the wide one equivalent too; a metric without a margin stays n.s.
+    wider = read_changes([("pairwise_cosine", 0.002, wide, 3)], judge, {"pairwise_cosine": 0.1})
+    assert wider[0].startswith("+0.002 (equivalent within ±0.1; TOST")
+    plain = read_changes([("effective_rank", 0.002, wide, 3)], judge)
+    assert plain[0].startswith("+0.002 (n.s.; paired Wald")
+    legend = table_legend([cells])
+    assert "'equivalent within ±m'" in legend and "TOST:" in legend
+    assert "otherwise n.s." in table_legend([plain])
 
 
 def test_mark_survivors():

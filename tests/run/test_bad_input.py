@@ -71,11 +71,16 @@ def refused(run_compare, tmp_path, capsys):
     [
         (["--dtype", "int4"], "Unknown --dtype 'int4'"),
         (["--tasks", "knn", "--label", "nosuch", "--max-per-bin", "6"], "--label 'nosuch'"),
-        (["--prefix-docs", "4"], "--prefix-docs applies to --design prefix only"),
+        (["--design", "bins", "--prefix-docs", "4"], "--prefix-docs applies to --design prefix only"),
         (["--corpus", "folder:/nonexistent/texts"], "is not a directory"),
         (["--lengths", "32,9000000"], "--lengths 9000000: corpus 'sotu' has no text that long"),
         (["--design", "nosuch"], "Unknown --design 'nosuch'"),
         (["--design", "prefix", "--prefix-docs", "5000"], "gives only 237 of the 5000 requested"),
+        (["--margin", "acc@1=0"], "--margin acc@1=0.0: a margin must be a positive number"),
+        (["--margin", "acc@1=-0.1"], "a margin must be a positive number"),
+        (["--margin", "acc@1=wide"], "--margin acc@1=wide: 'wide' is not a number"),
+        (["--margin", "nosuch=0.1"], "'nosuch' is not a metric a task writes"),
+        (["--margin", "acc@1"], "--margin 'acc@1' must look like METRIC=MARGIN"),
     ],
 )
 def test_bad_input_is_refused_before_loading(refused, tmp_path, no_model_load, extra, message):
@@ -211,6 +216,8 @@ def test_corpus_without_text_is_refused(refused, tmp_path, no_model_load, layout
         (b"seed: abc\n", "seed: 'abc' (str) must be an integer"),
         (b"models: [minilm, 3]\n", "models: ['minilm', 3] (list) must be a list of strings"),
         (b"models: minilm\n", "models: 'minilm' (str) must be a list of strings"),
+        (b"margins: {acc@1: '0.1'}\n", "must be a mapping of metric names to numbers"),
+        (b"margins: {acc@1: .nan}\n", "a margin must be a positive number"),
         (b"- models\n", "must hold a mapping"),
     ],
 )

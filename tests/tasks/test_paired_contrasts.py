@@ -192,7 +192,8 @@ def test_compare_writes_contrasts_consistent_with_per_method_rows(run_compare, t
     assert contrasts[(contrasts.task == "position")].depth.isna().sum() == 2
     report = (out / "report.md").read_text()
     summary = report.split("## Summary", 1)[1].split("\n## ", 1)[0]
-    assert "vs_base" not in summary and "− base" not in summary
+    table = summary.split("\n### ", 1)[0]  # the summary table (the interaction table follows it, about base)
+    assert "vs_base" not in table and "− base" not in table
     assert "pairwise cosine − base (paired)" in report
     assert list((out / "figures").glob("collapse-pairwise-cosine-vs-base*.png"))
 
@@ -280,3 +281,22 @@ def test_global_centroid_distance_contrast_is_the_mean_of_per_item_differences()
     assert row.value == pytest.approx(np.mean(d16) - np.mean(d8))
     assert row.p_value == pytest.approx(ttest_rel(d16, d8).pvalue)
     assert row.ci_low <= row.value <= row.ci_high
+
+
+def test_contrast_rows_of_0_1_outcomes_carry_newcombes_interval_and_the_exact_mcnemar_p():
+    from scipy.stats import binomtest
+
+    from llm_collapse.metrics.proportions import newcombe_paired_interval
+
+    # 20 pairs, 4 discordant all one way: the exact McNemar p is 0.125 and Newcombe's interval [0.0001, 0.371]
+    mine = np.array([1] * 11 + [0] * 9, dtype=float)
+    theirs = np.array([1] * 7 + [0] * 13, dtype=float)
+    key = paired_key("passkey", 512)
+    (row,) = contrast_rows(
+        "m", "t", "c", {key: PairedItems("acc@1", mine)}, {key: PairedItems("acc@1", theirs)}
+    )
+    assert (row["value"], row["ci_low"], row["ci_high"]) == newcombe_paired_interval(mine, theirs)
+    assert row["ci_low"] == pytest.approx(0.0001, abs=5e-5) and row["ci_high"] == pytest.approx(
+        0.371, abs=5e-4
+    )
+    assert row["p_value"] == pytest.approx(binomtest(4, 4).pvalue)
