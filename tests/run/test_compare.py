@@ -170,6 +170,7 @@ def test_dry_run_prints_a_plan_and_writes_nothing(run_compare, tmp_path, capsys)
     assert not out.exists()
 
 
+@pytest.mark.slow  # ~40 s on 2 cores
 def test_report_is_written_embeds_every_figure_and_rebuilds_identically(run_compare, tmp_path):
     import base64
     from html.parser import HTMLParser
