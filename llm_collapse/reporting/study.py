@@ -51,6 +51,7 @@ from llm_collapse.reporting.frames import (
     sorted_methods,
 )
 from llm_collapse.reporting.significance import change_test, mark_survivors, read_changes, table_legend
+from llm_collapse.reporting.study_summary import Answer, parse_answers, summary_table
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
 from llm_collapse.utils.paths import display_path
 from llm_collapse.utils.yamlfile import read_yaml_mapping, type_name
@@ -64,6 +65,14 @@ SURVIVOR_LEGEND = (
     "Bold: the paired difference is non-zero after Holm's correction at 0.05 across every cell of this table "
     "(the run's stored test where there is one: exact McNemar for 0/1 outcomes, a paired t-test for distances "
     "to the global centroid; else a Wald test from the paired 95% interval)."
+)
+
+
+SUMMARY_LEGEND = (
+    "One paired row per question, at the length that settles it (`row`: run, model / method, metric, length). "
+    "Holm's correction at 0.05 runs across the table: 'yes' where the change survives in the direction the "
+    "question asks, 'no: ...' where it survives the other way or is equivalent to 0 within the metric's margin "
+    "(TOST, Holm across the table's equivalence tests), else 'inconclusive'."
 )
 
 
@@ -88,12 +97,13 @@ class Question:
     reading: str = ""
     by_depth: tuple[str, ...] = ()
     extra_runs: tuple[str, ...] = field(default=())
+    answers: tuple[Answer, ...] = ()
 
 
 _TOP_KEYS = ("title", "intro", "questions")
 _REQUIRED = ("id", "title", "run", "command", "metrics")
 _STRING_LISTS = ("models", "methods", "figures", "by_depth", "extra_runs")
-_QUESTION_KEYS = (*_REQUIRED, *_STRING_LISTS, "baseline", "layers", "reading")
+_QUESTION_KEYS = (*_REQUIRED, *_STRING_LISTS, "baseline", "layers", "reading", "answer")
 _NAMED_LAYERS = ("first", "middle", "last")
 _QUESTION_EXAMPLE = (
     "e.g. 'questions: [{id: q1, title: Does it collapse?, run: sweep, command: ..., "
@@ -172,6 +182,7 @@ def _question(item: object, where: str) -> Question:
         baseline=item.get("baseline"),
         layers=_layers(item.get("layers"), where),
         reading=(item.get("reading") or "").strip(),
+        answers=() if item.get("answer") is None else parse_answers(item["answer"], where, StudyError),
         **lists,
     )
 
@@ -480,6 +491,8 @@ def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]
             )
         )
     )
+    if (summary := summary_table(root, questions, StudyError)) is not None:
+        blocks += [Heading(2, "Answers"), summary, Paragraph(SUMMARY_LEGEND)]
     for number, q in enumerate(questions, start=1):
         blocks += _question_blocks(root, q, number)
     markdown = render_markdown(blocks)

@@ -1,0 +1,140 @@
+"""The study report's answers table: every cell of the committed reports/study/report.md checked against the
+row it cites (value, interval, N), and its verdict recomputed by hand (Holm across the table, TOST margins)."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from llm_collapse.reporting.study import StudyError, load_questions
+from llm_collapse.reporting.study_summary import parse_answer
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDY = ROOT / "reports" / "study"
+ROW = re.compile(
+    r"^(?P<run>[\w-]+): (?P<model>[\w.-]+) / `(?P<method>[^`]+)`, `(?P<task>[\w-]+)/(?P<metric>[^`]+)` @(?P<length>\w+)$"
+)
+Z = sps.norm.ppf(0.975)
+MARGINS = {"pairwise_cosine": 0.01, "centroid_distance": 0.01, "global_centroid_distance": 0.01,
+           "centroid_cosine": 0.01, "acc@1": 0.10, "knn_accuracy": 0.10, "knn_cross_accuracy": 0.10}  # fmt: skip
+# the reading of a positive change, per metric (the registry's directions, written out independently)
+UP = {"global_centroid_distance": "less collapse", "centroid_distance": "less collapse",
+      "within_length_sq_spread": "less collapse", "global_centroid_sq_distance": "less collapse",
+      "pairwise_cosine": "more collapse", "centroid_cosine": "more collapse", "acc@1": "better",
+      "knn_accuracy": "better", "knn_cross_accuracy": "better", "cosine_to_fp32": "less drift"}  # fmt: skip
+DOWN = {"less collapse": "more collapse", "more collapse": "less collapse", "better": "worse",
+        "less drift": "more drift"}  # fmt: skip
+
+
+def _answers_table() -> list[list[str]]:
+    text = (STUDY / "report.md").read_text()
+    section = text.split("\n## Answers\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[2:]]
+
+
+def _length(text: str) -> int:
+    return int(text[:-1]) * 1024 if text.endswith("k") else int(text)
+
+
+def _holm(p: list[float]) -> list[float]:
+    """Holm's step-down by hand: the i-th smallest of m times (m - i), running maximum, capped at 1."""
+    order = sorted(range(len(p)), key=lambda i: p[i])
+    out, running = [math.nan] * len(p), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, p[i] * (len(p) - rank)))
+        out[i] = running
+    return out
+
+
+def _reading(metric: str, value: float) -> str:
+    return UP[metric] if value > 0 else DOWN[UP[metric]]
+
+
+@pytest.mark.skipif(not (STUDY / "report.md").is_file(), reason="no committed study report")
+def test_every_answer_cell_matches_the_row_it_cites():
+    table = _answers_table()
+    _, _, questions = load_questions(ROOT / "experiments" / "study" / "questions.yaml")
+    asks = {f"{q.id}: {a.claim}": a.asks for q in questions for a in q.answers}
+    assert table and len(table) == len(asks)
+    cited = []
+    for claim, answer, interval, n, test, row in table:
+        where = ROW.match(row.replace("\\|", "|"))
+        assert where, row
+        frame = pd.read_parquet(STUDY / where["run"] / "results.parquet")
+        match = frame[(frame.model == where["model"]) & (frame.method == where["method"])
+                      & (frame.task == where["task"]) & (frame.metric == where["metric"])
+                      & (frame.length == _length(where["length"])) & frame.depth.isna() & frame.layer.isna()]  # fmt: skip
+        assert len(match) == 1, row
+        cited.append((claim, answer, interval, n, test, match.iloc[0]))
+    # p-values: the stored paired test, else a Wald test from the paired interval
+    p = [r.p_value if math.isfinite(r.p_value) else 2 * sps.norm.sf(abs(r.value) / ((r.ci_high - r.ci_low) / (2 * Z)))
+         for *_, r in cited]  # fmt: skip
+    holm = _holm(p)
+    for (claim, answer, interval, n, test, r), adjusted in zip(cited, holm, strict=True):
+        numbers = [float(x) for x in re.findall(r"-?\d+\.\d+", interval)]
+        digits = len(interval.split(" ")[0].split(".")[1])
+        assert numbers == [round(v, digits) + 0.0 for v in (r.value, r.ci_low, r.ci_high)], claim
+        assert int(n) == r.n, claim
+        base = r.metric.split("_vs_", 1)[0]
+        if adjusted <= 0.05:
+            words = _reading(base, r.value)
+            assert answer == ("yes" if words == asks[claim] else f"no: {words}"), claim
+            assert test.endswith("Holm p<0.001" if adjusted < 0.001 else f"Holm p={adjusted:.3f}"), claim
+        else:
+            assert answer.startswith(("inconclusive", "no: equivalent within")), claim
+            if answer.startswith("no: equivalent"):
+                assert f"±{MARGINS[base]:g}" in answer and test.startswith("TOST"), claim
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"claim": "x"}, "exactly the keys"),
+        (
+            {
+                "claim": "x",
+                "run": "r",
+                "model": "m",
+                "method": "base",
+                "metric": "collapse/pairwise_cosine",
+                "length": 64,
+                "asks": "more collapse",
+            },
+            "must be 'task/<paired metric>'",
+        ),  # fmt: skip
+        (
+            {
+                "claim": "x",
+                "run": "r",
+                "model": "m",
+                "method": "base",
+                "metric": "collapse/pairwise_cosine_vs_base",
+                "length": "64",
+                "asks": "more collapse",
+            },
+            "must be a positive integer",
+        ),  # fmt: skip
+        (
+            {
+                "claim": "x",
+                "run": "r",
+                "model": "m",
+                "method": "base",
+                "metric": "collapse/pairwise_cosine_vs_base",
+                "length": 64,
+                "asks": "bigger",
+            },
+            "is not one of",
+        ),  # fmt: skip
+    ],
+)
+def test_bad_answers_are_one_line_errors(value, message):
+    with pytest.raises(StudyError, match=message) as err:
+        parse_answer(value, "q1", StudyError)
+    assert "\n" not in str(err.value)
