@@ -18,6 +18,7 @@ runs=(
   quant_minilm quant32k                 # Q6: nf4 and int8 against fp32 (minilm to 512, gemma3-270m to 32k)
   minilm_items                          # Q1, Q2: per-item rows, interaction, decomposition, controls (issue 43)
   minilm_major_party minilm_reviews     # Q1, Q2: the kNN probe on two binary labels (minilm's texts; movie_reviews)
+  minilm_extension                      # Q5: LongEmbed's extensions of absolute positions to 4096 on minilm
   rope                                  # Q5 by length bin to 2k: the RoPE baselines and the matched temperature control
 )
 for name in "${runs[@]}"; do

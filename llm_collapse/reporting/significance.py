@@ -195,7 +195,12 @@ def _p_text(p: float) -> str:
 
 def legend(kinds: set[str], equivalence: bool = False) -> str:
     """One sentence naming the tests a table used (``equivalence``: some cell has an equivalence reading)."""
-    used = [f"{name}: {KINDS[name]}" for name in KINDS if name in kinds]
+    rule, tests = legend_parts(kinds, equivalence)
+    return f"{rule} Tests: " + "; ".join(tests) + "."
+
+
+def legend_parts(kinds: set[str], equivalence: bool = False) -> tuple[str, list[str]]:
+    """`legend` as its reading rule and one line per test (``name: what it is``), for a list."""
     otherwise = (
         "otherwise 'equivalent within ±m' where the equivalence test (TOST) against the metric's margin m "
         "survives Holm across the table's equivalence tests, else 'inconclusive' (n.s. for a metric without "
@@ -203,22 +208,22 @@ def legend(kinds: set[str], equivalence: bool = False) -> str:
         if equivalence
         else "otherwise n.s."
     )
-    return (
+    rule = (
         "Readings (more/less collapse, better/worse; higher/lower without a direction) are printed only where "
-        f"the change survives Holm's correction at {ALPHA:g} across all tests of the table; {otherwise}. Tests: "
-        + "; ".join(used)
-        + "."
+        f"the change survives Holm's correction at {ALPHA:g} across all tests of the table; {otherwise}."
     )
+    return rule, [f"{name}: {KINDS[name]}" for name in KINDS if name in kinds]
 
 
-def table_legend(rows) -> str | None:
-    """`legend` for the tests a rendered table's cells name, or None when it names none."""
+def table_legend(rows, *, parts: bool = False) -> str | tuple[str, list[str]] | None:
+    """`legend` for the tests a rendered table's cells name (``parts``: as `legend_parts`), or None when it
+    names none."""
     cells = [cell for row in rows for cell in row]
     kinds = kinds_used(cells)
-    equivalence = any(
-        isinstance(c, str) and ("(equivalent within" in c or "(inconclusive;" in c) for c in cells
-    )
-    return legend(kinds, equivalence) if kinds else None
+    equivalence = any(isinstance(c, str) and ("(equivalent within" in c or "(inconclusive;" in c) for c in cells)
+    if not kinds:
+        return None
+    return legend_parts(kinds, equivalence) if parts else legend(kinds, equivalence)
 
 
 def kinds_used(cells: list[str]) -> set[str]:

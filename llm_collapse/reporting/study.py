@@ -5,8 +5,10 @@ folder under the study root, the command that made it, the (task, metric) pairs 
 model/method/layer filters (``layers``: one list for every model, or a mapping from model to its list,
 since models differ in depth and layer types), tasks to split by depth (``by_depth``: the position task's
 early/late), a baseline method, figures from the run's ``figures/`` (``run/name`` for one of the
-question's ``extra_runs``) and an optional ``reading`` (the
-authors' wording; it may quote no number: every number in the report comes from the results). Each question
+question's ``extra_runs``) and an optional ``reading`` (the authors' wording; it may quote no number: every
+number in the report comes from the results). The file's ``intro`` and each ``reading`` are one paragraph (a
+string) or bullets (a list of strings): at most six bullets, each, like a paragraph, at most 600 characters,
+so that the report reads in five minutes (issue 44). Each question
 becomes one section: the command, its figures, and per metric one table of
 ``value [CI]`` by length with the change from the shortest to the longest length and, with a baseline, the
 difference to the baseline at the longest length. Each change is tested (paired where the run has the paired
@@ -20,6 +22,10 @@ Decisions:
     - A missing run, metric or figure is an error (one line), not a silently shorter report; so is a malformed
       questions file (`load_questions` checks every key and value; the YAML itself is read by
       `llm_collapse.utils.yamlfile`, like ``compare --config``).
+    - Wording has a size limit, checked when the file is read (`READING_MAX_BULLETS` bullets of at most
+      `READING_MAX_CHARS` characters, the same limit for a one-paragraph string): a reading over it is an
+      error, not a long report. A string reading renders as its own paragraph under a bold "Reading." line, so
+      the limit on the string is the limit on the rendered paragraph.
     - report.html links the runs' PNGs (``run/figures/name``, relative to the study root) instead of
       inlining them like a run report does: the study report lives beside its runs, and with every run's
       figures inlined it neared 2 MB (1.9 MB with twelve runs), the project's limit for a tracked file.
@@ -94,7 +100,7 @@ class Question:
     baseline: str | None = None
     layers: tuple[str, ...] | dict[str, tuple[str, ...]] = ()
     figures: tuple[str, ...] = ()
-    reading: str = ""
+    reading: str | tuple[str, ...] = ""  # one paragraph, or bullets
     by_depth: tuple[str, ...] = ()
     extra_runs: tuple[str, ...] = field(default=())
     answers: tuple[Answer, ...] = ()
@@ -105,14 +111,16 @@ _REQUIRED = ("id", "title", "run", "command", "metrics")
 _STRING_LISTS = ("models", "methods", "figures", "by_depth", "extra_runs")
 _QUESTION_KEYS = (*_REQUIRED, *_STRING_LISTS, "baseline", "layers", "reading", "answer")
 _NAMED_LAYERS = ("first", "middle", "last")
+READING_MAX_BULLETS = 6
+READING_MAX_CHARS = 600
 _QUESTION_EXAMPLE = (
     "e.g. 'questions: [{id: q1, title: Does it collapse?, run: sweep, command: ..., "
     "metrics: [collapse/pairwise_cosine]}]'"
 )
 
 
-def load_questions(path: Path | str) -> tuple[str, str, list[Question]]:
-    """Reads the questions file: ``(title, intro, questions)``.
+def load_questions(path: Path | str) -> tuple[str, str | tuple[str, ...], list[Question]]:
+    """Reads the questions file: ``(title, intro, questions)``; ``intro`` is a string or a tuple of bullets.
 
     Every key and value is checked here, so a malformed file is one `StudyError` line naming the file, the
     question and the key, never a traceback later. Decisions: unknown keys are refused (a typo such as
@@ -126,7 +134,7 @@ def load_questions(path: Path | str) -> tuple[str, str, list[Question]]:
     )
     _no_unknown_keys(data, _TOP_KEYS, what)
     title = _optional_string(data, "title", what)
-    intro = _optional_string(data, "intro", what)
+    intro = _wording(data.get("intro"), what, "intro")
     items = data.get("questions")
     if items is None or items == []:
         raise StudyError(f"{what} has no questions; list them under 'questions:' ({_QUESTION_EXAMPLE})")
@@ -136,7 +144,7 @@ def load_questions(path: Path | str) -> tuple[str, str, list[Question]]:
             "mapping ('- id: ...' lines)"
         )
     questions = [_question(item, f"{what} question {i}") for i, item in enumerate(items, start=1)]
-    return title or "Study", intro.strip(), questions
+    return title or "Study", intro, questions
 
 
 def _question(item: object, where: str) -> Question:
@@ -170,9 +178,8 @@ def _question(item: object, where: str) -> Question:
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             _wrong(where, key, value, "a list of strings, e.g. [a, b]")
         lists[key] = tuple(value or ())
-    for key in ("baseline", "reading"):
-        if item.get(key) is not None and not isinstance(item[key], str):
-            _wrong(where, key, item[key], "a string")
+    if item.get("baseline") is not None and not isinstance(item["baseline"], str):
+        _wrong(where, "baseline", item["baseline"], "a string")
     return Question(
         id=item["id"],
         title=item["title"],
@@ -181,10 +188,60 @@ def _question(item: object, where: str) -> Question:
         metrics=tuple(tuple(m.split("/", 1)) for m in metrics),
         baseline=item.get("baseline"),
         layers=_layers(item.get("layers"), where),
-        reading=(item.get("reading") or "").strip(),
+        reading=_wording(item.get("reading"), where, "reading"),
         answers=() if item.get("answer") is None else parse_answers(item["answer"], where, StudyError),
         **lists,
     )
+
+
+def _wording(value, where: str, key: str) -> str | tuple[str, ...]:
+    """``intro`` / ``reading``: one paragraph (a string) or bullets (a list of strings), within the size limit.
+
+    Line breaks inside a string or bullet become spaces (a folded YAML block and a literal one read the same);
+    an empty value means none. Over `READING_MAX_BULLETS` bullets, an empty or non-string bullet, or a
+    paragraph or bullet over `READING_MAX_CHARS` characters is one `StudyError` line.
+    """
+    if value is None or value == "" or value == []:
+        return ""
+    limit = f"at most {READING_MAX_BULLETS} bullets of at most {READING_MAX_CHARS} characters each"
+    if isinstance(value, str):
+        text = _one_line(value)
+        if len(text) > READING_MAX_CHARS:
+            raise StudyError(
+                f"{where} value {key}: a paragraph of {len(text)} characters, over {READING_MAX_CHARS}; shorten it "
+                f"or write it as a list of bullets ({limit}), starting {_short(text)}"
+            )
+        return text
+    if not isinstance(value, list):
+        _wrong(where, key, value, f"a string or a list of strings ({limit})")
+    if len(value) > READING_MAX_BULLETS:
+        raise StudyError(
+            f"{where} value {key}: {len(value)} bullets, over {READING_MAX_BULLETS}; merge or drop some ({limit})"
+        )
+    bullets = []
+    for i, item in enumerate(value, start=1):
+        if not isinstance(item, str) or not item.strip():
+            _wrong(where, f"{key} bullet {i}", item, f"a non-empty string ({limit})")
+        text = _one_line(item)
+        if len(text) > READING_MAX_CHARS:
+            raise StudyError(
+                f"{where} value {key} bullet {i}: {len(text)} characters, over {READING_MAX_CHARS}; shorten it or "
+                f"split it ({limit}), starting {_short(text)}"
+            )
+        bullets.append(text)
+    return tuple(bullets)
+
+
+def _one_line(text: str) -> str:
+    """The text with its line breaks (and the spaces around them) as single spaces, stripped."""
+    return re.sub(r"\s*\n\s*", " ", text).strip()
+
+
+def _wording_blocks(wording: str | tuple[str, ...]) -> list:
+    """A paragraph for a string, a bullet list for a tuple, nothing for an empty value."""
+    if not wording:
+        return []
+    return [Paragraph(wording) if isinstance(wording, str) else Bullets(wording)]
 
 
 def _layers(value, where: str) -> tuple[str, ...] | dict[str, tuple[str, ...]]:
@@ -406,13 +463,11 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
             )
     blocks: list = [
         Heading(2, f"Q{number}. {q.title}"),
-        Paragraph(
-            f"Command: `{q.command}` — run report: [{q.run}/report.md]({q.run}/report.md)"
-            + ("".join(f", [{r}/report.md]({r}/report.md)" for r in q.extra_runs))
-        ),
+        Paragraph("Runs (each made by `python -m llm_collapse.compare --config experiments/study/RUN.yaml`):"),
+        Bullets(tuple(f"[{r}]({r}/report.md)" for r in (q.run, *q.extra_runs))),
     ]
     if q.reading:
-        blocks.append(Paragraph(f"**Reading.** {q.reading}"))
+        blocks += [Paragraph("**Reading.**"), *_wording_blocks(q.reading)]
     for task, metric in q.metrics:
         rows = results[(results["task"] == task) & (results["metric"] == metric)]
         if q.models:
@@ -440,8 +495,9 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
             rows, metric, q.baseline, q.layers, by_depth, _contrasts(results, q, task, metric), data.margins
         )
         blocks.append(table)
-        if legend := table_legend(table.rows):
-            blocks.append(Paragraph(legend))
+        if legend := table_legend(table.rows, parts=True):  # as a list: each line stays short
+            rule, tests = legend
+            blocks += [Paragraph(rule), Bullets(tuple(tests))]
         if is_contrast(metric):
             blocks.append(Paragraph(SURVIVOR_LEGEND))
     for entry in q.figures:
@@ -475,8 +531,7 @@ def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]
         raise StudyError(f"study folder {str(root)!r} does not exist")
     title, intro, questions = load_questions(questions_path)
     blocks: list = [Heading(1, title)]
-    if intro:
-        blocks.append(Paragraph(intro))
+    blocks += _wording_blocks(intro)
     blocks.append(
         Bullets(
             (

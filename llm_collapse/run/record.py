@@ -37,7 +37,7 @@ class ModelRecord:
     Attributes:
         describe: `Embedder.describe` (dtype, attention, max_length, sliding window, RoPE, interventions...).
         tiny_random: Random weights from `llm_collapse.testing` (code-path checks, never findings).
-        truncated: Texts truncated per method slug.
+        truncated: Distinct texts truncated per method slug (runs before 2026-12-05 counted a text once per task).
         token_caps: Method slug -> its tokens per text where a method reads longer texts than ``max_length``
             (`llm_collapse.interventions.absolute`, PCW); the others truncate at ``max_length``.
         not_applicable: Why a method (or ``method:task``) could not apply.

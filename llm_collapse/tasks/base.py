@@ -102,6 +102,7 @@ class TaskContext:
     record: dict = field(default_factory=dict)
     paired: dict[PairedKey, PairedItems] = field(default_factory=dict)
     _recomputed: set[tuple[str, str]] = field(default_factory=set)
+    _truncated: set[tuple[str, str]] = field(default_factory=set)
     batch_size: int = 0
     posthoc: object | None = (
         None  # `llm_collapse.interventions.posthoc.PostHoc`: transforms what encode returns
@@ -118,8 +119,9 @@ class TaskContext:
 
     def encode(self, texts: list[str], *, kind: str = "document") -> np.ndarray:
         """Cached encoding; an out-of-memory error halves the batch and token budget and retries (recorded)."""
-        truncated = sum(e.truncated for e in self.embedder.tokenize(texts, kind=kind))
-        self.record["truncated"] = self.record.get("truncated", 0) + truncated
+        encoded = self.embedder.tokenize(texts, kind=kind)
+        self._truncated.update((kind, t) for t, e in zip(texts, encoded, strict=True) if e.truncated)
+        self.record["truncated"] = len(self._truncated)  # distinct texts: tasks share texts (collapse and knn)
         while True:
             try:
                 vectors = self._vectors(texts, kind)

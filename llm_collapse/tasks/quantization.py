@@ -82,9 +82,7 @@ def run_quantization(ctx: TaskContext) -> list[dict]:
     texts = [t.text for length in sorted(groups) for t in groups[length]]
     if not texts:
         return []
-    counted = ctx.record.get("truncated", 0)
-    reference = ctx.encode(texts)
-    ctx.record["truncated"] = counted  # the collapse rows below (or the collapse task) count these texts
+    reference = ctx.encode(texts)  # counted once in run.json's truncated, as the collapse task's texts
     rows = [] if "collapse" in ctx.config.tasks else run_collapse(ctx)
     dtype = ctx.embedder.describe()["dtype"]
     for quant in ctx.config.quants or ():

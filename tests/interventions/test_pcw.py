@@ -103,12 +103,12 @@ def test_forward_lengths_count_longembeds_chunks():
 def test_a_run_past_the_table_truncates_base_only(run_compare, tiny_bert_dir, tmp_path):
     out = tmp_path / "run"
     methods = "base,ape-gp:4,ape-rp:4,ape-pi:4,pcw:4"
-    flags = dict(models="minilm", model_path={"minilm": tiny_bert_dir}, methods=methods, tasks="collapse")
-    flags |= dict(lengths=[256, 1024], design="prefix", prefix_docs=3, dtype="fp32", no_report=True)
+    flags = dict(models="minilm", model_path={"minilm": tiny_bert_dir}, methods=methods, tasks="collapse,knn")
+    flags |= dict(lengths=[256, 1024], design="prefix", prefix_docs=6, dtype="fp32", no_report=True)
     assert run_compare(out, **flags) == 0
     record = json.loads((out / "run.json").read_text())
     truncated = record["models"]["minilm"]["truncated"]
-    assert truncated["base"] > 0
+    assert truncated["base"] == 6  # the 6 texts of 1024 tokens, once although collapse and knn both embed them
     assert {truncated[slug] for slug in ["ape-gp-4", "ape-rp-4", "ape-pi-4", "pcw-4"]} == {0}
 
 
