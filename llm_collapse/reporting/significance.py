@@ -220,7 +220,9 @@ def table_legend(rows, *, parts: bool = False) -> str | tuple[str, list[str]] | 
     names none."""
     cells = [cell for row in rows for cell in row]
     kinds = kinds_used(cells)
-    equivalence = any(isinstance(c, str) and ("(equivalent within" in c or "(inconclusive;" in c) for c in cells)
+    equivalence = any(
+        isinstance(c, str) and ("(equivalent within" in c or "(inconclusive;" in c) for c in cells
+    )
     if not kinds:
         return None
     return legend_parts(kinds, equivalence) if parts else legend(kinds, equivalence)

@@ -463,7 +463,9 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
             )
     blocks: list = [
         Heading(2, f"Q{number}. {q.title}"),
-        Paragraph("Runs (each made by `python -m llm_collapse.compare --config experiments/study/RUN.yaml`):"),
+        Paragraph(
+            "Runs (each made by `python -m llm_collapse.compare --config experiments/study/RUN.yaml`):"
+        ),
         Bullets(tuple(f"[{r}]({r}/report.md)" for r in (q.run, *q.extra_runs))),
     ]
     if q.reading:

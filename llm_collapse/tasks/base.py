@@ -121,7 +121,9 @@ class TaskContext:
         """Cached encoding; an out-of-memory error halves the batch and token budget and retries (recorded)."""
         encoded = self.embedder.tokenize(texts, kind=kind)
         self._truncated.update((kind, t) for t, e in zip(texts, encoded, strict=True) if e.truncated)
-        self.record["truncated"] = len(self._truncated)  # distinct texts: tasks share texts (collapse and knn)
+        self.record["truncated"] = len(
+            self._truncated
+        )  # distinct texts: tasks share texts (collapse and knn)
         while True:
             try:
                 vectors = self._vectors(texts, kind)

@@ -108,7 +108,9 @@ def test_a_run_past_the_table_truncates_base_only(run_compare, tiny_bert_dir, tm
     assert run_compare(out, **flags) == 0
     record = json.loads((out / "run.json").read_text())
     truncated = record["models"]["minilm"]["truncated"]
-    assert truncated["base"] == 6  # the 6 texts of 1024 tokens, once although collapse and knn both embed them
+    assert (
+        truncated["base"] == 6
+    )  # the 6 texts of 1024 tokens, once although collapse and knn both embed them
     assert {truncated[slug] for slug in ["ape-gp-4", "ape-rp-4", "ape-pi-4", "pcw-4"]} == {0}
 
 
