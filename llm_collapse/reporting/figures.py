@@ -73,7 +73,7 @@ from llm_collapse.reporting.frames import (  # noqa: E402
     overall_rows,
     sorted_methods,
 )
-from llm_collapse.tasks.registry import DEFAULT_FIGURES, TASKS, tasks_with  # noqa: E402
+from llm_collapse.tasks.registry import DEFAULT_FIGURES, TASKS, VS_INTERACTION, tasks_with  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -507,6 +507,55 @@ def plot_temperature_sweep(rows: pd.DataFrame, metric: str, tiny: set[str], titl
         _metric_axes(g, metric, rows)
         handles = [Line2D([], [], color=c, marker="o", label=length_label(n)) for n, c in palette.items()]
         return _finish(g, title, "length", handles, xlabel="tau (1 = base)", ylabel=metric_info(metric).label)
+
+
+def plot_overview(rows: pd.DataFrame, metric: str, methods: Sequence[str], title: str) -> plt.Figure:
+    """The study's overview: ``metric`` against length per method with CI bands (left), and each non-base
+    method's interaction ``<metric>_vs_base_vs_shortest`` against length (right: the method's effect on the
+    change that comes with length; 0 = none), on a log2 length axis.
+
+    Args:
+        rows: Overall rows (depth and layer NaN) of one model, task and corpus.
+        metric: The metric.
+        methods: Methods to draw, ``base`` first.
+        title: Figure title.
+    """
+    styles = MethodStyles.of(methods)
+    colors = {m: styles.color(m) for m in methods}
+    with sns.axes_style("whitegrid"), plt.rc_context(RC):
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+        panels = (
+            (left, metric, list(methods)),
+            (right, metric + VS_INTERACTION, [m for m in methods if m != "base"]),
+        )
+        for ax, name, drawn in panels:
+            data = rows[(rows["metric"] == name) & rows["method"].isin(drawn)]
+            _ci_bands(ax, data, "length", "method", {m: colors[m] for m in drawn})
+            for method in drawn:
+                line = data[data["method"] == method].sort_values("length")
+                ax.plot(
+                    line["length"],
+                    line["value"],
+                    color=colors[method],
+                    marker=styles.marker(method),
+                    label=method,
+                )
+            _log2_lengths(ax, rows["length"].unique())
+            ax.set_xlabel("length (tokens)")
+        left.set_ylabel(metric_info(metric).label)
+        right.set_ylabel("(method − base) − same at shortest")
+        right.axhline(0.0, color="0.5", linestyle=":", linewidth=1)
+        left.set_title("each method")
+        right.set_title("method x length interaction (paired)")
+        fig.legend(handles=[styles.handle(m) for m in methods], loc="center left", bbox_to_anchor=(1.0, 0.5))
+        fig.suptitle(title)
+        fig.tight_layout()
+        return fig
+
+
+def save_figure(fig: plt.Figure, path: Path) -> None:
+    """Writes ``fig`` as the reports' PNGs are written (same DPI and metadata) and closes it."""
+    _save(fig, path)
 
 
 # ------------------------------------------------------------------------------------------- catalogue

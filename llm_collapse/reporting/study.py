@@ -106,7 +106,8 @@ class Question:
     answers: tuple[Answer, ...] = ()
 
 
-_TOP_KEYS = ("title", "intro", "questions")
+_TOP_KEYS = ("title", "intro", "questions", "overview")
+_OVERVIEW_KEYS = ("run", "model", "metric", "methods")
 _REQUIRED = ("id", "title", "run", "command", "metrics")
 _STRING_LISTS = ("models", "methods", "figures", "by_depth", "extra_runs")
 _QUESTION_KEYS = (*_REQUIRED, *_STRING_LISTS, "baseline", "layers", "reading", "answer")
@@ -145,6 +146,58 @@ def load_questions(path: Path | str) -> tuple[str, str | tuple[str, ...], list[Q
         )
     questions = [_question(item, f"{what} question {i}") for i, item in enumerate(items, start=1)]
     return title or "Study", intro, questions
+
+
+@dataclass(frozen=True)
+class Overview:
+    """The figure after the answers table: ``metric`` (``task/metric``) of ``model`` in ``run`` against length
+    for ``methods``, beside their method x length interaction (`llm_collapse.reporting.figures.plot_overview`)."""
+
+    run: str
+    model: str
+    task: str
+    metric: str
+    methods: tuple[str, ...]
+
+
+def load_overview(path: Path | str) -> Overview | None:
+    """The questions file's optional ``overview`` mapping (keys `_OVERVIEW_KEYS`); one `StudyError` line if bad."""
+    what = f"questions file {str(path)!r}"
+    value = read_yaml_mapping(path, what=what, example=_QUESTION_EXAMPLE, error=StudyError).get("overview")
+    if value is None:
+        return None
+    example = "e.g. {run: minilm, model: minilm, metric: collapse/global_centroid_distance, methods: [base, tempscale-0.5]}"
+    if not isinstance(value, dict) or sorted(value) != sorted(_OVERVIEW_KEYS):
+        raise StudyError(
+            f"{what} overview must be a mapping with the keys {', '.join(_OVERVIEW_KEYS)}, {example}"
+        )
+    methods = value["methods"]
+    task, _, metric = str(value["metric"]).partition("/")
+    if not (
+        isinstance(methods, list) and methods and all(isinstance(m, str) for m in methods) and task and metric
+    ):
+        raise StudyError(
+            f"{what} overview needs metric 'task/metric' and a non-empty list of methods, {example}"
+        )
+    return Overview(str(value["run"]), str(value["model"]), task, metric, tuple(methods))
+
+
+def _overview_blocks(root: Path, overview: Overview) -> list:
+    """The overview figure, drawn into ``root/figures/overview.png`` from the run's rows."""
+    from llm_collapse.reporting.figures import plot_overview, save_figure
+
+    data = load_runs([root / overview.run])
+    rows = overall_rows(data.results)
+    rows = rows[(rows["model"] == overview.model) & (rows["task"] == overview.task)]
+    missing = sorted(set(overview.methods) - set(rows.loc[rows["metric"] == overview.metric, "method"]))
+    if missing:
+        raise StudyError(
+            f"overview: {overview.run} has no {overview.metric} rows of {overview.model} for {missing}"
+        )
+    title = f"{overview.model}: {metric_info(overview.metric).label}, run {overview.run}"
+    path = root / "figures" / "overview.png"
+    save_figure(plot_overview(rows, overview.metric, overview.methods, title), path)
+    return [Image(path, "figures/overview.png", "overview", title)]
 
 
 def _question(item: object, where: str) -> Question:
@@ -550,6 +603,8 @@ def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]
     )
     if (summary := summary_table(root, questions, StudyError)) is not None:
         blocks += [Heading(2, "Answers"), summary, Paragraph(SUMMARY_LEGEND)]
+    if (overview := load_overview(questions_path)) is not None:
+        blocks += _overview_blocks(root, overview)
     for number, q in enumerate(questions, start=1):
         blocks += _question_blocks(root, q, number)
     markdown = render_markdown(blocks)

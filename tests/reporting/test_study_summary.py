@@ -138,3 +138,29 @@ def test_bad_answers_are_one_line_errors(value, message):
     with pytest.raises(StudyError, match=message) as err:
         parse_answer(value, "q1", StudyError)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("overview", "message"),
+    [
+        ("overview: [minilm]\n", "overview must be a mapping with the keys"),
+        ("overview: {run: r, model: m, metric: pairwise_cosine, methods: [base]}\n", "metric 'task/metric'"),
+        ("overview: {run: r, model: m, metric: collapse/pairwise_cosine, methods: []}\n", "non-empty list"),
+    ],
+)
+def test_bad_overview_is_one_line(tmp_path, overview, message):
+    from llm_collapse.reporting.study import load_overview
+
+    path = tmp_path / "q.yaml"
+    path.write_text("questions: []\n" + overview)
+    with pytest.raises(StudyError, match=message) as err:
+        load_overview(path)
+    assert "\n" not in str(err.value)
+
+
+def test_committed_overview_figure_is_the_questions_files():
+    from llm_collapse.reporting.study import load_overview
+
+    overview = load_overview(ROOT / "experiments" / "study" / "questions.yaml")
+    assert overview is not None and (STUDY / "figures" / "overview.png").is_file()
+    assert "![overview](figures/overview.png)" in (STUDY / "report.md").read_text()
