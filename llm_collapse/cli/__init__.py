@@ -20,8 +20,10 @@ COMMANDS: dict[str, str] = {
     "study": "question-by-question report over several runs",
     "estimate": "expected GPU time and memory of a comparison, by counting",
     "bench": "throughput, FLOP/s and long-document time/memory benchmark",
+    "list": "the models, methods, tasks or corpora a run accepts, one line each",
 }
 
+_MODULES = {"list": "catalog"}  # a module named `list` would shadow the builtin in this package's namespace
 
 PROG = "llm-collapse"
 
@@ -39,6 +41,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, what in COMMANDS.items():
             say(f"  {name:<9} {what}")
         return 0
+    if argv and argv[0] in ("-V", "--version"):
+        from importlib.metadata import version  # not `llm_collapse.__version__`: that import loads torch
+
+        say(f"{PROG} {version('llm-collapse')}")
+        return 0
     if not argv:
         say(
             f"error: no command given; usage: {PROG} COMMAND [ARGS...] with COMMAND one of {', '.join(COMMANDS)} "
@@ -53,4 +60,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             error=True,
         )
         return BAD_INPUT
-    return importlib.import_module(f"llm_collapse.cli.{command}").main(rest, prog=f"{PROG} {command}")
+    module = _MODULES.get(command, command)
+    return importlib.import_module(f"llm_collapse.cli.{module}").main(rest, prog=f"{PROG} {command}")
