@@ -28,16 +28,33 @@ DTYPE_NAMES: tuple[str, ...] = ("auto", *DTYPES)
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """``None``/``"auto"`` -> ``cuda`` if available else ``cpu``; anything else is parsed by torch."""
+    """``None``/``"auto"`` -> ``cuda`` if available else ``cpu``; anything else is parsed by torch and must exist
+    here (`missing_device`)."""
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         resolved = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"Invalid device {device!r}; use 'auto', 'cpu', 'cuda' or 'cuda:N'.") from None
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} requested but CUDA is not available; use device='cpu'.")
+        raise ValueError(
+            f"Invalid device {device!r}; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'."
+        ) from None
+    if (problem := missing_device(resolved)) is not None:
+        raise ValueError(f"device={device!r} requested but {problem}; use device='cpu'.")
     return resolved
+
+
+def missing_device(device: torch.device) -> str | None:
+    """Why ``device`` is not on this machine (``cuda`` needs CUDA, ``cuda:N`` more than N GPUs, ``mps`` Apple's
+    MPS), or None when it is."""
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return "CUDA is not available on this machine"
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            return f"this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        return "MPS is not available on this machine"
+    return None
 
 
 @functools.cache

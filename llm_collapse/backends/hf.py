@@ -30,6 +30,7 @@ import llm_collapse.backends.chunked_attention  # noqa: F401  (registers attn_im
 import llm_collapse.backends.fused_attention  # noqa: F401  (registers attn_implementation="fused")
 from llm_collapse.adapters.inputs import EncodedText
 from llm_collapse.adapters.spec import EmbedderSpec
+from llm_collapse.backends import QUANTIZATIONS
 from llm_collapse.backends.attention_direction import set_attention_direction
 from llm_collapse.backends.base import Backend, ForwardOutput
 from llm_collapse.backends.device import dtype_name
@@ -40,8 +41,6 @@ from llm_collapse.models import text_config
 from llm_collapse.utils.optional import require
 
 logger = logging.getLogger(__name__)
-
-QUANTIZATIONS: tuple[str, ...] = ("nf4", "int8")
 
 MIXES_ROWS: dict[str, str] = {
     "int8": (

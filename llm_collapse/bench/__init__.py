@@ -58,76 +58,54 @@ gemma3-270m document in <= 40 s; RSS growth 16k -> 32k <= 2.2x.
 
 from __future__ import annotations
 
-from llm_collapse.bench.config import (
-    BUSY_CORES,
-    DEFAULT_FLOP_LENGTHS,
-    DEFAULT_LONG_LENGTHS,
-    DEFAULT_MODELS,
-    DEFAULT_TEXTS,
-    QUICK,
-    SCHEMA,
-    SIDE_LABELS,
-    SIDES,
-    ST_BATCH_SIZE,
-    TARGET_32K_SECONDS,
-    TARGET_MEMORY_GROWTH,
-    TARGET_PEAK_FRACTION,
-    TARGET_ST_RATIO,
-    VLLM_NOT_INSTALLED,
-    BenchConfig,
-)
-from llm_collapse.bench.corpus import exact_length_texts, long_document, mixed_texts
-from llm_collapse.bench.long_docs import long_documents, run_long_document, vllm_status
-from llm_collapse.bench.render import render_markdown
-from llm_collapse.bench.replicas import build_replica, replica_documents
-from llm_collapse.bench.run import run_bench
-from llm_collapse.bench.sides import (
-    fixed_length_flops,
-    load_sentence_transformer,
-    st_token_counts,
-    throughput,
-)
-from llm_collapse.bench.targets import Target, contention, evaluate_targets, replica_targets
-from llm_collapse.cost.flops import ENCODER_TYPES, FlopModel, model_flops
-from llm_collapse.cost.rate import matmul_peak
+import importlib
 
-__all__ = [
-    "BUSY_CORES",
-    "DEFAULT_FLOP_LENGTHS",
-    "DEFAULT_LONG_LENGTHS",
-    "DEFAULT_MODELS",
-    "DEFAULT_TEXTS",
-    "ENCODER_TYPES",
-    "QUICK",
-    "SCHEMA",
-    "SIDES",
-    "SIDE_LABELS",
-    "ST_BATCH_SIZE",
-    "TARGET_32K_SECONDS",
-    "TARGET_MEMORY_GROWTH",
-    "TARGET_PEAK_FRACTION",
-    "TARGET_ST_RATIO",
-    "VLLM_NOT_INSTALLED",
-    "BenchConfig",
-    "FlopModel",
-    "Target",
-    "build_replica",
-    "contention",
-    "evaluate_targets",
-    "exact_length_texts",
-    "fixed_length_flops",
-    "load_sentence_transformer",
-    "long_document",
-    "long_documents",
-    "matmul_peak",
-    "mixed_texts",
-    "model_flops",
-    "render_markdown",
-    "replica_documents",
-    "replica_targets",
-    "run_bench",
-    "run_long_document",
-    "st_token_counts",
-    "throughput",
-    "vllm_status",
-]
+# public name -> the module that defines it, imported on first use (module ``__getattr__``): the sections
+# import torch, which ``llm-collapse bench --help`` and the bench's configuration do not need
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "BUSY_CORES",
+            "DEFAULT_FLOP_LENGTHS",
+            "DEFAULT_LONG_LENGTHS",
+            "DEFAULT_MODELS",
+            "DEFAULT_TEXTS",
+            "QUICK",
+            "SCHEMA",
+            "SIDE_LABELS",
+            "SIDES",
+            "ST_BATCH_SIZE",
+            "TARGET_32K_SECONDS",
+            "TARGET_MEMORY_GROWTH",
+            "TARGET_PEAK_FRACTION",
+            "TARGET_ST_RATIO",
+            "VLLM_NOT_INSTALLED",
+            "BenchConfig",
+        ),
+        "llm_collapse.bench.config",
+    ),
+    **dict.fromkeys(("exact_length_texts", "long_document", "mixed_texts"), "llm_collapse.bench.corpus"),
+    **dict.fromkeys(("long_documents", "run_long_document", "vllm_status"), "llm_collapse.bench.long_docs"),
+    "render_markdown": "llm_collapse.bench.render",
+    **dict.fromkeys(("build_replica", "replica_documents"), "llm_collapse.bench.replicas"),
+    "run_bench": "llm_collapse.bench.run",
+    **dict.fromkeys(
+        ("fixed_length_flops", "load_sentence_transformer", "st_token_counts", "throughput"),
+        "llm_collapse.bench.sides",
+    ),
+    **dict.fromkeys(
+        ("Target", "contention", "evaluate_targets", "replica_targets"), "llm_collapse.bench.targets"
+    ),
+    **dict.fromkeys(("ENCODER_TYPES", "FlopModel", "model_flops"), "llm_collapse.cost.flops"),
+    "matmul_peak": "llm_collapse.cost.rate",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'llm_collapse.bench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value

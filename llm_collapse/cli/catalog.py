@@ -26,8 +26,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
 
 
 def _list(what: str) -> int:
-    for name, text in _lines(what):
-        say(f"{name:<22} {text}".rstrip())
+    lines = _lines(what)
+    width = max(len(name) for name, _ in lines) + 2
+    for name, text in lines:
+        say(f"{name:<{width}}{text}".rstrip())
     return 0
 
 
@@ -36,11 +38,19 @@ def _lines(what: str) -> list[tuple[str, str]]:
         from llm_collapse.adapters import list_embedders, resolve_spec
 
         lines = [(name, resolve_spec(name)[0].description) for name in list_embedders()]
-        return [*lines, ("echo:<model>", "echo embeddings of any causal decoder (name or path)")]
+        return [
+            *lines,
+            ("echo:<model>", "echo embeddings of any causal decoder (name or path)"),
+            ("st:<folder>", "a sentence-transformers folder (its pooling, max_seq_length and prompts)"),
+            ("hf:<folder>", "a Hugging Face model folder (pooled as sentence-transformers would)"),
+        ]
     if what == "methods":
-        from llm_collapse.interventions.parse import METHODS
+        from llm_collapse.interventions.parse import METHODS, method_usages
 
-        return [(name, "") for name in METHODS.names()]
+        usages = method_usages()
+        return [
+            (usages[name][0], usages[name][1]) if name in usages else (name, "") for name in METHODS.names()
+        ]
     if what == "tasks":
         from llm_collapse.tasks.registry import TASKS
 

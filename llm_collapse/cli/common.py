@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import re
 import sys
+import textwrap
 from collections.abc import Callable
 
 from llm_collapse.errors import UserError
@@ -19,8 +22,29 @@ INTERRUPTED = 130
 NOISY_LOGGERS = ("transformers", "huggingface_hub", "urllib3", "httpx", "matplotlib", "PIL", "filelock")
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Wraps help at spaces only, so a flag or name (--max-per-bin, llm-collapse, longembed-qmsum) stays whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(re.sub(r"\s+", " ", text).strip(), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(
+            re.sub(r"\s+", " ", text).strip(),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with one-line errors: ``error: <message> (see <prog> --help)`` and exit 2, no usage dump."""
+    """argparse with one-line errors: ``error: <message> (see <prog> --help)`` and exit 2, no usage dump; help
+    wrapped by `HelpFormatter`."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         say(f"error: {message} (see {self.prog} --help)", error=True)
@@ -48,6 +72,9 @@ def run_command(body: Callable[[], int | None]) -> int:
     except KeyboardInterrupt:
         say("interrupted; rerun the same command to resume", error=True)
         return INTERRUPTED
+    except BrokenPipeError:  # `llm-collapse list methods | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit-time flush is silent
+        return 1
 
 
 def say(line: str, *, error: bool = False) -> None:

@@ -24,10 +24,15 @@ from llm_collapse.run.config import CompareConfig, add_arguments, cli_values
 from llm_collapse.utils.logs import held_logs
 
 PROG = "python -m llm_collapse.compare"
+DESCRIPTION = (
+    "Models x interventions x tasks x lengths -> results and a report. Flags override the --config file, which "
+    "overrides the defaults. Exit codes: 0 done; 2 bad input (one line, checked before any model loads, nothing "
+    "written); 130 interrupted (rerun the same command to resume from the embedding cache)."
+)
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog=prog, description=DESCRIPTION)
     add_arguments(parser)
     parser.add_argument("--config", help="YAML file with any of the options above")
     parser.add_argument(

@@ -32,21 +32,42 @@ PROG = "python -m llm_collapse.estimate"
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    parser.add_argument(
-        "--config", help="YAML file of a comparison (python -m llm_collapse.compare --config)"
+    parser = ArgumentParser(
+        prog=prog,
+        description="Expected GPU time and peak memory of a comparison, by counting (estimates, not "
+        "measurements). Exit codes: 0 done, 2 bad input (one line).",
     )
-    parser.add_argument("--tflops", type=float, default=DEFAULT_TFLOPS, help="sustained bf16 TFLOP/s assumed")
-    parser.add_argument("--hbm-tbs", type=float, default=DEFAULT_HBM_TBS, help="sustained HBM TB/s assumed")
-    parser.add_argument("--gpu-gib", type=float, default=DEFAULT_GPU_GIB, help="GPU memory to check against")
+    add_arguments(parser)
+    parser.add_argument("--config", help="YAML file of a comparison (what compare --config reads)")
     parser.add_argument(
-        "--overhead-gib", type=float, default=DEFAULT_OVERHEAD_GIB, help="fixed memory overhead"
+        "--tflops",
+        type=float,
+        default=DEFAULT_TFLOPS,
+        help=f"sustained bf16 TFLOP/s assumed (default: {DEFAULT_TFLOPS:g})",
+    )
+    parser.add_argument(
+        "--hbm-tbs",
+        type=float,
+        default=DEFAULT_HBM_TBS,
+        help=f"sustained HBM TB/s assumed (default: {DEFAULT_HBM_TBS:g})",
+    )
+    parser.add_argument(
+        "--gpu-gib",
+        type=float,
+        default=DEFAULT_GPU_GIB,
+        help=f"GPU memory in GiB to check against (default: {DEFAULT_GPU_GIB:g})",
+    )
+    parser.add_argument(
+        "--overhead-gib",
+        type=float,
+        default=DEFAULT_OVERHEAD_GIB,
+        help=f"fixed memory overhead in GiB (default: {DEFAULT_OVERHEAD_GIB:g})",
     )
     parser.add_argument(
         "--softcap-attention",
         default="fused",
-        help="how bge-gemma2's exact softcap runs: fused (flex attention, the CUDA default) or chunked (the fallback)",
+        help="how bge-gemma2's exact softcap runs: fused (flex attention, what a CUDA run uses) or chunked (the "
+        "fallback) (default: %(default)s)",
     )
     parser.add_argument("--markdown", metavar="PATH", help="also write the table to this markdown file")
     return parser

@@ -23,9 +23,15 @@ PROG = "python -m llm_collapse.study"
 def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
     """Runs the command; ``prog`` names it in usage and errors as invoked (``llm-collapse study``)."""
     parser = ArgumentParser(prog=prog, description="Question-by-question report over several runs.")
-    parser.add_argument("study_dir", type=Path, help="folder holding one run folder per ablation")
     parser.add_argument(
-        "--questions", type=Path, default=DEFAULT_QUESTIONS, help=f"default {display_path(DEFAULT_QUESTIONS)}"
+        "study_dir", type=Path, metavar="STUDY_DIR", help="folder holding one run folder per ablation"
+    )
+    parser.add_argument(
+        "--questions",
+        type=Path,
+        default=DEFAULT_QUESTIONS,
+        metavar="FILE",
+        help=f"the questions file (default: {display_path(DEFAULT_QUESTIONS)})",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO)")
     args = parser.parse_args(argv)

@@ -3,9 +3,15 @@
 Each is a context manager (``with TempScale(0.8).apply(model): ...``, or ``with embedder.intervene("tempscale:0.8"):``)
 and a load-time option (``load_embedder(..., interventions=["ntk:1e5"])``), with a stable ``slug`` for cache keys
 and report labels and a ``params()`` dict for run metadata. See `parse_interventions` for the string grammar.
+
+The intervention classes load on first use (module ``__getattr__``): their modules import torch and
+transformers, which `METHODS`, `parse_interventions` of ``base`` and the command lines' help do not need.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from llm_collapse.interventions.base import (
     Intervention,
@@ -16,9 +22,11 @@ from llm_collapse.interventions.base import (
     VLLMSettings,
 )
 from llm_collapse.interventions.parse import METHODS, parse_interventions
-from llm_collapse.interventions.rope import NTK, DynamicNTK, PositionInterpolation, YaRN
-from llm_collapse.interventions.tempscale import TempScale, TempScaleLog, TempScaleLogPosition
-from llm_collapse.interventions.window import SlidingWindowOff
+
+if TYPE_CHECKING:
+    from llm_collapse.interventions.rope import NTK, DynamicNTK, PositionInterpolation, YaRN
+    from llm_collapse.interventions.tempscale import TempScale, TempScaleLog, TempScaleLogPosition
+    from llm_collapse.interventions.window import SlidingWindowOff
 
 __all__ = [
     "METHODS",
@@ -40,13 +48,19 @@ __all__ = [
 ]
 
 
+# class name -> the module that defines it, imported when the name is first asked for
+_LAZY = {
+    **dict.fromkeys(("NTK", "DynamicNTK", "PositionInterpolation", "YaRN"), "rope"),
+    **dict.fromkeys(("TempScale", "TempScaleLog", "TempScaleLogPosition"), "tempscale"),
+    "SlidingWindowOff": "window",
+    "SelfExtend": "selfextend",
+    **dict.fromkeys(("LongEmbedNTK", "LongEmbedPI", "LongEmbedSelfExtend"), "longembed"),
+}
+
+
 def __getattr__(name: str):
-    if name == "SelfExtend":  # its module imports more machinery; load it on first use
-        from llm_collapse.interventions.selfextend import SelfExtend
-
-        return SelfExtend
-    if name in ("LongEmbedNTK", "LongEmbedPI", "LongEmbedSelfExtend"):  # they import SelfExtend
-        from llm_collapse.interventions import longembed
-
-        return getattr(longembed, name)
-    raise AttributeError(name)
+    if name not in _LAZY:
+        raise AttributeError(f"module 'llm_collapse.interventions' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"llm_collapse.interventions.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value

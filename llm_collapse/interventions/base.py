@@ -20,13 +20,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from torch import nn
-
 from llm_collapse.errors import UserError
 from llm_collapse.models import text_config
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: `METHODS` and the CLI's help load without torch
     import torch
+    from torch import nn
 
     from llm_collapse.adapters.inputs import EncodedText
 

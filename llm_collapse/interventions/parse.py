@@ -18,27 +18,31 @@ Grammar: parts joined with ``+``; each part is ``method[:arg[:arg...]]``. Method
 ``longembed-ntk:THETA[:L0|nolog]``  LongEmbed's NTK run: ``ntk`` + its log factor + window off
 ``longembed-se:G:W[:L0]``           LongEmbed's SelfExtend run: grouping past L0 + its log factor + window off
 ``longembed-pi:S[:L0]``             LongEmbed's PI run: original positions up to L0, PI beyond + window off
-``ape-gp:S[:L0]``                   absolute positions (BERT), texts up to S x L0 tokens: grouped positions
-``ape-rp:S[:L0]``                   ... recurrent positions (p mod L0)
-``ape-pi:S[:L0]``                   ... interpolated positions (p / s, linear between table rows)
-``pcw:S[:L0]``                      ... the mean of L0-token chunk embeddings, normalised
+``ape-gp:S[:L0]``                   absolute positions (BERT) to S x L0 tokens: grouped positions
+``ape-rp:S[:L0]``                   absolute positions to S x L0 tokens: recurrent (p mod L0)
+``ape-pi:S[:L0]``                   absolute positions to S x L0 tokens: interpolated (p / S)
+``pcw:S[:L0]``                      texts to S x L0 tokens: the mean of L0-token chunk embeddings
 ==================================  ===========================================================
 
 The ``longembed-*`` presets are described in `llm_collapse.interventions.longembed`; ``ape-*`` and ``pcw``
 (LongEmbed's methods for absolute-position encoders) in `llm_collapse.interventions.absolute` and
 `llm_collapse.interventions.pcw`.
+
+Each parser imports its intervention's module when it runs, so `METHODS` (``llm-collapse list methods``)
+loads without torch or transformers.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from llm_collapse.interventions.base import Intervention, InterventionError, Stack, format_number
-from llm_collapse.interventions.rope import NTK, DynamicNTK, PositionInterpolation, YaRN
-from llm_collapse.interventions.tempscale import PLACEMENTS, TempScale, TempScaleLog
-from llm_collapse.interventions.window import SlidingWindowOff
 from llm_collapse.registry import Registry, UnknownNameError
+
+if TYPE_CHECKING:
+    from llm_collapse.interventions.tempscale import TempScale
 
 METHODS: Registry[Callable[[list[str]], Intervention | None]] = Registry("method")
 
@@ -63,6 +67,8 @@ def _arity(method: str, args: list[str], low: int, high: int, usage: str) -> Non
 
 
 def _tempscale(args: list[str]) -> Intervention:
+    from llm_collapse.interventions.tempscale import PLACEMENTS, TempScale
+
     _arity("tempscale", args, 1, 3, "tempscale:TAU[:inside|after][:LAYER_TYPE]")
     placement, layer_type = "inside", None
     for arg in args[1:]:
@@ -79,22 +85,30 @@ def _tempscale(args: list[str]) -> Intervention:
 
 
 def _tempscale_log(args: list[str]) -> Intervention:
+    from llm_collapse.interventions.tempscale import TempScaleLog
+
     _arity("tempscale-log", args, 0, 1, "tempscale-log[:L0]")
     return TempScaleLog(_number("tempscale-log", "L0", args[0]) if args else None)
 
 
 def _ntk(args: list[str]) -> Intervention:
+    from llm_collapse.interventions.rope import NTK
+
     _arity("ntk", args, 1, 1, "ntk:THETA")
     return NTK(_number("ntk", "theta", args[0]))
 
 
 def _dynamic(args: list[str]) -> Intervention:
+    from llm_collapse.interventions.rope import DynamicNTK
+
     _arity("dynamic", args, 1, 2, "dynamic:FACTOR[:TRAINED_LENGTH]")
     length = _integer("dynamic", "trained_length", args[1]) if len(args) == 2 else None
     return DynamicNTK(_number("dynamic", "factor", args[0]), length)
 
 
 def _yarn(args: list[str]) -> Intervention:
+    from llm_collapse.interventions.rope import YaRN
+
     _arity("yarn", args, 1, 3, "yarn:FACTOR[:ORIGINAL_LENGTH][:afX]")
     factor = _number("yarn", "factor", args[0])
     original = attention_factor = None
@@ -107,6 +121,8 @@ def _yarn(args: list[str]) -> Intervention:
 
 
 def _pi(args: list[str]) -> Intervention:
+    from llm_collapse.interventions.rope import PositionInterpolation
+
     _arity("pi", args, 1, 1, "pi:FACTOR")
     return PositionInterpolation(_number("pi", "factor", args[0]))
 
@@ -182,6 +198,8 @@ def _absolute(method: str) -> Callable[[list[str]], Intervention]:
 
 
 def _window(args: list[str]) -> Intervention | None:
+    from llm_collapse.interventions.window import SlidingWindowOff
+
     _arity("window", args, 1, 1, "window:off or window:keep")
     if args[0] == "keep":
         return None
@@ -232,6 +250,22 @@ for _name, _parser in [
     METHODS.register(_name, _parser)
 
 
+def method_usages() -> dict[str, tuple[str, str]]:
+    """``{method: (usage, description)}`` from the grammar table of this module's docstring (its one source)."""
+    table = __doc__.split("=\n", 2)[1].split("\n=", 1)[0]
+    usages: dict[str, tuple[str, str]] = {}
+    last = None
+    for line in table.splitlines():
+        usage, _, text = line.partition("  ")
+        if usage.strip():
+            usage = usage.strip().strip("`")
+            last = re.split(r"[:|\[]", usage, maxsplit=1)[0]
+            usages[last] = (usage, text.strip())
+        elif last is not None:
+            usages[last] = (usages[last][0], f"{usages[last][1]} {text.strip()}")
+    return {name: (usage, re.sub(r"``?([^`]+)``?", r"\1", text)) for name, (usage, text) in usages.items()}
+
+
 def parse_interventions(text: str | Intervention | list | tuple | None) -> Stack:
     """Parses ``"tempscale:0.8+ntk:1e5"`` (or takes Intervention objects) into one `Stack`.
 
@@ -273,6 +307,10 @@ def check_one_tempscale(parts: list[Intervention]) -> None:
     where one spec does say the same. Tempscales on provably disjoint layers (two different ``layer_type``
     values, or disjoint ``layers``) stack; so do nested `Embedder.intervene` blocks, which are not one spec.
     """
+    if len(parts) < 2:
+        return  # nothing to stack (and ``base`` parses without importing torch)
+    from llm_collapse.interventions.tempscale import TempScale
+
     scales = [p for p in parts if type(p) is TempScale]
     for i, first in enumerate(scales):
         for second in scales[i + 1 :]:

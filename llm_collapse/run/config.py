@@ -3,6 +3,10 @@
 The defaults are the embedded default run: the models that install offline, base + TempScale + one RoPE
 baseline, on sotu and passkey, sized for a 2-core CPU in about 10 minutes. All validation happens in
 `CompareConfig.validate`, so a bad value fails before any model is loaded.
+
+Each field's ``help`` is the flag's help text (`add_arguments` adds its default once: the value, or the field's
+``default`` text where the value is None); this module imports no torch, so ``llm-collapse compare --help``
+stays fast.
 """
 
 from __future__ import annotations
@@ -11,13 +15,12 @@ import argparse
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from llm_collapse.adapters import register_embedder, resolve_spec
-from llm_collapse.backends import BACKENDS
-from llm_collapse.backends.device import DTYPE_NAMES
-from llm_collapse.backends.hf import QUANTIZATIONS
+from llm_collapse.backends import BACKENDS, QUANTIZATIONS
 from llm_collapse.data.synthetic import MAX_DOCUMENTS
 from llm_collapse.errors import UserError
 from llm_collapse.interventions import parse_interventions
@@ -45,8 +48,11 @@ _HASHED_IF_SET: tuple[str, ...] = (
     "controls",
 )
 
-# where the run goes, how its report reads it, what it keeps besides results: not what it computes
-_NOT_HASHED = ("out", "margins", "save_embeddings")
+# where the run goes, how its report reads it, what it keeps besides results, where it computes: not what it
+# computes (`CompareConfig.run_id`)
+_NOT_HASHED = ("out", "margins", "save_embeddings", "device")
+DEVICES = "auto, cpu, cuda, cuda:N or mps"
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
 class ConfigError(UserError, ValueError):
@@ -59,58 +65,88 @@ class CompareConfig:
 
     models: list[str] = field(
         default_factory=lambda: ["minilm", "gemma3-270m", "echo-gemma3-270m"],
-        metadata={"help": "embedders (see llm_collapse.list_embedders(); echo:<model> works too)"},
+        metadata={
+            "help": "embedders, comma-separated; llm-collapse list models names them; echo:<model> wraps "
+            "any causal decoder, st:FOLDER reads a sentence-transformers folder, hf:FOLDER a Hugging Face one"
+        },
     )
     embedder_specs: list[str] | None = field(
         default=None,
         metadata={
-            "help": "embedder spec files (YAML/JSON; format in llm_collapse.adapters.spec_file) registered before "
-            "--models is read, so their names can be used there"
+            "help": "embedder spec file (YAML/JSON; format in llm_collapse.adapters.spec_file) registered before "
+            "--models is read, so its names can be used there; repeat the flag for several"
         },
     )
     methods: list[str] = field(
         default_factory=lambda: ["base", "tempscale:0.8", "ntk:4e6"],
-        metadata={"help": "interventions, e.g. base,tempscale:0.8,ntk:1e5,yarn:8,yarn:8:af1"},
+        metadata={
+            "help": "interventions, comma-separated, e.g. base,tempscale:0.8,ntk:1e5,yarn:8,yarn:8:af1; "
+            "llm-collapse list methods names them"
+        },
     )
     tasks: list[str] = field(
-        default_factory=lambda: ["collapse", "passkey"], metadata={"help": f"of {TASKS}"}
+        default_factory=lambda: ["collapse", "passkey"],
+        metadata={"help": f"comma-separated, of {', '.join(TASKS)}"},
     )
-    corpus: str = field(default="sotu", metadata={"help": "text source for collapse/knn/layerwise"})
+    corpus: str = field(
+        default="sotu", metadata={"help": "text source of collapse, knn and layerwise"}
+    )  # `add_arguments` appends the registered corpora
     lengths: list[int] = field(
         default_factory=lambda: [64, 128, 256, 512],
         metadata={
-            "help": "token-length targets (bins [t, 1.1 t) for collapse; passkey/needle document lengths)"
+            "help": "token-length targets, comma-separated (bins [t, 1.1 t) for collapse; passkey/needle "
+            "document lengths)"
         },
     )
-    backend: str = field(default="hf", metadata={"help": f"one of {BACKENDS}"})
+    backend: str = field(default="hf", metadata={"help": " or ".join(BACKENDS)})
     dtype: str | None = field(
-        default=None, metadata={"help": "auto (bf16 on AMX CPUs and bf16 GPUs, else fp32), bf16, fp16, fp32"}
+        default=None,
+        metadata={
+            "help": "auto (bf16 on AMX CPUs and bf16 GPUs, else fp32), bf16, fp16 or fp32",
+            "default": "auto",
+        },
     )
-    quant: str | None = field(default=None, metadata={"help": f"bitsandbytes quantization: {QUANTIZATIONS}"})
+    device: str = field(
+        default="auto",
+        metadata={
+            "help": f"where models run: {DEVICES} (auto: CUDA where present, else CPU); not part of the run id, "
+            "so a run resumed on another device keeps its folder"
+        },
+    )
+    quant: str | None = field(
+        default=None,
+        metadata={"help": f"bitsandbytes quantization: {' or '.join(QUANTIZATIONS)}", "default": "none"},
+    )
     quants: list[str] | None = field(
         default=None,
         metadata={
-            "help": f"variants the quantization task compares with the unquantized model, of {QUANTIZATIONS} "
-            "(None: all of them when --tasks has quantization)"
+            "help": "variants the quantization task compares with the unquantized model, comma-separated, of "
+            f"{', '.join(QUANTIZATIONS)}",
+            "default": "all of them",
         },
     )
     pooling: str | None = field(
-        default=None, metadata={"help": f"override every model's pooling: {POOLINGS} (default: its own)"}
+        default=None,
+        metadata={
+            "help": f"override every model's pooling: {' or '.join(POOLINGS)}",
+            "default": "each model's own",
+        },
     )
     model_paths: dict[str, str] = field(
-        default_factory=dict, metadata={"help": "name=/local/dir or file.gguf"}
+        default_factory=dict,
+        metadata={"help": "load model NAME from a local folder or .gguf file; repeat the flag for several"},
     )
     max_per_bin: int = field(default=24, metadata={"help": "texts per length bin (collapse, knn, layerwise)"})
     design: str | None = field(
         default=None,
         metadata={
             "help": "prefix (the first L tokens of the same documents at every length: paired across lengths) "
-            "or bins (different texts per length bin); unset: prefix where the corpus gives the documents, "
-            "else bins"
+            "or bins (different texts per length bin)",
+            "default": "prefix where the corpus gives the documents, else bins",
         },
     )
     prefix_docs: int | None = field(
-        default=None, metadata={"help": "documents of the prefix design (default: --max-per-bin)"}
+        default=None, metadata={"help": "documents of the prefix design", "default": "--max-per-bin"}
     )
     retrieval_docs: int = field(
         default=20, metadata={"help": "passkey/needle candidates per length (LongEmbed: 100)"}
@@ -122,26 +158,30 @@ class CompareConfig:
         default=None,
         metadata={
             "help": "candidates per query: each length's documents are split into pools of this many and a "
-            "query ranks its own pool, so chance is 1/pool at every --retrieval-docs (default: all "
-            "documents of the length, as LongEmbed)"
+            "query ranks its own pool, so chance is 1/pool at every --retrieval-docs",
+            "default": "all documents of the length, as LongEmbed",
         },
     )
     layerwise_per_bin: int = field(default=8, metadata={"help": "texts per bin for the per-layer analysis"})
     label: str | None = field(
-        default=None, metadata={"help": "document label for the kNN probe (sotu: party)"}
+        default=None,
+        metadata={
+            "help": "document label for the kNN probe",
+            "default": ", ".join(f"{label} for {corpus}" for corpus, label in DEFAULT_LABELS.items()),
+        },
     )
     reference_model: str | None = field(
         default=None,
         metadata={
             "help": "one of --models that every other model is compared with, method by method, paired over "
-            "the same items (`*_vs_reference` rows: echo against classical on the same texts and queries)"
+            "the same items (*_vs_reference rows: echo against classical on the same texts and queries)"
         },
     )
     controls: dict[str, str] = field(
         default_factory=dict,
         metadata={
             "help": "METHOD=CONTROL pairs of --methods: each method is also compared with its matched control, "
-            "paired over the same items (`*_vs_control` rows: YaRN against its temperature alone); repeat "
+            "paired over the same items (*_vs_control rows: YaRN against its temperature alone); repeat "
             "the flag for several"
         },
     )
@@ -159,9 +199,10 @@ class CompareConfig:
     save_embeddings: str | None = field(
         default=None,
         metadata={
-            "help": f"keep every vector the tasks embed in embeddings.npz in --out, as one of {EMBEDDING_DTYPES} "
-            "(a bare flag: float16; float32 makes --recompute exact), so that 'llm-collapse report --recompute "
-            "RUN' rebuilds every metric without the model"
+            "help": "keep every vector the tasks embed in embeddings.npz in --out, as "
+            f"{' or '.join(EMBEDDING_DTYPES)} (a bare flag: {EMBEDDING_DTYPES[0]}; float32 makes --recompute "
+            "exact), so that 'llm-collapse report --recompute RUN' rebuilds every metric without the model",
+            "default": "not kept",
         },
     )
     out: str = field(default="reports/default", metadata={"help": "run directory"})
@@ -230,8 +271,14 @@ class CompareConfig:
             raise ConfigError(f"--lengths must be integers >= 8, got {self.lengths}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"Unknown backend {self.backend!r}; available: {', '.join(BACKENDS)}")
+        from llm_collapse.backends.device import DTYPE_NAMES  # imports torch: not at module level
+
         if self.dtype is not None and self.dtype not in DTYPE_NAMES:
             raise ConfigError(f"Unknown --dtype {self.dtype!r}; allowed: {', '.join(DTYPE_NAMES)}")
+        if not _DEVICE.fullmatch(self.device):
+            raise ConfigError(
+                f"Unknown --device {self.device!r}; allowed: {DEVICES} (N: the GPU's index), e.g. --device cpu"
+            )
         if self.quant is not None and self.quant not in QUANTIZATIONS:
             raise ConfigError(f"Unknown --quant {self.quant!r}; allowed: {', '.join(QUANTIZATIONS)}")
         self._validate_quants()
@@ -397,7 +444,11 @@ class CompareConfig:
     def run_id(self) -> str:
         """Hash of everything that defines the results (not where they go).
 
-        Options added later (`_HASHED_IF_SET`) count only when set: older runs keep their id.
+        Options added later (`_HASHED_IF_SET`) count only when set: older runs keep their id. ``device`` is not
+        hashed: a device changes the numbers only by rounding, like a batch composition, so the same run on
+        another device is the same run (resumed in the same folder); the embedding cache keeps devices apart
+        (`llm_collapse.cache.cache_key` holds the device type), so a resumed run never mixes vectors of two
+        device types, and run.json records the device it ran on.
         """
         unset = (None, "bins", {})
         data = {
@@ -489,7 +540,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per config field (default None, so unset flags fall through to YAML and defaults)."""
     for f in fields(CompareConfig):
         flag = "--" + f.name.replace("_", "-")
-        help_text = f"{f.metadata.get('help', '')} (default: {_default_text(f)})"
+        help_text = _help(f)
         if f.name == "model_paths":
             parser.add_argument(
                 "--model-path", dest="model_paths", action="append", metavar="NAME=PATH", help=help_text
@@ -516,8 +567,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, help=help_text)
 
 
+def _help(f) -> str:
+    """The field's help, its choices where they live in a registry, and its default once: the field's
+    ``default`` text, else its value (none for an unset mapping or list)."""
+    text = f.metadata.get("help", "")
+    if f.name == "corpus":  # the registry is read here, when a parser is built, not when this module loads
+        from llm_collapse.data import CORPORA
+
+        text += f": {', '.join(CORPORA.names())} or folder:PATH (your own .txt files or .jsonl lines)"
+    default = f.metadata.get("default", _default_text(f))
+    return f"{text} (default: {default})" if default else text
+
+
 def _default_text(f) -> str:
     default = CompareConfig().__getattribute__(f.name)
+    if default is None or default == {}:
+        return ""
     return ",".join(map(str, default)) if isinstance(default, list) else str(default)
 
 

