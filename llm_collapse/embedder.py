@@ -33,6 +33,7 @@ from llm_collapse.interventions import (
 )
 from llm_collapse.pooling import pool
 from llm_collapse.prefix import PrefixSharing, pool_prefixes, prefix_sharing, sharing_groups
+from llm_collapse.utils import progress
 
 logger = logging.getLogger(__name__)
 
@@ -295,7 +296,8 @@ class Embedder:
             instruction: Task instruction for queries; defaults to the card's example instruction.
             batch_size: Most texts per batch (the token budget may make batches smaller).
             output_hidden_states: Also every layer's token states (`EmbeddedBatch.hidden_states`).
-            show_progress_bar: Defaults to on when logging is at INFO and there is more than one batch.
+            show_progress_bar: Defaults to on when logging is at INFO, there is more than one batch and
+                stderr is a terminal, unless a run's own display is open (`llm_collapse.utils.progress`).
             share_prefixes: Embed texts whose input is a token prefix of another's from that forward, where
                 exact; None means ``self.share_prefixes``.
         """
@@ -337,8 +339,10 @@ class Embedder:
             max_tokens=self.max_tokens_per_batch,
             max_padding=self.max_padding,
         )
-        if show_progress_bar is None:
-            show_progress_bar = len(batches) > 1 and logger.isEnabledFor(logging.INFO)
+        if show_progress_bar is None:  # never in a redirected log, nor under a run's own display
+            show_progress_bar = (
+                len(batches) > 1 and logger.isEnabledFor(logging.INFO) and progress.batch_bars()
+            )
         label = self.name if self.interventions == "base" else f"{self.name} [{self.interventions}]"
         started, tokens = time.perf_counter(), 0
         with tqdm(total=len(encoded), desc=label, unit="text", disable=not show_progress_bar) as bar:
@@ -371,12 +375,14 @@ class Embedder:
                 )
                 if groups is None:
                     bar.update(len(indices))
+                    progress.advance(len(indices))
                     yield EmbeddedBatch(indices, embeddings, items, attention_mask, pool_mask, hidden_states)
                     continue
                 # One update per forward: a long forward hands its rows on one at a time, and tqdm refreshes
                 # only the first of those quick updates, so the bar showed 1 text per forward (ETA ~10x long).
                 rows = list(self._shared_rows(indices, groups, encoded, states, embeddings, attention_mask))
                 bar.update(sum(len(shared.indices) for shared in rows))
+                progress.advance(sum(len(shared.indices) for shared in rows))
                 yield from rows
 
     def _shared_rows(

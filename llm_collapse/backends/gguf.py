@@ -109,15 +109,27 @@ def converted_gguf_dir(gguf_path: str | Path, *, sha256: str | None = None) -> P
         if target.exists() or target.is_symlink():
             logger.warning("Removing %s: it has no config.json (an unfinished conversion)", target)
             remove_path(target)
-        logger.info("Converting %s to safetensors in %s (once; about 30-60 s)", gguf_path.name, target)
+        logger.info(
+            "Converting %s to safetensors in %s (once per cache; its time is logged when it is done)",
+            gguf_path.name,
+            target,
+        )
+        clock = time.perf_counter()
         tmp = parent / f"{TEMP_PREFIX}{digest}-{host_tag()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
         try:
             _convert_into(tmp, gguf_path, sha256)
-            return _publish(tmp, target)
+            published = _publish(tmp, target)
         except BaseException:
             remove_path(tmp)
             raise
+        logger.info(
+            "Converted %s in %.0f s; later loads read %s in about a second",
+            gguf_path.name,
+            time.perf_counter() - clock,
+            published,
+        )
+        return published
 
 
 def find_converted(gguf_path: str | Path, *, sha256: str | None = None) -> Path | None:

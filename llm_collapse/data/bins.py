@@ -20,6 +20,9 @@ Decisions and gotchas:
   ``(seed, bin label, mode)`` and draws documents round-robin, so one document does not fill a bin.
 * Short bins log a warning naming the bin; a target longer than every text is said once per corpus
   and bin (and the bin stays empty); an empty corpus logs one warning and returns nothing.
+* Why a bin stayed empty (`empty_bin`, for a run's one-line refusal): no document reaches its target, or
+  every run of whole paragraphs steps over ``[lo, hi)`` (long paragraphs: a run below the target plus the next
+  paragraph is already past ``hi``); the second names the nearest runs below and above, counted exactly.
 """
 
 from __future__ import annotations
@@ -289,6 +292,78 @@ def sample_length_binned(
             )
         out.extend(picked)
     return out
+
+
+@dataclass(frozen=True)
+class EmptyBin:
+    """Why span sampling found no text for a bin (`empty_bin`).
+
+    Attributes:
+        bin: The bin.
+        longest: Tokens of the corpus's longest document.
+        below: Tokens of the longest run of whole paragraphs (within one document) short of the bin's target,
+            None when there is none.
+        above: Tokens of the shortest run at or past the bin's top, None when there is none.
+    """
+
+    bin: LengthBin
+    longest: int
+    below: int | None = None
+    above: int | None = None
+
+    @property
+    def too_long(self) -> bool:
+        """No document reaches the target (a text of this design lies within one document)."""
+        return self.longest < self.bin.target
+
+    def describe(self) -> str:
+        """The cause in words (no fix: the caller knows which options it has)."""
+        if self.too_long:
+            return f"no document reaches {self.bin.target} tokens (longest document: {self.longest} tokens)"
+        nearest = " and ".join(str(n) for n in (self.below, self.above) if n is not None)
+        return (
+            f"its documents are long enough (longest: {self.longest} tokens), but a text of the bins design is "
+            f"a run of whole paragraphs within one document, and none falls in the bin {self.bin.label}"
+            + (f" (the nearest: {nearest} tokens)" if nearest else "")
+        )
+
+
+def empty_bin(
+    documents: Sequence[Document], tokenizer: PreTrainedTokenizerBase, b: LengthBin | int
+) -> EmptyBin:
+    """Why `sample_length_binned` (``mode="span"``) finds no text for bin ``b`` in ``documents``.
+
+    A single-paragraph document that reaches the target always gives one (its token prefix), so a bin is
+    empty either because no document reaches the target or because the documents' paragraph runs step over
+    it. Runs are found as the sampler finds them (each start paragraph's shortest run reaching the target,
+    and the run one paragraph shorter), and the two nearest are counted exactly.
+    """
+    b = b if isinstance(b, LengthBin) else target_bins([b])[0]
+    longest = max(count_tokens([d.text for d in documents], tokenizer), default=0)
+    if longest < b.target:
+        return EmptyBin(b, longest)
+    below: tuple[int, ParagraphCounts, int, int] | None = None  # (estimate, document, start, end)
+    above: tuple[int, ParagraphCounts, int, int] | None = None
+    for d in paragraph_counts(documents, tokenizer):
+        if len(d.paras) < 2:
+            continue
+        for start in range(len(d.paras)):
+            end = d.span_end(start, b.target)
+            # the longest run from ``start`` short of the target: one paragraph less than the first reaching it
+            short = end - 1 if end is not None else len(d.paras)
+            if short > start:
+                estimate = d.cum[short] - d.cum[start] - d.sep
+                if below is None or estimate > below[0]:
+                    below = (estimate, d, start, short)
+            if end is not None:
+                estimate = d.cum[end] - d.cum[start] - d.sep
+                if above is None or estimate < above[0]:
+                    above = (estimate, d, start, end)
+    exact = [
+        None if run is None else count_tokens(["\n\n".join(run[1].paras[run[2] : run[3]])], tokenizer)[0]
+        for run in (below, above)
+    ]
+    return EmptyBin(b, longest, *exact)
 
 
 def _record(

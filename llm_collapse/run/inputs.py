@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass, field
 
 from llm_collapse.data import Document, load_corpus, sample_length_binned
-from llm_collapse.data.bins import BinnedText, count_tokens, target_bins
+from llm_collapse.data.bins import BinnedText, empty_bin, target_bins
 from llm_collapse.data.position import POSITIONS, position_task
 from llm_collapse.data.prefixes import PrefixDesignError, documents_joined, nested_prefixes
 from llm_collapse.data.synthetic import (
@@ -132,7 +132,7 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
     inputs = RunInputs(tokenizer=name, retrieval_pool=config.retrieval_pool)
     if tasks_with(reads_corpus=True) & set(config.tasks):
         documents = load_corpus(config.corpus) if documents is None else documents
-        prefix = None
+        prefix, fallback = None, None
         if config.design != "bins":
             try:
                 prefix = nested_prefixes(
@@ -147,6 +147,7 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
                 if config.design == "prefix" or config.prefix_docs is not None:
                     raise
                 logger.warning("design: bins, as the prefix design cannot be built: %s", err)
+                fallback = err
         if prefix is not None:
             inputs.design, inputs.binned = "prefix", prefix
         else:
@@ -157,7 +158,7 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
                 per_bin=config.max_per_bin,
                 seed=config.seed,
             )
-        _check_every_length(config, inputs, documents, tokenizer)
+        _check_every_length(config, inputs, documents, tokenizer, fallback)
     sizes = dict(
         seed=config.seed,
         n_docs=config.retrieval_docs,
@@ -184,12 +185,34 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
     return inputs
 
 
-def _check_every_length(config: CompareConfig, inputs: RunInputs, documents, tokenizer) -> None:
+def _check_every_length(
+    config: CompareConfig, inputs: RunInputs, documents, tokenizer, fallback: Exception | None = None
+) -> None:
+    """Refuses, in one line with its cause (`llm_collapse.data.bins.empty_bin`), a length the bins design found
+    no text for; ``fallback``: why the prefix design, tried first, could not be built."""
     empty = sorted(set(config.lengths) - set(inputs.by_length()))
-    if empty:
-        longest = max(count_tokens([d.text for d in documents], tokenizer), default=0)
-        raise InputsError(
-            f"--lengths {','.join(map(str, empty))}: corpus {config.corpus!r} has no text that long under the "
-            f"reference tokenizer {inputs.tokenizer!r} (longest document: {longest} tokens); "
-            f"use lengths below {longest} or a corpus of longer documents"
+    if not empty:
+        return
+    causes = [empty_bin(documents, tokenizer, b) for b in target_bins(empty)]
+    corpus, named = repr(config.corpus), f"under the reference tokenizer {inputs.tokenizer!r}"
+    said = []
+    if short := [c for c in causes if c.too_long]:
+        longest = short[0].longest
+        said.append(
+            f"--lengths {','.join(str(c.bin.target) for c in short)}: corpus {corpus} has no text that long "
+            f"{named} (longest document: {longest} tokens; a text of the bins design lies within one "
+            f"document); use lengths up to {longest} or a corpus of longer documents"
         )
+    for cause in (c for c in causes if not c.too_long):
+        said.append(
+            f"--lengths {cause.bin.target}: corpus {corpus} has no text for it{'' if short else ' ' + named}: "
+            f"{cause.describe()}; the bin's width (10%) is fixed, so use a length such a run reaches, or split "
+            "the paragraphs with more blank lines"
+        )
+    said.append(
+        f"the prefix design, tried first, cannot be built either: {fallback}"
+        if fallback is not None
+        else "or --design prefix, which cuts every text at exactly L tokens and runs on into the following "
+        "documents"
+    )
+    raise InputsError("; ".join(said))

@@ -15,11 +15,17 @@ Under ``--design prefix`` and for the ``-start`` retrieval tasks (their document
 states the forward passes per model and method: one per document where prefix
 sharing is exact (`llm_collapse.prefix.prefix_sharing`, asked of the model built on the meta device: no
 weights are read), else one per document and length, with the reason.
+
+Before any cost, each model's lines say what the run will not do as asked: where it truncates (an
+absolute-position model reads at most its position table, so a longer length costs that many tokens of work,
+which is what the estimate counts), and which methods do not apply to it (`_not_applicable`: the run's own
+check, `Stack.apply` or vLLM's `plan_interventions`, on the meta model); those cost nothing and are not run.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,12 +36,21 @@ from llm_collapse.cost.flops import FlopModel
 from llm_collapse.cost.rate import planning_gflops
 from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
-from llm_collapse.interventions import Intervention, ModelContext, Stack, parse_interventions
+from llm_collapse.interventions import (
+    Intervention,
+    InterventionError,
+    ModelContext,
+    Stack,
+    parse_interventions,
+)
+from llm_collapse.interventions.posthoc import split_posthoc
 from llm_collapse.interventions.rope import rotary_modules
 from llm_collapse.models import text_config
 from llm_collapse.prefix import prefix_groups, prefix_sharing
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.tasks.base import BASE_METHOD
+
+logger = logging.getLogger(__name__)
 
 LAYERWISE_RECORDER = 1.9
 """Seconds of `measure_layers` per second of a plain forward of the same text: 206.8 s vs 108.2 s for one
@@ -83,7 +98,7 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             texts += list(task.documents) + list(task.queries)
     texts = list(dict.fromkeys(texts))  # embedded once (the cache): -start queries repeat at every length
     tokens = sum(count_tokens(texts, tokenizer)) if texts else 0
-    device = resolve_device(None)
+    device = resolve_device(config.device)  # --device: the plan costs the device the run will use
     gflops, rate_source = planning_gflops(resolve_dtype(config.dtype, device), device=device.type)
     lines = [
         f"run id {config.run_id()} -> {config.out}",
@@ -112,29 +127,36 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
         }
         model = _meta_model(spec, weights[name])
         context = ModelContext(name=name, trained_length=spec.trained_length)
+        skipped = _not_applicable(config.backend, spec, weights[name], stacks, context)
+        methods = [m for m in config.methods if m not in skipped]  # what the run embeds on this model
         reads = {method: _reads(stack, model, context) for method, stack in stacks.items()}
         keys = {method: (widens[method], reads[method]) for method in config.methods}
         plain = (False, _reads(parse_interventions("base"), model, context))
+        lines += [f"  {name}: {line}" for line in _truncation(plain[1].cap, config.lengths)]
+        lines += [
+            f"  {name} x {method}: not applicable, not run ({why}); run.json and the report say so"
+            for method, why in skipped.items()
+        ]
         costs = {
             key: _costs(
                 config_json, key[0], texts, (prefix_texts, longest), tokenizer, copies=copies, reads=key[1]
             )
-            for key in {plain, *keys.values()}
+            for key in {plain, *(keys[m] for m in methods)}
         }  # (window switched off, how texts are read) -> (FLOPs of every text, with prefix sharing)
         if not prefix_texts:
             every = costs[plain][0]
-            seconds = sum(costs[keys[m]][0] for m in config.methods if m not in bare) / (gflops * 1e9)
+            seconds = sum(costs[keys[m]][0] for m in methods if m not in bare) / (gflops * 1e9)
             total += seconds
             lines.append(
-                f"  {name}: ~{every / 1e12:.2f} TFLOP per method, ~{seconds / 60:.1f} min for {len(config.methods)} methods"
+                f"  {name}: ~{every / 1e12:.2f} TFLOP per method, ~{seconds / 60:.1f} min for {len(methods)} methods"
             )
-            for method in (m for m in config.methods if keys[m] != plain and m not in bare):
+            for method in (m for m in methods if keys[m] != plain and m not in bare):
                 how = "; ".join(
                     [*(["window off"] if widens[method] else []), *reads[method].differs_from(plain[1])]
                 )
                 lines.append(f"  {name} x {method}: {how}: ~{costs[keys[method]][0] / 1e12:.2f} TFLOP")
-            lines += [f"  {name} x {method}: {_BARE}" for method in config.methods if method in bare]
-            for method in config.methods:
+            lines += [f"  {name} x {method}: {_BARE}" for method in methods if method in bare]
+            for method in methods:
                 forwards = 0.0 if method in bare else costs[keys[method]][0] / (gflops * 1e9)
                 added, said = _task_costs(config, method, forwards, config.max_per_bin, device.type)
                 total += added
@@ -142,7 +164,7 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             continue
         n_docs, n_lengths = len(longest), len(config.lengths)
         model_tokenizer = _tokenizer(weights[name], weights[first], tokenizer)
-        for method in config.methods:
+        for method in methods:
             sharing = prefix_sharing(spec, model, model_tokenizer, stacks[method].parts, context)
             limit, why = sharing.limit, sharing.reason
             every, shared = costs[keys[method]]
@@ -184,6 +206,49 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
         "are not recomputed)"
     )
     return "\n".join(lines), total
+
+
+def _truncation(cap: int | None, lengths: list[int]) -> list[str]:
+    """A line on the lengths past ``cap``, the most tokens a model reads (`_Reads.cap` under base: an
+    absolute-position model's table; the run truncates there and records how many texts it cut)."""
+    over = sorted(n for n in lengths if cap is not None and n > cap)
+    if not over:
+        return []
+    said = ", ".join(f"{n}-" for n in over[:-1]) + (" and " if len(over) > 1 else "") + str(over[-1])
+    return [
+        f"truncates inputs at {cap} tokens, special tokens included (its position table): the {said}-token "
+        f"texts cost {cap} tokens of work each"
+    ]
+
+
+def _not_applicable(backend: str, spec, weights, stacks: dict[str, Stack], context: ModelContext) -> dict:
+    """Method -> why it does not apply to the model, for the methods that do not: the refusal the run meets when
+    it enters the method (`Embedder.intervene`: the hf backend enters `Stack.apply`, vLLM folds
+    `plan_interventions`; a post-hoc part is split off first, as `llm_collapse.run.runner` does), here on a
+    meta-device model of its own (no weights). A check that reads weights the meta model lacks (SelfExtend's
+    rotation test) raises something else: that method is counted as applicable and the run decides."""
+    model = _meta_model(spec, weights)
+    if model is None:  # NV-Embed: decided by the spec alone, and every method here applies to it
+        return {}
+    refused = {}
+    for method, stack in stacks.items():
+        parts, _ = split_posthoc(stack.parts)
+        try:
+            if backend == "vllm":
+                from llm_collapse.backends.vllm.plan import plan_interventions
+
+                plan_interventions(Stack(parts), model.config, context)
+            else:
+                with Stack(parts).apply(model, context):
+                    pass
+        except InterventionError as err:
+            refused[method] = str(err)
+        except Exception as err:  # noqa: BLE001 - the meta model cannot answer; the run will
+            logger.debug(
+                "%s x %s: applicability not checked on the meta model (%s)", context.name, method, err
+            )
+            model = _meta_model(spec, weights)  # it may have been left half changed
+    return refused
 
 
 def _saved_size(config: CompareConfig, stacks: dict, n_texts: int, config_json: dict) -> str:

@@ -20,6 +20,10 @@ With ``controls`` set, each named method also gets ``*_vs_control`` rows against
 With ``save_embeddings`` set, every vector the tasks embed is kept and written to embeddings.npz at the end
 (`llm_collapse.run.saved_embeddings`); `recompute_comparison` (``llm-collapse report --recompute RUN``) runs the
 same loop again on those vectors, with each model as its tokenizer only (`llm_collapse.run.replay`).
+
+A run shows one display of its progress (`llm_collapse.utils.progress.RunProgress`: model i/N, method j/M,
+texts, elapsed, ETA; a bar on a terminal, a log line now and then in a redirected log) and logs each repeated
+warning once, with its count and cells, at the end (`llm_collapse.utils.logs.tallied_warnings`).
 """
 
 from __future__ import annotations
@@ -59,8 +63,9 @@ from llm_collapse.tasks.base import (
 from llm_collapse.tasks.interaction import interaction_rows
 from llm_collapse.tasks.items import item_rows
 from llm_collapse.tasks.registry import TASKS, VS_CONTROL, VS_REFERENCE, length_paired_tasks
-from llm_collapse.utils.logs import held_logs
+from llm_collapse.utils.logs import WarningTally, held_logs, tallied_warnings
 from llm_collapse.utils.paths import cache_root
+from llm_collapse.utils.progress import RunProgress
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +111,11 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
                 return out
             overwrite = False  # every embedding was just (re)computed by the processes
         saved = SavedEmbeddings(config.save_embeddings) if config.save_embeddings else None
-        _run_models(config, inputs, state, overwrite=overwrite, saved=saved)
+        display = RunProgress(_reference_first(config), list(config.methods), inputs.n_texts())
+        with tallied_warnings() as tally, display as progress:
+            _run_models(
+                config, inputs, state, overwrite=overwrite, saved=saved, progress=progress, tally=tally
+            )
         _write_outputs(config, inputs, state, started, out, report=report, saved=saved)
     return out
 
@@ -172,11 +181,14 @@ def _run_models(
     overwrite: bool,
     saved: SavedEmbeddings | None = None,
     load: Callable[[str], tuple] | None = None,
+    progress: RunProgress | None = None,
+    tally: WarningTally | None = None,
 ) -> None:
     """Every model x method cell into ``state``, with the paired contrasts between them.
 
     ``load(model_name)`` gives ``(embedder, its ModelRecord)`` (default `_load_model`; a recompute's loads no
-    weights); ``saved`` keeps every vector the tasks embed, or serves them in a recompute (`TaskContext.saved`).
+    weights); ``saved`` keeps every vector the tasks embed, or serves them in a recompute (`TaskContext.saved`);
+    ``progress`` and ``tally`` (a run's, not a recompute's) are told which cell runs.
     """
     load = load or (lambda name: _load_model(name, config, inputs))
     reference: dict[str, dict] | None = None  # the reference model's per-item data, per method
@@ -185,10 +197,14 @@ def _run_models(
         embedder, state.models[model_name] = load(model_name)
         state.wall_time_s[f"load:{model_name}"] = time.perf_counter() - clock
         paired: dict[str, dict] = {}
-        slugs = {
-            method: _run_cell(embedder, model_name, method, config, inputs, state, overwrite, paired, saved)
-            for method in config.methods
-        }
+        slugs = {}
+        for method in config.methods:
+            if tally is not None:
+                tally.where = f"{model_name} x {method}"
+            with progress.cell(model_name, method) if progress is not None else contextlib.nullcontext():
+                slugs[method] = _run_cell(
+                    embedder, model_name, method, config, inputs, state, overwrite, paired, saved
+                )
         state.rows += _contrasts(model_name, config, paired, inputs.design)
         state.rows += _control_contrasts(model_name, config, paired, slugs, state.models[model_name])
         if model_name == config.reference_model:

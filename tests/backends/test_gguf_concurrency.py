@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -265,3 +266,21 @@ def test_half_written_target_is_converted_again(tiny_gguf, cache_dir, monkeypatc
     assert "has no config.json" in caplog.text
     assert find_converted(tiny_gguf) == target
     assert _temp_dirs(cache_dir) == []
+
+
+def test_conversion_logs_the_time_it_took(tiny_gguf, cache_dir, monkeypatch, caplog):
+    """The first load says how long the conversion took, measured (a fake clock moves 78.4 s meanwhile)."""
+    now = [500.0]
+
+    def slow_convert(tmp, gguf_path, sha256):
+        _fake_convert(tmp, gguf_path, sha256)
+        now[0] += 78.4
+
+    monkeypatch.setattr(gguf_mod, "_convert_into", slow_convert)
+    clock = SimpleNamespace(perf_counter=lambda: now[0], time=time.time, sleep=time.sleep)
+    monkeypatch.setattr(gguf_mod, "time", clock)  # this module's clock only
+    with caplog.at_level(logging.INFO, logger="llm_collapse.backends.gguf"):
+        target = converted_gguf_dir(tiny_gguf)
+        converted_gguf_dir(tiny_gguf)  # converted already: nothing to time
+    assert caplog.text.count("Converted tiny-llama-f32.gguf in 78 s; later loads read") == 1
+    assert f"later loads read {target} in about a second" in caplog.text
