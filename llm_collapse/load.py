@@ -43,10 +43,13 @@ def load_embedder(
     tensor_parallel_size: int = 1,
     backend_options: dict | None = None,
 ) -> Embedder:
-    """Loads a registered embedder (see `list_embedders`) or ``echo:<name-or-path>``.
+    """Loads a registered embedder (see `list_embedders`), ``echo:<name-or-path>`` or a model folder.
 
     Args:
-        name: Registry name or alias (``"mistral"``, ``"nv-embed"``, ``"minilm"``, ``"echo:gemma3-270m"``...).
+        name: Registry name or alias (``"mistral"``, ``"nv-embed"``, ``"minilm"``, ``"echo:gemma3-270m"``...),
+            ``"st:PATH"`` (a sentence-transformers folder: its pooling, ``max_seq_length`` and prompts) or
+            ``"hf:PATH"`` (a transformers folder, pooled as sentence-transformers would); see
+            `llm_collapse.adapters.folder`.
         path: Local model folder or ``.gguf`` file; overrides the hub id / PyPI package.
         backend: ``"hf"`` (transformers/Accelerate) or ``"vllm"`` (optional install; pooled vectors only, see
             `llm_collapse.backends.vllm`).

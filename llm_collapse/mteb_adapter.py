@@ -188,30 +188,17 @@ class MTEBEncoder:
         """The ``mteb.ModelMeta`` mteb files results under (recomputed unless a wrapper assigned one)."""
         if self._meta_override is not None:
             return self._meta_override
-        from mteb.models.model_meta import ModelMeta
 
         spec = self.embedder.spec
-        return ModelMeta(
+        return model_meta_for(
+            spec,
             loader=None,
             name=self.model_name,
             revision=self.revision,
-            release_date=None,
-            languages=None,
             n_parameters=sum(p.numel() for p in self.embedder.model.parameters()),
-            memory_usage_mb=None,
             max_tokens=self.embedder.max_length,
             embed_dim=self.embedder.dim,
-            license=None,
-            open_weights=True,
-            public_training_code=None,
-            public_training_data=None,
-            framework=["PyTorch", "Transformers"],
-            reference=f"https://huggingface.co/{spec.hub_id}" if spec.hub_id else None,
-            similarity_fn_name="cosine",
             use_instructions=self.takes_instruction,
-            training_datasets=None,
-            adapted_from=spec.hub_id,
-            modalities=["text"],
             experiment_kwargs=None,
             citation=None,
             contacts=None,
@@ -378,3 +365,28 @@ def _collect_texts(inputs: Iterable[dict[str, Any]]) -> list[str]:
                 raise ValueError(f"mteb batch text #{len(texts)} is {type(text).__name__}, expected str")
             texts.append(text)
     return texts
+
+
+def model_meta_for(spec, **fields):
+    """An `mteb.ModelMeta` for an embedder spec: the fields every entry of this package shares, then ``fields``
+    (name, revision, loader, sizes...), which win."""
+    from mteb.models.model_meta import ModelMeta
+
+    shared = dict(
+        release_date=None,
+        languages=None,
+        n_parameters=None,
+        memory_usage_mb=None,
+        embed_dim=None,
+        license=None,
+        open_weights=True,
+        public_training_code=None,
+        public_training_data=None,
+        framework=["PyTorch", "Transformers"],
+        reference=f"https://huggingface.co/{spec.hub_id}" if spec.hub_id else None,
+        similarity_fn_name="cosine",
+        training_datasets=None,
+        adapted_from=spec.hub_id,
+        modalities=["text"],
+    )
+    return ModelMeta(**{**shared, **fields})

@@ -1,5 +1,6 @@
-"""Embedder adapters: the registry of model specs, name resolution (including ``echo:<model>``) and
-`register_embedder` for specs written as data (`llm_collapse.adapters.spec_file`)."""
+"""Embedder adapters: the registry of model specs, name resolution (including ``echo:<model>`` and the folder
+models ``st:PATH`` / ``hf:PATH``, `llm_collapse.adapters.folder`) and `register_embedder` for specs written as data
+(`llm_collapse.adapters.spec_file`)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,25 @@ from pathlib import Path
 
 from llm_collapse.adapters.catalog import EMBEDDERS
 from llm_collapse.adapters.echo import ECHO_DEFAULT_INSTRUCTION, EchoFormat
+from llm_collapse.adapters.folder import FOLDER_PREFIXES, ST_PREFIX, ModelFolderError, hf_keys, st_keys
 from llm_collapse.adapters.spec import EmbedderSpec
 from llm_collapse.adapters.spec_file import SpecError, load_spec_file, spec_from_mapping
 
-__all__ = ["EMBEDDERS", "EmbedderSpec", "SpecError", "list_embedders", "register_embedder", "resolve_spec"]
+__all__ = [
+    "EMBEDDERS",
+    "EmbedderSpec",
+    "ModelFolderError",
+    "SpecError",
+    "folder_spec",
+    "list_embedders",
+    "register_embedder",
+    "resolve_spec",
+]
 
 logger = logging.getLogger(__name__)
 
 ECHO_PREFIX = "echo:"
+_RESERVED = (ECHO_PREFIX, *FOLDER_PREFIXES)
 
 
 def list_embedders() -> list[str]:
@@ -48,10 +60,8 @@ def register_embedder(spec: EmbedderSpec | Mapping | str | Path) -> EmbedderSpec
             f"register_embedder takes an EmbedderSpec, a mapping or a file path, not {type(spec).__name__}"
         )
     for key in (spec.name, *spec.aliases):
-        if key.lower().startswith(ECHO_PREFIX):
-            raise SpecError(
-                f"embedder name {key!r} starts with {ECHO_PREFIX!r}, which is reserved; rename it"
-            )
+        if (reserved := next((p for p in _RESERVED if key.lower().startswith(p)), None)) is not None:
+            raise SpecError(f"embedder name {key!r} starts with {reserved!r}, which is reserved; rename it")
         if key in EMBEDDERS:
             taken = EMBEDDERS.get(key)
             if taken == spec and taken.name == spec.name:
@@ -64,9 +74,15 @@ def register_embedder(spec: EmbedderSpec | Mapping | str | Path) -> EmbedderSpec
 
 
 def resolve_spec(name: str) -> tuple[EmbedderSpec, Path | None]:
-    """Returns the spec for ``name`` and, for ``echo:/local/dir``, the implied local path."""
+    """Returns the spec for ``name`` and, for ``echo:/local/dir``, the implied local path.
+
+    ``st:PATH`` and ``hf:PATH`` are read from the folder each time (`folder_spec`); their spec names the folder's
+    transformer as its source, so no implied path is returned.
+    """
     if not isinstance(name, str):
         raise TypeError(f"embedder name must be a string, got {type(name).__name__}")
+    if name[:3].lower() in FOLDER_PREFIXES:
+        return folder_spec(name), None
     if not name.lower().startswith(ECHO_PREFIX):
         return EMBEDDERS.get(name), None
     target = name[len(ECHO_PREFIX) :]
@@ -93,3 +109,24 @@ def resolve_spec(name: str) -> tuple[EmbedderSpec, Path | None]:
     if Path(target).expanduser().exists():
         return EmbedderSpec(hub_id=None, source="path", **echo), Path(target).expanduser()
     return EmbedderSpec(hub_id=target, **echo), None
+
+
+def folder_spec(name: str) -> EmbedderSpec:
+    """The spec of ``st:PATH`` (a sentence-transformers folder) or ``hf:PATH`` (a plain transformers folder).
+
+    Built from the folder's own files (`llm_collapse.adapters.folder`) through the spec-file validation, so it is
+    the spec a file with only ``name`` and ``path`` (plus ``pooling`` for ``hf:``) would give; it is named ``name``
+    as written, like ``echo:PATH``, and is not registered.
+
+    Raises:
+        ModelFolderError: The folder is missing, incomplete, or uses what the package does not reproduce.
+    """
+    prefix, target = name[:3].lower(), name[3:]
+    if not target.strip():
+        raise ModelFolderError(
+            f"{prefix!r} needs a model folder after the colon, e.g. {prefix}/models/all-MiniLM-L6-v2"
+        )
+    keys = st_keys(target) if prefix == ST_PREFIX else hf_keys(target)
+    spec = spec_from_mapping({"name": "folder", **keys}, where=name, read_folder=False)
+    kind = "sentence-transformers" if prefix == ST_PREFIX else "transformers"
+    return replace(spec, name=name, description=f"{kind} folder {target} ({spec.pooling} pooling)")

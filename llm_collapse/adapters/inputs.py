@@ -56,7 +56,7 @@ class InputFormat(Protocol):
 
 
 EosPolicy = Literal["tokenizer", "exactly-one", "as-text"]
-PoolSpan = Literal["all", "skip-bos", "skip-instruction"]
+PoolSpan = Literal["all", "skip-bos", "skip-instruction", "first"]
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,9 @@ class TemplateFormat:
             tokenizer's.
         pool_span: ``"all"``: every real token. ``"skip-bos"``: all but a leading BOS.
             ``"skip-instruction"``: zero the first ``len(tokenizer.tokenize(prefix))`` positions, where
-            ``prefix`` is the query template up to ``{text}`` (NV-Embed-v2's ``pool_mask``).
+            ``prefix`` is the query template up to ``{text}`` (NV-Embed-v2's ``pool_mask``). ``"first"``: only
+            the first token (sentence-transformers' ``cls`` pooling, read from a model folder by
+            `llm_collapse.adapters.folder`).
     """
 
     query_template: str = "{text}"
@@ -136,6 +138,8 @@ class TemplateFormat:
         mask = [1] * len(ids)
         if self.pool_span == "skip-bos" and ids and ids[0] == tokenizer.bos_token_id and len(ids) > 1:
             mask[0] = 0
+        elif self.pool_span == "first":
+            mask[1:] = [0] * (len(mask) - 1)
         elif self.pool_span == "skip-instruction" and prefix:
             # NV-Embed-v2 quirk, kept on purpose: the count excludes BOS but starts at position 0, so BOS is
             # masked and the last instruction token stays in the pool.

@@ -1,6 +1,7 @@
 """Embedder specs as data files (YAML or JSON): a new checkpoint without editing `llm_collapse.adapters.catalog`.
 
-A file holds one mapping; only ``name`` and ``pooling`` are required (JSON takes the same keys)::
+A file holds one mapping; only ``name`` and ``pooling`` are required, ``pooling`` not when ``path`` is a
+sentence-transformers folder (see Decisions; JSON takes the same keys)::
 
     name: my-qwen3                     # letters, digits, '.', '_', '-'; not an already registered name
     path: ./checkpoints/my-qwen3       # local model folder, relative to this file (or hub_id: org/model)
@@ -9,7 +10,7 @@ A file holds one mapping; only ``name`` and ``pooling`` are required (JSON takes
     document_template: "{text}"
     eos: exactly-one                   # tokenizer | exactly-one | as-text
     eos_token: "<|endoftext|>"         # the token eos appends (default: the tokenizer's EOS)
-    pool_span: all                     # all | skip-bos | skip-instruction
+    pool_span: all                     # all | skip-bos | skip-instruction | first
     pooling: last                      # last | mean
     attention: causal                  # causal | bidirectional
     attn_implementation: sdpa          # sdpa | eager | banded | chunked | flash_attention_2 | flex_attention
@@ -31,6 +32,10 @@ Decisions
     - The built-in specs stay in Python (`catalog.py`), where each field sits next to its model-card comment.
     - ``path`` is resolved against the file's folder and must exist when the file is read; ``--model-path`` /
       ``path=`` still override it, as for built-in models.
+    - A ``path`` that is a sentence-transformers folder (it has ``modules.json``) supplies every key the file
+      leaves out: pooling and pool span, ``max_length`` (``max_seq_length``) and the prompts as templates, and
+      ``path`` becomes its transformer folder (`llm_collapse.adapters.folder.st_keys`; ``pooling`` is then not
+      required). Keys the file gives win. ``st:PATH`` is the same without a file.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from llm_collapse.adapters.folder import st_keys
 from llm_collapse.adapters.inputs import TemplateFormat
 from llm_collapse.adapters.spec import ATTENTIONS, EmbedderSpec
 from llm_collapse.errors import UserError
@@ -51,7 +57,7 @@ from llm_collapse.utils.types import matches
 from llm_collapse.utils.yamlfile import read_yaml_mapping
 
 EOS_POLICIES: tuple[str, ...] = ("tokenizer", "exactly-one", "as-text")
-POOL_SPANS: tuple[str, ...] = ("all", "skip-bos", "skip-instruction")
+POOL_SPANS: tuple[str, ...] = ("all", "skip-bos", "skip-instruction", "first")
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = (
     "sdpa", "eager", "banded", "chunked", "flash_attention_2", "flash_attention_3", "flex_attention",
 )  # fmt: skip
@@ -134,19 +140,25 @@ def load_spec_file(path: str | Path) -> EmbedderSpec:
     return spec_from_mapping(data, where=str(path), base_dir=file.resolve().parent)
 
 
-def spec_from_mapping(data: object, *, where: str, base_dir: Path | None = None) -> EmbedderSpec:
+def spec_from_mapping(
+    data: object, *, where: str, base_dir: Path | None = None, read_folder: bool = True
+) -> EmbedderSpec:
     """Validates a spec mapping (a file's content, or a dict passed to `register_embedder`).
 
     Args:
         data: The mapping of spec keys (see the module docstring).
         where: What to name in error messages (the file, or ``register_embedder``).
         base_dir: Folder a relative ``path`` is resolved against (the file's; default the working directory).
+        read_folder: Fill the keys ``data`` leaves out from a sentence-transformers ``path`` (False: ``data`` is
+            complete, as `llm_collapse.adapters.folder_spec` builds it).
     """
     if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
         raise SpecError(f"embedder spec {where}: must hold a mapping of key: value, e.g. 'name: my-model'")
     unknown = sorted(set(data) - set(KEYS))
     if unknown:
         raise SpecError(f"embedder spec {where}: unknown keys {unknown}; allowed: {', '.join(KEYS)}")
+    if read_folder:
+        data = _with_folder_defaults(data, base_dir)
     for key in _REQUIRED:
         if key not in data:
             raise SpecError(
@@ -176,6 +188,20 @@ _AS_IS = ("name", "hub_id", "pooling", "attention", "attn_implementation", "max_
 """Keys that are `EmbedderSpec` fields of the same name and value."""
 _FORMAT = ("query_template", "document_template", "eos", "pool_span", "eos_token")
 """Keys that are `TemplateFormat` fields of the same name and value."""
+
+
+def _with_folder_defaults(data: Mapping, base_dir: Path | None) -> Mapping:
+    """``data`` with the keys it leaves out read from ``path`` when that is a sentence-transformers folder."""
+    path = data.get("path")
+    if not isinstance(path, str) or not path.strip():
+        return data
+    folder = Path(path).expanduser()
+    if not folder.is_absolute():
+        folder = (base_dir or Path.cwd()) / folder
+    if not (folder / "modules.json").is_file():
+        return data
+    keys = st_keys(folder)
+    return {**keys, **data, "path": keys["path"]}
 
 
 def _listed(value: str | list[str]) -> tuple[str, ...]:
