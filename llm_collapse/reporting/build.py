@@ -1,14 +1,17 @@
 """Assemble report.md and a self-contained report.html from loaded runs, written atomically.
 
 The report is a list of blocks (heading, paragraph, bullet list, table, figure) rendered twice, to
-markdown and to HTML, so the two always say the same. Sections: run summary, summary table, one section
-per task (figures, each value-vs-length figure followed by its values table), the temperature sweep, and
-Caveats.
+markdown and to HTML, so the two always say the same; inline markup (bold, code, links) is read by
+markdown-it-py (`llm_collapse.reporting.markup`). Sections: run summary, summary table, one section per task
+(figures, each value-vs-length figure followed by its values table), the temperature sweep, and Caveats.
 
 Decisions:
 
 - Self-contained HTML: PNGs are embedded as ``data:image/png;base64,`` URIs, CSS is inline, nothing is
   fetched. report.md links the PNGs under ``figures/``.
+- A figure's title is drawn once, in its PNG (which the study report and the README show on their own); the
+  report gives it as the image's alt text, followed by a caption that says how to read it, not a heading.
+- Every table sits in a ``<div class="scroll">`` that scrolls sideways, so a wide table never widens the page.
 - Byte-identical rebuilds: no build time, no absolute paths (runs are named by their label), sorted
   iteration, deterministic PNGs (see `figures`).
 - Atomic: everything is rendered into a staging folder (inside ``out_dir`` when it exists, else in its
@@ -45,10 +48,10 @@ from llm_collapse.reporting.figures import (
 )
 from llm_collapse.reporting.frames import ReportData, load_runs, metric_info, sorted_methods
 from llm_collapse.reporting.length_effects import decomposition_table, interaction_table
+from llm_collapse.reporting.markup import inline_html
 from llm_collapse.reporting.significance import table_legend
 from llm_collapse.reporting.tables import (
     Table,
-    inline_html,
     models_table,
     summary_legend,
     summary_models,
@@ -74,7 +77,7 @@ CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 line-height:1.45;color:#222}
 h1,h2,h3{line-height:1.2}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
-table{border-collapse:collapse;margin:.8em 0;font-size:.85em;display:block;overflow-x:auto}
+.scroll{overflow-x:auto;margin:.8em 0}table{border-collapse:collapse;font-size:.85em}
 th,td{border:1px solid #ccc;padding:.25em .5em;vertical-align:top}th{background:#f3f3f3}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 figure{margin:1em 0}img{max-width:100%;height:auto}figcaption{font-size:.9em;color:#555}
@@ -148,7 +151,7 @@ def render_html(blocks: Sequence[Block], title: str, *, embed_images: bool = Tru
         elif isinstance(block, Bullets):
             body.append("<ul>\n" + "\n".join(f"<li>{inline_html(i)}</li>" for i in block.items) + "\n</ul>")
         elif isinstance(block, Table):
-            body.append(block.to_html())
+            body.append(f'<div class="scroll">\n{block.to_html()}\n</div>')
         elif isinstance(block, Image):
             if embed_images:
                 src = "data:image/png;base64," + base64.b64encode(block.path.read_bytes()).decode("ascii")
@@ -392,7 +395,7 @@ def task_sections(data: ReportData, figures: Sequence[FigureFile], out_root: Pat
 
 def _figure_blocks(data: ReportData, fig: FigureFile, out_root: Path) -> list[Block]:
     rel = fig.path.relative_to(out_root).as_posix()
-    blocks: list[Block] = [Heading(3, fig.title), Image(fig.path, rel, fig.title, fig.caption)]
+    blocks: list[Block] = [Image(fig.path, rel, fig.title, fig.caption)]
     if fig.kind == "length":
         table = values_by_length(data, fig.task, fig.metric, fig.corpus)
         if table is not None:

@@ -6,13 +6,13 @@ the temperature sweep over every task (`SWEEP_KIND`). Adding a kind: write its p
 Figures (file names are slugified, deterministic, and unique within a report):
 
 - ``{task}-{metric}-{corpus}.png`` (``length``): value vs length (log2 axis), one panel per model, one line
-  per method, CI bands where ``ci_low``/``ci_high`` exist. For every metric of every task that declares it
-  (all but ``layerwise``; passkey/needle use their overall rows: depth NaN, or the n-weighted mean over
-  depths). Acc@1 of a retrieval task gets a grey dashed line labelled "chance": 1 / the candidate documents
-  at each length, as the run recorded them (run.json ``inputs.retrieval``; runs without that record get no
-  line).
+  per method, CI bands where ``ci_low``/``ci_high`` exist (error bars for a line of one length). For every
+  metric of every task that declares it (all but ``layerwise``; passkey/needle use their overall rows: depth
+  NaN, or the n-weighted mean over depths). Acc@1 of a retrieval task gets a grey dashed line labelled
+  "chance": 1 / the candidate documents at each length, as the run recorded them (run.json
+  ``inputs.retrieval``; runs without that record get no line).
 - ``{task}-{metric}-depth-{model}-{corpus}.png`` (``depth``): passkey/needle Acc@1 heatmap, depth (rows) x
-  length (columns), one panel per method of that model.
+  length (columns), one panel per method of that model, each cell its value and n, empty cells hatched.
 - ``{task}-{metric}-position-{corpus}.png`` (``position``): position task Acc@1 vs length, one panel per
   model, colour = method, solid = early / dashed = late (the rows' depth 0.0 / 1.0; `POSITION_LABELS`).
 - ``layerwise-{model}-{corpus}.png`` (``layerwise``): hf_ratio and attention entropy vs layer, one line per
@@ -42,12 +42,22 @@ Decisions:
 - Paired contrasts (``*_vs_base``: method − base) plot like any metric, one line per non-base method, with
   a zero line and a free y axis; they are left out of the temperature sweep.
 - Missing data never raises: a figure whose rows are absent is skipped with an INFO log.
+- A line of one point (a single length) gets an error bar instead of a band (a band over one x is invisible),
+  and where a panel has one length its methods are dodged a little apart on the log2 axis so that their
+  bars do not hide each other (`_dodge`).
+- Heatmap cells print the value and its n (queries); a cell without a value is hatched and marked "–", so
+  an empty cell never reads as a low one.
+- Titles and axis labels are wrapped to the figure's width and the panel's height (`_wrap`): a long label
+  never runs into the title or past its panel. The figure's title is drawn once, in the PNG (the report
+  names the figure by its alt text and caption only), because the PNGs are also shown on their own (the
+  study report, the README).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +71,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator  # noqa: E402
 
 from llm_collapse.reporting.frames import (  # noqa: E402
@@ -92,6 +103,10 @@ RC = {
     "savefig.dpi": DPI,
 }
 PNG_METADATA = {"Software": None}
+TITLE_SIZE = 12  # pt: matplotlib's "large" at font.size 10, the suptitle's size
+CHAR_WIDTH = 0.55  # average glyph width of DejaVu Sans in em (measured on the labels), to wrap text to inches
+DODGE_LOG2 = 0.12  # how far apart (log2 units) the methods of a one-length panel are drawn
+EMPTY_CELL = "–"
 TASK_ORDER: tuple[str, ...] = tuple(TASKS)
 POSITION_LABELS: dict[float, str] = {0.0: "early", 1.0: "late"}  # depth of a position row -> its name
 _POSITION_DASHES: tuple[tuple[float, ...], ...] = ((), (5.0, 2.0))
@@ -200,13 +215,67 @@ def _log2_lengths(ax, lengths: Sequence[float]) -> None:
         ax.set_xlim(ticks[0] / 1.5, ticks[0] * 1.5)
 
 
+def _wrap(text: str, inches: float, fontsize: float) -> str:
+    """``text`` broken into lines that fit ``inches`` at ``fontsize`` (pt), at spaces only."""
+    width = max(12, int(inches * 72 / (CHAR_WIDTH * fontsize)))
+    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
+
+
+def _wrap_ylabel(ax, label: str) -> None:
+    """The y label, wrapped to the panel's height (it runs along the axis, so a longer one overlaps the title)."""
+    height = ax.get_position().height * ax.figure.get_figheight()
+    ax.set_ylabel(_wrap(label, 0.95 * height, RC["axes.labelsize"]))
+
+
+def _suptitle(fig: plt.Figure, title: str) -> None:
+    """The figure's one title, left-aligned and wrapped to the width of the figure and its legend (placed
+    outside on the right, so that a one-panel figure's title may run above the legend)."""
+    renderer = fig.canvas.get_renderer()
+    legends = sum(legend.get_window_extent(renderer).width for legend in fig.legends) / fig.dpi
+    text = _wrap(title, fig.get_figwidth() + legends, TITLE_SIZE)
+    fig.suptitle(text, fontsize=TITLE_SIZE, x=0.01, horizontalalignment="left")
+
+
 def _ci_bands(ax, data: pd.DataFrame, x: str, by: str, colors: dict) -> None:
-    """One band per line (``by`` value) from the rows' own CIs."""
+    """One band per line (``by`` value) from the rows' own CIs; a line of one point gets an error bar."""
     band = data.dropna(subset=["ci_low", "ci_high"]).sort_values(x)
     for key, color in colors.items():
         line = band[band[by] == key]
-        if len(line):
+        if line[x].nunique() == 1:
+            below = np.maximum(line["value"] - line["ci_low"], 0.0)
+            above = np.maximum(line["ci_high"] - line["value"], 0.0)
+            ax.errorbar(
+                line[x],
+                line["value"],
+                yerr=[below, above],
+                fmt="none",
+                ecolor=color,
+                elinewidth=1.3,
+                capsize=4,
+            )
+        elif len(line):
             ax.fill_between(line[x], line["ci_low"], line["ci_high"], color=color, alpha=0.12, linewidth=0)
+
+
+def _dodge(rows: pd.DataFrame, col: str, x: str, by: str, order: Sequence[str]) -> pd.DataFrame:
+    """``rows`` with the ``x`` (a length, log2 axis) of each panel that has one length moved apart per line.
+
+    The lines (``by`` values, in ``order``) of such a panel sit `DODGE_LOG2` apart, centred on the length;
+    panels with several lengths are left as they are.
+    """
+    single = rows.groupby(col)[x].transform("nunique") == 1
+    if not single.any():
+        return rows
+    rank = {key: i for i, key in enumerate(order)}
+    out = rows.assign(**{x: rows[x].astype(float)})
+    for _, panel in rows[single].groupby(col):
+        keys = sorted(panel[by].unique(), key=lambda k: rank.get(k, len(rank)))
+        if len(keys) < 2:
+            continue
+        step = min(DODGE_LOG2, 0.8 / (len(keys) - 1))
+        shift = {k: (i - (len(keys) - 1) / 2) * step for i, k in enumerate(keys)}
+        out.loc[panel.index, x] = panel[x] * np.exp2(panel[by].map(shift).astype(float))
+    return out
 
 
 def _facets(
@@ -221,14 +290,19 @@ def _facets(
 ) -> sns.FacetGrid:
     """One panel per ``col`` value (`MAX_COLUMNS` a row, own axes), one line per ``hue`` (or ``style``) value.
 
-    seaborn draws the lines from one row per point (``errorbar=None``: nothing is bootstrapped); the bands
+    A panel with one length has its lines dodged apart (`_dodge`; the caller sets the ticks from its own
+    rows). seaborn draws the lines from one row per point (``errorbar=None``: nothing is bootstrapped); the bands
     are the rows' CIs in the colour of their line (``band_colors``, keyed like ``style``, else ``palette``).
     FacetGrid needs a unique index; merged rows may repeat one, so they get a fresh one. Panels are filled
     in a loop rather than with ``map_dataframe``, which runs one more ``tight_layout`` (slow) per call.
     """
     col_order = col_order or sorted(rows[col].unique())
+    rows = rows.reset_index(drop=True)
+    if x == "length":
+        by = str(line_kws.get("style", hue))
+        rows = _dodge(rows, col, x, by, list(line_kws.get("style_order") or palette))
     g = sns.relplot(
-        data=rows.reset_index(drop=True), kind="line", x=x, y="value", col=col, col_order=col_order,
+        data=rows, kind="line", x=x, y="value", col=col, col_order=col_order,
         col_wrap=min(len(col_order), MAX_COLUMNS), hue=hue, hue_order=list(palette), palette=palette,
         errorbar=None, legend=False, height=PANEL_SIZE[1], aspect=PANEL_SIZE[0] / PANEL_SIZE[1],
         facet_kws={"sharex": False, "sharey": False, "despine": False}, **line_kws,
@@ -246,10 +320,17 @@ def _panels(g: sns.FacetGrid, rows: pd.DataFrame, col: str) -> list[tuple[str, p
 def _finish(
     g: sns.FacetGrid, title: str, legend_title: str, handles: list[Line2D], **labels: str
 ) -> plt.Figure:
-    """The same axis ``labels`` on every panel, one legend (``handles``, in order) and the figure title."""
+    """The same axis ``labels`` on every panel, one legend (``handles``, in order) and the figure title.
+
+    Layout runs twice: the y labels are wrapped to the panels' heights once the first layout has set them.
+    """
+    ylabel = labels.pop("ylabel", None)
     g.set(**labels)
     g.figure.legend(handles=handles, title=legend_title, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    g.figure.suptitle(title)
+    _suptitle(g.figure, title)
+    g.tight_layout()
+    for ax in g.axes.flat:
+        _wrap_ylabel(ax, ylabel if ylabel is not None else ax.get_ylabel())
     g.tight_layout()
     return g.figure
 
@@ -379,6 +460,9 @@ def plot_metric_vs_length(
 def plot_depth_heatmap(rows: pd.DataFrame, metric: str, title: str) -> plt.Figure:
     """Heatmap of ``metric`` over depth (rows) x length (columns), one panel per method of one model.
 
+    Every panel has every depth and length of the figure; a cell without a value is hatched and marked "–".
+    Cells print the value over its n.
+
     Args:
         rows: Per-depth rows of one task, metric, corpus and model.
         metric: The metric (colour bar label).
@@ -394,25 +478,54 @@ def plot_depth_heatmap(rows: pd.DataFrame, metric: str, title: str) -> plt.Figur
             height=3.4, aspect=4.6 / 3.4, sharex=False, sharey=False, despine=False,
         )  # fmt: skip
         bounded, label = _is_fraction(metric, rows["value"]), metric_info(metric).label
+        depths = sorted(float(d) for d in rows["depth"].unique())
+        lengths = sorted(int(n) for n in rows["length"].unique())
         for method, ax in g.axes_dict.items():
-            _heatmap(ax, rows[rows["method"] == method], bounded, label if method == methods[-1] else None)
+            _heatmap(
+                ax, rows[rows["method"] == method], depths, lengths, bounded,
+                label if method == methods[-1] else None,
+            )  # fmt: skip
         g.set_titles("{col_name}").set(xlabel="length (tokens)", ylabel="depth")
-        g.figure.suptitle(title)
+        _suptitle(g.figure, title)
         g.tight_layout()
     return g.figure
 
 
-def _heatmap(ax, data: pd.DataFrame, bounded: bool, bar_label: str | None) -> None:
-    """One method's depth x length grid (0..1 colours when ``bounded``), with a colour bar if ``bar_label``."""
-    grid = data.pivot_table(index="depth", columns="length", values="value", aggfunc="mean")
-    grid = grid.sort_index().sort_index(axis=1)
+def _heatmap(
+    ax, data: pd.DataFrame, depths: list[float], lengths: list[int], bounded: bool, bar_label: str | None
+) -> None:
+    """One method's depth x length grid (0..1 colours when ``bounded``), with a colour bar if ``bar_label``.
+
+    Each cell prints its value over ``n=``; a cell without a finite value is hatched and prints `EMPTY_CELL`.
+    """
+    data = data.assign(value=data["value"].where(np.isfinite(data["value"])))
+    grid = data.pivot_table(index="depth", columns="length", values="value", aggfunc="mean", dropna=False)
+    grid = grid.reindex(index=depths, columns=lengths)
+    counts = data.dropna(subset=["value"]).pivot_table(
+        index="depth", columns="length", values="n", aggfunc="sum"
+    )
+    counts = counts.reindex(index=depths, columns=lengths)
+    text = [
+        [_cell_text(grid.iat[i, j], counts.iat[i, j]) for j in range(len(lengths))]
+        for i in range(len(depths))
+    ]
     sns.heatmap(
-        grid, ax=ax, annot=True, fmt=".2f", annot_kws={"fontsize": 8}, cmap="viridis",
-        vmin=0.0 if bounded else None, vmax=1.0 if bounded else None, cbar=bar_label is not None,
+        grid, ax=ax, annot=np.array(text, dtype=object), fmt="", annot_kws={"fontsize": 7.5 if len(depths) <= 6 else 6},
+        cmap="viridis", vmin=0.0 if bounded else None, vmax=1.0 if bounded else None, cbar=bar_label is not None,
         cbar_kws={"label": bar_label},
     )  # fmt: skip
-    ax.set_xticklabels([length_label(c) for c in grid.columns], rotation=0)
-    ax.set_yticklabels([f"{d:.2f}" for d in grid.index], rotation=0)
+    for i, j in zip(*np.nonzero(grid.isna().to_numpy()), strict=True):
+        ax.add_patch(Rectangle((j, i), 1, 1, fill=False, hatch="///", edgecolor="0.75", linewidth=0))
+        ax.text(j + 0.5, i + 0.5, EMPTY_CELL, ha="center", va="center", color="0.2", fontsize=14)
+    ax.set_xticklabels([length_label(c) for c in lengths], rotation=0)
+    ax.set_yticklabels([f"{d:.2f}" for d in depths], rotation=0)
+
+
+def _cell_text(value: float, n: float) -> str:
+    """A heatmap cell: the value over its n (no n line when n is unknown); "" for an empty cell."""
+    if pd.isna(value):
+        return ""
+    return f"{value:.2f}" if pd.isna(n) else f"{value:.2f}\nn={int(n)}"
 
 
 def position_label(depth: float) -> str:
@@ -542,13 +655,14 @@ def plot_overview(rows: pd.DataFrame, metric: str, methods: Sequence[str], title
                 )
             _log2_lengths(ax, rows["length"].unique())
             ax.set_xlabel("length (tokens)")
-        left.set_ylabel(metric_info(metric).label)
-        right.set_ylabel("(method − base) − same at shortest")
         right.axhline(0.0, color="0.5", linestyle=":", linewidth=1)
         left.set_title("each method")
         right.set_title("method x length interaction (paired)")
         fig.legend(handles=[styles.handle(m) for m in methods], loc="center left", bbox_to_anchor=(1.0, 0.5))
-        fig.suptitle(title)
+        _suptitle(fig, title)
+        fig.tight_layout()
+        _wrap_ylabel(left, metric_info(metric).label)
+        _wrap_ylabel(right, "(method − base) − same at shortest")
         fig.tight_layout()
         return fig
 
@@ -683,9 +797,10 @@ def _other_layer_methods(rows: pd.DataFrame) -> str:
 def _length_caption(f: _Figure) -> str:
     direction = f"; {metric_info(f.metric).direction}" if metric_info(f.metric).direction else ""
     chance = "; dashed: chance (1 / candidate documents)" if f.chance_lines else ""
+    bands = "error bars" if f.rows["length"].nunique() == 1 else "bands"
     return (
         f"{f.label[0].upper()}{f.label[1:]} vs length (log2 axis) on corpus {f.corpus}; one panel per model, "
-        f"one line per method, bands are the reported CIs{direction}{chance}."
+        f"one line per method, {bands} are the reported CIs{direction}{chance}."
     )
 
 
@@ -714,7 +829,8 @@ FIGURE_KINDS: dict[str, FigureKind] = {
             title=lambda f: f"{f.task}: {f.label} by depth and length, {f.panel} ({f.corpus})",
             caption=lambda f: (
                 f"{f.label} of {f.model} on {f.corpus} by needle depth (rows, bin centres) and length "
-                "(columns); one panel per method."
+                "(columns), each cell its value over n (queries), hatched where there is none; one panel per "
+                "method."
             ),
             slug=lambda f: (f.task, f.metric, "depth", f.model, f.corpus),
         ),

@@ -194,10 +194,16 @@ def _overview_blocks(root: Path, overview: Overview) -> list:
         raise StudyError(
             f"overview: {overview.run} has no {overview.metric} rows of {overview.model} for {missing}"
         )
-    title = f"{overview.model}: {metric_info(overview.metric).label}, run {overview.run}"
+    label = metric_info(overview.metric).label
+    title = f"{overview.model}: {label}, run {overview.run}"
+    caption = (
+        f"Left: {label} against length per method (bands: 95% CIs); right: each method's interaction with "
+        "length, (method − base) at a length minus the same at the shortest, paired over the same texts (0: the "
+        "method does not change what length does)."
+    )
     path = root / "figures" / "overview.png"
     save_figure(plot_overview(rows, overview.metric, overview.methods, title), path)
-    return [Image(path, "figures/overview.png", "overview", title)]
+    return [Image(path, "figures/overview.png", "overview", caption)]  # the title is drawn in the PNG
 
 
 def _question(item: object, where: str) -> Question:

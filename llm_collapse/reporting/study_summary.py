@@ -3,7 +3,9 @@
 A question's ``answer`` (in the questions file; a mapping, or a list of them for a question with several claims)
 states one ``claim`` in a few words and names the paired row that tests it: the run, model, method, metric (a
 ``*_vs_shortest``, ``*_vs_base``, ``*_vs_base_vs_shortest`` or ``*_vs_reference`` row: the same items on both
-sides) and length, and the reading that means "yes" (``asks``: one of `ASKS`).
+sides) and length, and the reading that means "yes" (``asks``: one of `ASKS`; ``higher``/``lower`` for a
+metric without a collapse or quality direction, such as the per-layer ones). A per-layer row also names its
+``layer`` (optional key; the hidden state or attention layer index of the run's rows).
 The row's test (`llm_collapse.reporting.significance.paired_test`) is Holm-adjusted across the table, like
 every table of the reports:
 
@@ -31,8 +33,9 @@ from llm_collapse.reporting.significance import ALPHA, equivalence_p, paired_tes
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
 from llm_collapse.tasks.registry import metric_info
 
-ASKS = ("more collapse", "less collapse", "better", "worse", "more drift", "less drift")
+ASKS = ("more collapse", "less collapse", "better", "worse", "more drift", "less drift", "higher", "lower")
 ANSWER_KEYS = ("claim", "run", "model", "method", "metric", "length", "asks")
+OPTIONAL_KEYS = ("layer",)
 HEADERS = ("question: claim", "answer", "difference [95% CI]", "N", "test, Holm p", "row")
 
 
@@ -48,11 +51,16 @@ class Answer:
     metric: str
     length: int
     asks: str
+    layer: int | None = None
 
     @property
     def label(self) -> str:
-        """How the row is cited: ``run: model / method, task/metric @length``."""
-        return f"{self.run}: {self.model} / `{self.method}`, `{self.task}/{self.metric}` {length_text(self.length)}"
+        """How the row is cited: ``run: model / method, task/metric @length`` (and ``layer k``)."""
+        where = "" if self.layer is None else f" layer {self.layer}"
+        return (
+            f"{self.run}: {self.model} / `{self.method}`, `{self.task}/{self.metric}`{where} "
+            f"{length_text(self.length)}"
+        )
 
 
 def parse_answers(value: object, where: str, error: type[Exception]) -> tuple[Answer, ...]:
@@ -67,9 +75,14 @@ def parse_answer(value: object, where: str, error: type[Exception]) -> Answer:
         "e.g. {claim: collapse at 32k, run: tau32k, model: gemma3-270m, method: base, metric: "
         "collapse/global_centroid_distance_vs_shortest, length: 32768, asks: more collapse}"
     )
-    if not isinstance(value, dict) or sorted(value) != sorted(ANSWER_KEYS):
+    if (
+        not isinstance(value, dict)
+        or not set(ANSWER_KEYS) <= set(value)
+        or not set(value) <= set(ANSWER_KEYS + OPTIONAL_KEYS)
+    ):
         raise error(
-            f"{where} answer must be a mapping with exactly the keys {', '.join(ANSWER_KEYS)}, {example}"
+            f"{where} answer must be a mapping with exactly the keys {', '.join(ANSWER_KEYS)} (and optionally "
+            f"{', '.join(OPTIONAL_KEYS)}), {example}"
         )
     if not all(isinstance(value[k], str) and value[k].strip() for k in ANSWER_KEYS if k != "length"):
         raise error(f"{where}: every key but length must be a non-empty string, {example}")
@@ -80,6 +93,11 @@ def parse_answer(value: object, where: str, error: type[Exception]) -> Answer:
         raise error(f"{where} answer length {value['length']!r} must be a positive integer, {example}")
     if value["asks"] not in ASKS:
         raise error(f"{where} answer asks {value['asks']!r} is not one of {', '.join(ASKS)}")
+    layer = value.get("layer")
+    if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int) or layer < 0):
+        raise error(
+            f"{where} answer layer {layer!r} must be a non-negative integer (a layer index), {example}"
+        )
     return Answer(
         value["claim"],
         value["run"],
@@ -89,6 +107,7 @@ def parse_answer(value: object, where: str, error: type[Exception]) -> Answer:
         metric,
         value["length"],
         value["asks"],
+        layer,
     )
 
 
@@ -102,7 +121,7 @@ def answer_row(root: Path, answer: Answer, error: type[Exception]) -> pd.Series:
         & (frame["metric"] == answer.metric)
         & (frame["length"] == answer.length)
         & frame["depth"].isna()
-        & frame["layer"].isna()
+        & (frame["layer"].isna() if answer.layer is None else frame["layer"] == answer.layer)
     ]
     if len(match) != 1:
         raise error(
@@ -130,7 +149,8 @@ def verdicts(rows: list[pd.Series], asks: list[str]) -> list[tuple[str, str]]:
         if test is None or not math.isfinite(p):
             out.append(("inconclusive (untested)", "—"))
         elif p <= ALPHA:
-            words = judge(metric, float(row["value"])) or ("higher" if row["value"] > 0 else "lower")
+            sign = "higher" if row["value"] > 0 else "lower"
+            words = sign if wanted in ("higher", "lower") else judge(metric, float(row["value"])) or sign
             out.append(("yes" if words == wanted else f"no: {words}", f"{test.kind}, Holm p{_p(p)}"))
         elif m is not None and q <= ALPHA:
             out.append((f"no: equivalent within ±{m:g}", f"TOST, Holm p{_p(q)}"))

@@ -2,10 +2,10 @@
 
 Decisions:
 
-- No markdown dependency: a `Table` holds cells as text with two inline marks only, ``**bold**`` and
-  ```code```, which `inline_html` turns into HTML after escaping everything else. report.md and report.html
-  are rendered from the same `Table` objects, so they cannot disagree. The markdown comes from the
-  package's one table renderer, `llm_collapse.utils.markdown.markdown_table`.
+- A `Table` holds cells as inline markdown (``**bold**``, ```code```, links); `inline_html`
+  (`llm_collapse.reporting.markup`, markdown-it-py) turns each into HTML, raw HTML escaped. report.md and
+  report.html are rendered from the same `Table` objects, so they cannot disagree. The markdown comes from
+  the package's one table renderer, `llm_collapse.utils.markdown.markdown_table`.
 - Summary table: rows are model x method (x corpus when there are several); for each headline metric
   present, the value at the row's shortest and longest length with its CI, and the change. The change
   is tested (paired when the run stored ``*_vs_shortest`` rows, the prefix design; unpaired otherwise),
@@ -20,9 +20,7 @@ Decisions:
 
 from __future__ import annotations
 
-import html
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,11 +39,11 @@ from llm_collapse.reporting.frames import (
     overall_rows,
     sorted_methods,
 )
+from llm_collapse.reporting.markup import inline_html
 from llm_collapse.reporting.significance import change_test, read_changes
 from llm_collapse.utils.markdown import markdown_table
 
 TINY_MARK = "**(tiny random)**"
-_INLINE = re.compile(r"\*\*(.+?)\*\*|`([^`]+)`")
 
 
 @dataclass(frozen=True)
@@ -77,20 +75,6 @@ class Table:
             for row in self.rows
         )
         return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
-
-
-def inline_html(text: str) -> str:
-    """Escape ``text`` for HTML, turning ``**x**`` into <strong> and ```x``` into <code>."""
-    out, pos = [], 0
-    for match in _INLINE.finditer(text):
-        out.append(html.escape(text[pos : match.start()]))
-        if match.group(1) is not None:
-            out.append(f"<strong>{inline_html(match.group(1))}</strong>")
-        else:
-            out.append(f"<code>{html.escape(match.group(2))}</code>")
-        pos = match.end()
-    out.append(html.escape(text[pos:]))
-    return "".join(out)
 
 
 def fmt(value: float, digits: int = 3) -> str:

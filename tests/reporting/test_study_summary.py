@@ -17,7 +17,7 @@ from llm_collapse.reporting.study_summary import parse_answer
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "reports" / "study"
 ROW = re.compile(
-    r"^(?P<run>[\w-]+): (?P<model>[\w.-]+) / `(?P<method>[^`]+)`, `(?P<task>[\w-]+)/(?P<metric>[^`]+)` @(?P<length>\w+)$"
+    r"^(?P<run>[\w-]+): (?P<model>[\w.-]+) / `(?P<method>[^`]+)`, `(?P<task>[\w-]+)/(?P<metric>[^`]+)`(?: layer (?P<layer>\d+))? @(?P<length>\w+)$"
 )
 Z = sps.norm.ppf(0.975)
 MARGINS = {"pairwise_cosine": 0.01, "centroid_distance": 0.01, "global_centroid_distance": 0.01,
@@ -28,7 +28,10 @@ UP = {"global_centroid_distance": "less collapse", "centroid_distance": "less co
       "pairwise_cosine": "more collapse", "centroid_cosine": "more collapse", "acc@1": "better",
       "knn_accuracy": "better", "knn_cross_accuracy": "better", "cosine_to_fp32": "less drift"}  # fmt: skip
 DOWN = {"less collapse": "more collapse", "more collapse": "less collapse", "better": "worse",
-        "less drift": "more drift"}  # fmt: skip
+        "less drift": "more drift", "higher": "lower"}  # fmt: skip
+# metrics without a collapse or quality direction read as higher/lower (the per-layer ones)
+UP |= {"attention_entropy_normalized": "higher", "attention_entropy": "higher", "hf_ratio": "higher",
+       "hf_ratio_length_free": "higher"}  # fmt: skip
 
 
 def _answers_table() -> list[list[str]]:
@@ -69,7 +72,8 @@ def test_every_answer_cell_matches_the_row_it_cites():
         frame = pd.read_parquet(STUDY / where["run"] / "results.parquet")
         match = frame[(frame.model == where["model"]) & (frame.method == where["method"])
                       & (frame.task == where["task"]) & (frame.metric == where["metric"])
-                      & (frame.length == _length(where["length"])) & frame.depth.isna() & frame.layer.isna()]  # fmt: skip
+                      & (frame.length == _length(where["length"])) & frame.depth.isna()
+                      & (frame.layer.isna() if where["layer"] is None else frame.layer == int(where["layer"]))]  # fmt: skip
         assert len(match) == 1, row
         cited.append((claim, answer, interval, n, test, match.iloc[0]))
     # p-values: the stored paired test, else a Wald test from the paired interval
@@ -131,6 +135,32 @@ def test_every_answer_cell_matches_the_row_it_cites():
                 "asks": "bigger",
             },
             "is not one of",
+        ),  # fmt: skip
+        (
+            {
+                "claim": "x",
+                "run": "r",
+                "model": "m",
+                "method": "base",
+                "metric": "layerwise/hf_ratio_vs_shortest",
+                "length": 64,
+                "asks": "lower",
+                "layer": "last",
+            },
+            "must be a non-negative integer",
+        ),  # fmt: skip
+        (
+            {
+                "claim": "x",
+                "run": "r",
+                "model": "m",
+                "method": "base",
+                "metric": "collapse/pairwise_cosine_vs_base",
+                "length": 64,
+                "asks": "more collapse",
+                "depth": 0.5,
+            },
+            "exactly the keys",
         ),  # fmt: skip
     ],
 )
