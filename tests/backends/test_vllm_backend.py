@@ -1,7 +1,7 @@
 """backend="vllm" against backend="hf" on the same tiny checkpoints (head_dim 64, which vLLM's CPU kernels take).
 
-Runs only in an environment with vLLM (``python -m pytest -m vllm tests/backends/test_vllm_backend.py``); see the README's
-optional vLLM install. Every engine start costs 5-30 s on 2 cores, so one engine per (model, dtype) serves all
+Runs only in an environment with vLLM (``python -m pytest -m vllm tests/backends/test_vllm_backend.py``); see docs/vllm.md for
+the optional vLLM install. Every engine start costs 5-30 s on 2 cores, so one engine per (model, dtype) serves all
 base and TempScale checks (TempScale needs no restart), and only RoPE / window changes restart one.
 
 The vLLM side is driven through the backend's own API (``embed`` on our `EncodedText`s, ``intervene``), with
