@@ -7,7 +7,7 @@ Run: python experiments/study/retrieval_power.py
 
 from __future__ import annotations
 
-from llm_collapse.metrics.power import detectable_difference, mcnemar_power, queries_needed
+from llm_collapse.metrics.power import detectable_difference, holm_level, mcnemar_power, queries_needed
 
 DISCORDANCE = (0.15, 0.2, 0.25, 0.3, 0.4)
 
@@ -25,3 +25,12 @@ for n in (20, 24, 96):
     best = detectable_difference(n)
     row = "  ".join(f"psi {psi:.2f}: {detectable_difference(n, psi):.3f}" for psi in (0.2, 0.3, 0.4))
     print(f"  n = {n:3d}: all discordant one way {best:.3f}  {row}")
+print()
+# retrieval8k.yaml: 3 methods against base at 2 lengths = a Holm family of 6 paired tests (issue 44 item 3)
+family = 6
+level = holm_level(0.05, family)
+print(f"Holm level of the first of {family} tests: {level:.5f}; queries needed for |dAcc@1| = 0.15 (80% power)")
+print("  " + "  ".join(f"psi {psi:.2f}: n >= {queries_needed(0.15, psi, alpha=level)}" for psi in DISCORDANCE))
+for n in (96, 144, 168):
+    row = "  ".join(f"psi {psi:.2f}: {mcnemar_power(n, 0.15, psi, level):.2f}" for psi in DISCORDANCE)
+    print(f"  n = {n:3d}: {row}")
