@@ -178,7 +178,8 @@ def _convert_into(tmp: Path, gguf_path: Path, sha256: str) -> None:
     from transformers import AutoModel, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    loaded = AutoModel.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    with _quiet_tensor_bar():
+        loaded = AutoModel.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     config = loaded.config
     # The copy must not look GGUF-quantized, or from_pretrained would route it back through the GGUF loader.
     if hasattr(config, "quantization_config"):
@@ -188,6 +189,24 @@ def _convert_into(tmp: Path, gguf_path: Path, sha256: str) -> None:
     fresh.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / "SOURCE").write_text(f"{gguf_path.name}\nsha256 {sha256}\n")
+
+
+@contextlib.contextmanager
+def _quiet_tensor_bar() -> Iterator[None]:
+    """transformers draws its GGUF tensor bar with plain ``tqdm.auto`` (not its switchable one): drawn only where
+    a per-batch bar would be (a terminal, no run display open), so redirected logs get no carriage returns."""
+    from functools import partial
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    from llm_collapse.utils.progress import batch_bars
+
+    bar = gguf_utils.tqdm
+    gguf_utils.tqdm = partial(bar, disable=not batch_bars())
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
 
 
 def _publish(tmp: Path, target: Path) -> Path:

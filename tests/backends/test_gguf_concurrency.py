@@ -284,3 +284,18 @@ def test_conversion_logs_the_time_it_took(tiny_gguf, cache_dir, monkeypatch, cap
         converted_gguf_dir(tiny_gguf)  # converted already: nothing to time
     assert caplog.text.count("Converted tiny-llama-f32.gguf in 78 s; later loads read") == 1
     assert f"later loads read {target} in about a second" in caplog.text
+
+
+def test_the_gguf_tensor_bar_is_silent_in_redirected_logs(capsys):
+    """transformers' GGUF tensor bar (plain tqdm) draws nothing when stderr is not a terminal, and is restored."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    from llm_collapse.backends.gguf import _quiet_tensor_bar
+
+    original = gguf_utils.tqdm
+    with _quiet_tensor_bar():
+        assert list(gguf_utils.tqdm(range(3), desc="Converting")) == [0, 1, 2]
+    assert gguf_utils.tqdm is original
+    assert "Converting" not in capsys.readouterr().err
+    list(gguf_utils.tqdm(range(3), desc="Converting", file=sys.stderr))  # the control: the bar itself draws
+    assert "Converting" in capsys.readouterr().err
