@@ -570,7 +570,8 @@ def caveats_section(data: ReportData) -> list[Block]:
 
 
 def report_blocks(data: ReportData, figures: Sequence[FigureFile], out_root: Path) -> list[Block]:
-    """All blocks of the report, in order."""
+    """All blocks of the report, in order: the answer first (the summary table: each metric at the shortest and
+    the longest length, the change tested), then how the run was made, then the per-task tables and figures."""
     warning = (
         [
             Paragraph(
@@ -583,8 +584,8 @@ def report_blocks(data: ReportData, figures: Sequence[FigureFile], out_root: Pat
     return [
         Heading(1, _title(data)),
         *warning,
-        *run_summary(data),
         *summary_section(data),
+        *run_summary(data),
         *task_sections(data, figures, out_root),
         *caveats_section(data),
     ]
