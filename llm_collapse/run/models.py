@@ -3,11 +3,15 @@ max_length fitted to the run's longest length."""
 
 from __future__ import annotations
 
+import logging
+
 import llm_collapse as lc
 from llm_collapse.adapters import resolve_spec
 from llm_collapse.backends.hf import load_tokenizer
 from llm_collapse.backends.weights import WeightsLocation, resolve_weights
 from llm_collapse.run.config import CompareConfig
+
+logger = logging.getLogger(__name__)
 
 
 def reference_tokenizer(config: CompareConfig):
@@ -45,4 +49,11 @@ def fit_max_length(embedder, config: CompareConfig) -> None:
     needed = int(max(config.lengths) * 1.1) + 16  # the longest bin's texts plus prompt and special tokens
     if not embedder.backend.has_rope and embedder.backend.max_positions:
         needed = min(needed, embedder.backend.max_positions)
-    embedder.max_length = max(embedder.max_length, needed)
+    if needed > embedder.max_length:
+        logger.info(
+            "%s: max_length raised from %d to %d tokens for the run's longest length",
+            embedder.name,
+            embedder.max_length,
+            needed,
+        )
+        embedder.max_length = needed

@@ -142,7 +142,9 @@ def test_embedder_uses_only_the_contract(tiny_e5_dir):
 def test_run_helpers_read_has_rope_from_the_contract():
     from llm_collapse.run.models import fit_max_length
 
-    embedder = SimpleNamespace(backend=SimpleNamespace(has_rope=False, max_positions=512), max_length=128)
+    embedder = SimpleNamespace(
+        name="m", backend=SimpleNamespace(has_rope=False, max_positions=512), max_length=128
+    )
     fit_max_length(embedder, SimpleNamespace(lengths=[4096]))
     assert embedder.max_length == 512
     embedder.backend.has_rope = True
