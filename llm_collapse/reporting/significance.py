@@ -135,13 +135,57 @@ def change_test(
     return paired_test(match.iloc[0]) if len(match) == 1 else unpaired_test(metric, start, end)
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """How one change of a table reads after Holm's correction (module docstring).
+
+    ``kind``: ``survives`` (``p`` is its Holm p), ``equivalent`` (``q``: the Holm p of its equivalence test
+    within ±``margin``), ``inconclusive`` (does not survive; its metric has a margin), ``n.s.`` (no margin) or
+    ``untested``.
+    """
+
+    kind: str
+    p: float = math.nan
+    margin: float | None = None
+    q: float = math.nan
+
+
+def holm_verdicts(
+    changes: list[tuple[str, float, Significance | None]], margins: Mapping[str, float] | None = None
+) -> list[Verdict]:
+    """`Verdict` per ``(metric, delta, test)``: Holm across the changes' tests, then, for the ones that do not
+    survive and whose metric has a margin, Holm across their equivalence tests (a family of its own)."""
+    adjusted = holm_adjust([t.p if t is not None else np.nan for _, _, t in changes])
+    margin_of = [
+        margin_for(metric, margins) if test is not None and not p <= ALPHA else None
+        for (metric, _, test), p in zip(changes, adjusted, strict=True)
+    ]
+    equivalence = holm_adjust(
+        [
+            np.nan if m is None else equivalence_p(delta, test.low, test.high, m)
+            for (_, delta, test), m in zip(changes, margin_of, strict=True)
+        ]
+    )
+    out = []
+    for (_, _, test), p, m, q in zip(changes, adjusted, margin_of, equivalence, strict=True):
+        if test is None or not math.isfinite(p):
+            out.append(Verdict("untested"))
+        elif p <= ALPHA:
+            out.append(Verdict("survives", p))
+        elif m is not None and q <= ALPHA:
+            out.append(Verdict("equivalent", p, m, q))
+        else:
+            out.append(Verdict("n.s." if m is None else "inconclusive", p, m))
+    return out
+
+
 def read_changes(
     changes: list[tuple[str, float, Significance | None, int]],
     judge,
     margins: Mapping[str, float] | None = None,
 ) -> list[str]:
     """Cells for a table's changes, Holm-adjusted together; the ones that do not survive get the equivalence
-    reading where their metric has a margin (module docstring).
+    reading where their metric has a margin (module docstring; `holm_verdicts`).
 
     Args:
         changes: ``(metric, delta, test or None, digits)`` per cell.
@@ -154,31 +198,21 @@ def read_changes(
         TOST, Holm p=0.004)``, ``+0.012 (inconclusive; Wald, Holm p=0.41)``, or ``n.s.`` in place of
         "inconclusive" where the metric has no margin; ``+0.012 (untested)`` without a test.
     """
-    adjusted = holm_adjust([t.p if t is not None else np.nan for _, _, t, _ in changes])
-    margin_of = [
-        margin_for(metric, margins) if test is not None and not p <= ALPHA else None
-        for (metric, _, test, _), p in zip(changes, adjusted, strict=True)
-    ]
-    equivalence = holm_adjust(
-        [
-            np.nan if m is None else equivalence_p(delta, test.low, test.high, m)
-            for (_, delta, test, _), m in zip(changes, margin_of, strict=True)
-        ]
-    )
+    verdicts = holm_verdicts([(metric, delta, test) for metric, delta, test, _ in changes], margins)
     cells = []
-    for (metric, delta, test, digits), p, m, q in zip(changes, adjusted, margin_of, equivalence, strict=True):
+    for (metric, delta, test, digits), verdict in zip(changes, verdicts, strict=True):
         number = f"{delta:+.{digits}f}" if math.isfinite(delta) else "n/a"
-        if test is None or not math.isfinite(p):
+        if verdict.kind == "untested":
             cells.append(f"{number} (untested)")
-        elif p <= ALPHA:
+        elif verdict.kind == "survives":
             words = judge(metric, delta) or ("higher" if delta > 0 else "lower")
-            cells.append(f"{number} ({words}; {test.kind}, Holm p{_p_text(p)})")
-        elif m is not None and q <= ALPHA:
-            cells.append(f"{number} (equivalent within ±{m:g}; TOST, Holm p{_p_text(q)})")
-        else:
+            cells.append(f"{number} ({words}; {test.kind}, Holm p{_p_text(verdict.p)})")
+        elif verdict.kind == "equivalent":
             cells.append(
-                f"{number} ({'n.s.' if m is None else 'inconclusive'}; {test.kind}, Holm p{_p_text(p)})"
+                f"{number} (equivalent within ±{verdict.margin:g}; TOST, Holm p{_p_text(verdict.q)})"
             )
+        else:
+            cells.append(f"{number} ({verdict.kind}; {test.kind}, Holm p{_p_text(verdict.p)})")
     return cells
 
 

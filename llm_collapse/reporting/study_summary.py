@@ -20,16 +20,12 @@ Nothing is recomputed: the cells are the run's row (value, 95% interval, N) and 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from llm_collapse.metrics.proportions import margin_for
-from llm_collapse.metrics.stats import holm_adjust
-from llm_collapse.reporting.significance import ALPHA, equivalence_p, paired_test
+from llm_collapse.reporting.significance import holm_verdicts, paired_test
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
 from llm_collapse.tasks.registry import metric_info
 
@@ -131,31 +127,23 @@ def answer_row(root: Path, answer: Answer, error: type[Exception]) -> pd.Series:
 
 
 def verdicts(rows: list[pd.Series], asks: list[str]) -> list[tuple[str, str]]:
-    """``(answer, "test, Holm p")`` per row, Holm-adjusted across ``rows`` (module docstring)."""
+    """``(answer, "test, Holm p")`` per row, Holm-adjusted across ``rows`` (module docstring; the same
+    decision as every report table, `llm_collapse.reporting.significance.holm_verdicts`)."""
     tests = [paired_test(row) for row in rows]
-    adjusted = holm_adjust([t.p if t is not None else np.nan for t in tests])
     base = [str(row["metric"]).split("_vs_", 1)[0] for row in rows]
-    margins = [margin_for(m) if not p <= ALPHA else None for m, p in zip(base, adjusted, strict=True)]
-    equivalence = holm_adjust(
-        [
-            np.nan if m is None or t is None else equivalence_p(float(r["value"]), t.low, t.high, m)
-            for r, t, m in zip(rows, tests, margins, strict=True)
-        ]
-    )
+    decided = holm_verdicts([(m, float(r["value"]), t) for m, r, t in zip(base, rows, tests, strict=True)])
     out = []
-    for row, metric, test, p, m, q, wanted in zip(
-        rows, base, tests, adjusted, margins, equivalence, asks, strict=True
-    ):
-        if test is None or not math.isfinite(p):
+    for row, metric, test, verdict, wanted in zip(rows, base, tests, decided, asks, strict=True):
+        if verdict.kind == "untested":
             out.append(("inconclusive (untested)", "—"))
-        elif p <= ALPHA:
+        elif verdict.kind == "survives":
             sign = "higher" if row["value"] > 0 else "lower"
             words = sign if wanted in ("higher", "lower") else judge(metric, float(row["value"])) or sign
-            out.append(("yes" if words == wanted else f"no: {words}", f"{test.kind}, Holm p{_p(p)}"))
-        elif m is not None and q <= ALPHA:
-            out.append((f"no: equivalent within ±{m:g}", f"TOST, Holm p{_p(q)}"))
+            out.append(("yes" if words == wanted else f"no: {words}", f"{test.kind}, Holm p{_p(verdict.p)}"))
+        elif verdict.kind == "equivalent":
+            out.append((f"no: equivalent within ±{verdict.margin:g}", f"TOST, Holm p{_p(verdict.q)}"))
         else:
-            out.append(("inconclusive", f"{test.kind}, Holm p{_p(p)}"))
+            out.append(("inconclusive", f"{test.kind}, Holm p{_p(verdict.p)}"))
     return out
 
 

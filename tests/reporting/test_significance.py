@@ -137,3 +137,21 @@ def test_study_table_reads_the_paired_row_when_the_run_has_one():
     cells = {r[1]: r[-1] for r in table.rows}
     assert "paired Wald" in cells["`base`"] and "more collapse" in cells["`base`"]
     assert "; Wald," in cells["`tempscale-0.7`"]  # no paired row: unpaired test of the endpoints
+
+
+def test_holm_verdicts_decide_each_kind_as_the_cells_read():
+    """`holm_verdicts` is the one decision behind the report cells and the study's answers: a surviving change,
+    an equivalent one, an inconclusive one (margin, neither), n.s. (no margin) and an untested one."""
+    from llm_collapse.reporting.significance import Significance, holm_verdicts
+
+    changes = [
+        ("pairwise_cosine", 0.30, Significance(1e-6, "paired t", 0.25, 0.35)),  # survives
+        ("pairwise_cosine", 0.001, Significance(0.8, "paired t", -0.002, 0.004)),  # inside ±0.01: equivalent
+        ("pairwise_cosine", 0.02, Significance(0.2, "paired t", -0.01, 0.05)),  # neither
+        ("attention_entropy", 0.02, Significance(0.2, "paired t", -0.01, 0.05)),  # no margin
+        ("pairwise_cosine", 0.02, None),
+    ]
+    verdicts = holm_verdicts(changes)
+    assert [v.kind for v in verdicts] == ["survives", "equivalent", "inconclusive", "n.s.", "untested"]
+    assert verdicts[0].p == pytest.approx(4e-6)  # Holm: the smallest of 4 tests times 4
+    assert verdicts[1].margin == 0.01 and verdicts[1].q <= 0.05
