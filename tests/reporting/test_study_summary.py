@@ -96,75 +96,28 @@ def test_every_answer_cell_matches_the_row_it_cites():
                 assert f"±{MARGINS[base]:g}" in answer and test.startswith("TOST"), claim
 
 
+GOOD = {"claim": "x", "run": "r", "model": "m", "method": "base", "metric": "collapse/pairwise_cosine_vs_base",
+        "length": 64, "asks": "more collapse"}  # fmt: skip  # a valid answer; each bad case changes one key
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
         ({"claim": "x"}, "exactly the keys"),
+        ({**GOOD, "metric": "collapse/pairwise_cosine"}, "must be 'task/<paired metric>'"),
+        ({**GOOD, "length": "64"}, "must be a positive integer"),
+        ({**GOOD, "asks": "bigger"}, "is not one of"),
         (
-            {
-                "claim": "x",
-                "run": "r",
-                "model": "m",
-                "method": "base",
-                "metric": "collapse/pairwise_cosine",
-                "length": 64,
-                "asks": "more collapse",
-            },
-            "must be 'task/<paired metric>'",
-        ),  # fmt: skip
-        (
-            {
-                "claim": "x",
-                "run": "r",
-                "model": "m",
-                "method": "base",
-                "metric": "collapse/pairwise_cosine_vs_base",
-                "length": "64",
-                "asks": "more collapse",
-            },
-            "must be a positive integer",
-        ),  # fmt: skip
-        (
-            {
-                "claim": "x",
-                "run": "r",
-                "model": "m",
-                "method": "base",
-                "metric": "collapse/pairwise_cosine_vs_base",
-                "length": 64,
-                "asks": "bigger",
-            },
-            "is not one of",
-        ),  # fmt: skip
-        (
-            {
-                "claim": "x",
-                "run": "r",
-                "model": "m",
-                "method": "base",
-                "metric": "layerwise/hf_ratio_vs_shortest",
-                "length": 64,
-                "asks": "lower",
-                "layer": "last",
-            },
+            {**GOOD, "metric": "layerwise/hf_ratio_vs_shortest", "asks": "lower", "layer": "last"},
             "must be a non-negative integer",
         ),  # fmt: skip
-        (
-            {
-                "claim": "x",
-                "run": "r",
-                "model": "m",
-                "method": "base",
-                "metric": "collapse/pairwise_cosine_vs_base",
-                "length": 64,
-                "asks": "more collapse",
-                "depth": 0.5,
-            },
-            "exactly the keys",
-        ),  # fmt: skip
+        ({**GOOD, "depth": 0.5}, "exactly the keys"),
     ],
 )
 def test_bad_answers_are_one_line_errors(value, message):
+    assert (
+        parse_answer(GOOD, "q1", StudyError).length == 64
+    )  # the cases differ from a valid answer in one key
     with pytest.raises(StudyError, match=message) as err:
         parse_answer(value, "q1", StudyError)
     assert "\n" not in str(err.value)
