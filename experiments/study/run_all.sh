@@ -7,6 +7,7 @@ cd "$(dirname "$0")/../.."
 runs=(
   minilm layerwise_minilm               # Q1-Q3 on minilm (minutes)
   tau8k tau32k                          # Q1, Q2 on gemma3-270m: the tau sweep to 8k (64 texts), the best tau to 32k (32 texts)
+  tau32k_below1                         # Q1, Q2 to 32k in the paper's direction: tau 0.9 and 0.7, the layer0 control (32 texts)
   rope8k selfextend8k yarn_ntk8k longembed8k  # Q2, Q5: the RoPE baselines and the log schedule to 8k, same 64 texts
   yarn32k ntk32k log32k                 # Q2, Q5: the RoPE baselines and the log schedule to 32k, same texts
   start32k needle_start32k start_rope32k  # Q2, Q5: key at the start, haystack grows, to 32k (paired across lengths)
