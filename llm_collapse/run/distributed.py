@@ -22,19 +22,25 @@ from llm_collapse.run.models import load_for_run
 logger = logging.getLogger(__name__)
 
 
-def world():
-    """accelerate's ``PartialState`` when launched by torchrun/accelerate with several processes, else None."""
+def world(device: str | None = None):
+    """accelerate's ``PartialState`` when launched by torchrun/accelerate with several processes, else None.
+
+    ``device`` is the run's ``--device``: ``cpu`` keeps every rank on the CPU (gloo) on a machine with GPUs;
+    otherwise the ranks take the GPUs when there are any (accelerate gives each rank its own)."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None
     from accelerate import PartialState
 
-    return PartialState(cpu=not _cuda())
+    return PartialState(cpu=on_cpu(device))
 
 
-def _cuda() -> bool:
+def on_cpu(device: str | None) -> bool:
+    """Whether the ranks of a run on ``device`` (``--device``; None or ``auto``: the GPUs if any) use the CPU."""
     import torch
 
-    return torch.cuda.is_available()
+    if device not in (None, "auto"):
+        return torch.device(device).type == "cpu"
+    return not torch.cuda.is_available()
 
 
 def embed_share(config: CompareConfig, inputs: RunInputs, state, *, overwrite: bool = False) -> int:

@@ -90,7 +90,7 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
     Under torchrun/accelerate with several processes, every rank first embeds its share of the texts into the
     cache (`llm_collapse.run.distributed`); rank 0 then runs the comparison from the cache and writes everything.
     """
-    processes = world()  # None for a single process
+    processes = world(config.device)  # None for a single process
     main_process = processes is None or processes.is_main_process
     started, state = datetime.now(timezone.utc), RunState()
     clock = time.perf_counter()

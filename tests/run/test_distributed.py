@@ -61,3 +61,22 @@ def test_two_processes_equal_one(tiny_dir, tmp_path):
         a.drop(columns=["value", "ci_low", "ci_high"]), b.drop(columns=["value", "ci_low", "ci_high"])
     )
     np.testing.assert_allclose(a.value, b.value, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("device", "cuda", "expected"),
+    [
+        ("cpu", True, True),
+        ("auto", True, False),
+        (None, True, False),
+        ("cuda", True, False),
+        (None, False, True),
+    ],
+)
+def test_ranks_use_the_cpu_when_the_run_asks_for_it_or_there_is_no_gpu(monkeypatch, device, cuda, expected):
+    import torch
+
+    from llm_collapse.run.distributed import on_cpu
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert on_cpu(device) is expected
