@@ -10,7 +10,11 @@ What it runs (sized for <= 8 minutes on one H100/H200-class GPU, nothing downloa
        outside the clock), for two layer counts ``l1 < l2``.
     3. The first ``encode`` of a fresh process, ours against sentence-transformers' on the tiny e5-mistral
        replica (`llm_collapse.bench.first_encode`, issue 15 item 5).
-    4. Per model and length: per-layer seconds ``(t(l2) - t(l1)) / (l2 - l1)``, the fixed per-text cost
+    4. Two pairs (`llm_collapse.bench.device_pairs`, issue 47): bge-multilingual-gemma2's ``fused`` softcap
+       attention against ``chunked`` at the longest length (seconds, peak memory, cosine of the embeddings), and
+       sentence-transformers against ``Embedder.encode`` on the e5-mistral replica with mixed-length texts (warm
+       tokens per second each, and the ratio).
+    5. Per model and length: per-layer seconds ``(t(l2) - t(l1)) / (l2 - l1)``, the fixed per-text cost
        ``t(l1) - l1 x per-layer`` (tokenising, embedding, pooling), full depth ``fixed + layers x per-layer``, set
        beside `llm_collapse.cost.estimate.text_cost` (the counting estimate at its default assumptions), and the
        peak of ``torch.cuda.max_memory_allocated`` during the ``l2`` forward.
@@ -45,6 +49,7 @@ __all__ = [
     "replica_fields",
     "run_device_check",
     "synthetic_document",
+    "time_forward",
 ]
 
 REPLICAS: dict[str, str] = {
@@ -130,7 +135,7 @@ def synthetic_document(tokenizer, n_tokens: int) -> str:
     return token_prefix("\n\n".join([paragraph] * (n_tokens // per_copy + 1)), n_tokens, tokenizer)
 
 
-def _time_forward(embedder, text: str, device: str) -> tuple[float, int | None]:
+def time_forward(embedder, text: str, device: str) -> tuple[float, int | None]:
     """Best-of seconds of one encode after a warm-up on the same text, and the CUDA peak bytes (None on CPU)."""
     import torch
 
@@ -170,7 +175,7 @@ def _model_rows(model: str, config: DeviceCheckConfig, tmp: Path) -> list[dict]:
         timings[depth] = {}
         for length in config.lengths:
             text = synthetic_document(embedder.tokenizer, length - special)
-            timings[depth][length] = _time_forward(embedder, text, config.device)
+            timings[depth][length] = time_forward(embedder, text, config.device)
             logger.info("%s (%d layers) @ %d: %.3f s", model, depth, length, timings[depth][length][0])
         del embedder
         gc.collect()
@@ -255,6 +260,12 @@ def run_device_check(config: DeviceCheckConfig, *, command: str = "") -> dict:
             except (RuntimeError, ValueError, OSError) as err:  # recorded; the other models still run
                 logger.warning("%s: %s", model, err)
                 rows.append({"model": model, "status": f"error: {str(err).splitlines()[0][:300]}"})
+        from llm_collapse.bench.device_pairs import softcap_paths, st_against_encode
+
+        if "bge-gemma2" in config.models:
+            result["softcap_paths"] = softcap_paths(config, Path(tmp))
+        if "mistral" in config.models:
+            result["st_against_encode"] = st_against_encode(config, Path(tmp))
     result["rows"] = rows
     result["wall_s"] = time.perf_counter() - start
     write_json(result, Path(config.out) / "device_check.json")

@@ -16,6 +16,7 @@ from llm_collapse.bench.device_check import (
     replica_fields,
     run_device_check,
 )
+from llm_collapse.bench.device_pairs import mixed_lengths
 from llm_collapse.cli.bench import main
 
 
@@ -47,7 +48,13 @@ def test_replicas_have_the_published_widths():
     }
 
 
-def test_quick_check_writes_its_json(tmp_path):
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_quick_check_writes_its_json(tmp_path, monkeypatch):
+    from llm_collapse.backends import fused_attention
+
+    monkeypatch.setattr(
+        fused_attention, "COMPILE", False
+    )  # torch's unfused reference path of flex: no compiling
     config = DeviceCheckConfig(
         models=("mistral", "bge-gemma2"), lengths=(48, 96), layers=(1, 2), device="cpu", dtype="fp32",
         quick=True, out=tmp_path,
@@ -67,6 +74,23 @@ def test_quick_check_writes_its_json(tmp_path):
     assert first["ours"]["status"] == "ok" and first["ours"]["first_s"] > 0
     if importlib.util.find_spec("sentence_transformers"):
         assert first["st"]["status"] == "ok" and first["st"]["warm_s"] > 0
+    softcap = written["softcap_paths"]
+    assert softcap["status"] == "ok" and softcap["length"] == 96 and softcap["layers"] == 1
+    assert softcap["fused"]["attention"] == "fused" and softcap["chunked"]["attention"] == "chunked"
+    assert softcap["cosine"] > 0.9999  # the same exact softcap on both paths (fp32 here)
+    pair = written["st_against_encode"]
+    if importlib.util.find_spec("sentence_transformers"):
+        assert pair["status"] == "ok" and pair["texts"] == len(mixed_lengths(88))
+        ours, theirs = pair["sides"]["ours"], pair["sides"]["sentence_transformers"]
+        assert ours["tokens"] > 0 and theirs["tokens"] > 0 and ours["seconds"] > 0
+        assert pair["ours_over_st_tokens_per_s"] == pytest.approx(
+            ours["tokens_per_s"] / theirs["tokens_per_s"]
+        )
+
+
+def test_mixed_lengths_mix_short_and_long_texts():
+    assert mixed_lengths(300) == [64, 64, 64, 64, 128, 128, 256, 256]  # padded to 8 texts
+    assert mixed_lengths(32760) == sorted([2**k for k in range(6, 15)] * 2)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
