@@ -112,7 +112,7 @@ def test_bitsandbytes_on_cuda(replica_root, quantization):
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 def test_peak_cuda_memory_grows_linearly_from_8k_to_32k(tmp_path, name, attention):
-    from llm_collapse.bench.device_check import synthetic_document
+    from llm_collapse.bench.device_replicas import synthetic_document
 
     path = getattr(checkpoints, ADAPTERS[name])(tmp_path / name, max_position_embeddings=32768)
     embedder = lc.load_embedder(

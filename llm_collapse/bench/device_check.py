@@ -38,19 +38,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_collapse.cost.timing import sync_device
+from llm_collapse.bench.device_replicas import MAX_POSITIONS, replica_fields, synthetic_document, time_forward
 from llm_collapse.errors import UserError
 
 logger = logging.getLogger("llm_collapse.bench")
 
-__all__ = [
-    "DeviceCheckConfig",
-    "fit_layer_cost",
-    "replica_fields",
-    "run_device_check",
-    "synthetic_document",
-    "time_forward",
-]
+__all__ = ["DeviceCheckConfig", "fit_layer_cost", "run_device_check"]
 
 REPLICAS: dict[str, str] = {
     # registry name -> llm_collapse.testing builder (the published dims are the spec's: `EmbedderSpec.published`)
@@ -58,7 +51,6 @@ REPLICAS: dict[str, str] = {
     "nv-embed": "save_tiny_nv_embed",
     "bge-gemma2": "save_tiny_bge_gemma2",
 }
-MAX_POSITIONS = 32768
 
 
 @dataclass(frozen=True)
@@ -92,65 +84,11 @@ class DeviceCheckConfig:
         return self
 
 
-def replica_fields(model: str, layers: int, *, quick: bool = False) -> dict:
-    """Builder overrides: the published dims of ``model`` with ``layers`` layers (only the depth when quick)."""
-    from llm_collapse.adapters import resolve_spec
-
-    fields: dict = {"num_hidden_layers": layers, "max_position_embeddings": MAX_POSITIONS}
-    if quick:
-        return fields
-    dims = resolve_spec(model)[0].published
-    fields |= {
-        "hidden_size": dims.hidden,
-        "intermediate_size": dims.intermediate,
-        "num_attention_heads": dims.heads,
-        "num_key_value_heads": dims.kv_heads,
-        "head_dim": dims.head_dim,
-    }
-    if dims.window is not None:
-        fields["sliding_window"] = dims.window
-    if dims.pooler is not None:  # NV-Embed's latent-attention pooler
-        fields |= {
-            "num_latents_value": dims.pooler.latents,
-            "num_cross_heads": dims.pooler.heads,
-            "cross_dim_head": dims.pooler.head_dim,
-        }
-    return fields
-
-
 def fit_layer_cost(l1: int, t1: float, l2: int, t2: float, layers: int) -> dict:
     """Per-layer and fixed seconds from two depths, extrapolated to ``layers``."""
     per_layer = (t2 - t1) / (l2 - l1)
     fixed = t1 - l1 * per_layer
     return {"per_layer_s": per_layer, "fixed_s": fixed, "full_depth_s": fixed + layers * per_layer}
-
-
-def synthetic_document(tokenizer, n_tokens: int) -> str:
-    """Exactly ``n_tokens`` text tokens of the tiny tokenizers' own deterministic corpus, repeated."""
-    from llm_collapse.data.bins import token_prefix
-    from llm_collapse.testing.tokenizers import training_corpus
-
-    paragraph = "\n\n".join(training_corpus(200, seed=1))
-    per_copy = len(tokenizer(paragraph, add_special_tokens=False)["input_ids"])
-    return token_prefix("\n\n".join([paragraph] * (n_tokens // per_copy + 1)), n_tokens, tokenizer)
-
-
-def time_forward(embedder, text: str, device: str) -> tuple[float, int | None]:
-    """Best-of seconds of one encode after a warm-up on the same text, and the CUDA peak bytes (None on CPU)."""
-    import torch
-
-    embedder.encode([text], show_progress_bar=False)  # compiles/plans for this shape outside the clock
-    cuda = device.startswith("cuda")
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    best = float("inf")
-    for _ in range(2):
-        sync_device(device)
-        start = time.perf_counter()
-        embedder.encode([text], show_progress_bar=False)
-        sync_device(device)
-        best = min(best, time.perf_counter() - start)
-    return best, (torch.cuda.max_memory_allocated() if cuda else None)
 
 
 def _model_rows(model: str, config: DeviceCheckConfig, tmp: Path) -> list[dict]:

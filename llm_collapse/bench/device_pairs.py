@@ -66,7 +66,7 @@ def softcap_paths(config, tmp: Path) -> dict:
     import torch
 
     import llm_collapse as lc
-    from llm_collapse.bench.device_check import replica_fields, synthetic_document, time_forward
+    from llm_collapse.bench.device_replicas import replica_fields, synthetic_document, time_forward
     from llm_collapse.testing.checkpoints import save_tiny_bge_gemma2
 
     depth, length = config.layers[0], max(config.lengths)
@@ -113,7 +113,7 @@ def st_against_encode(config, tmp: Path) -> dict:
 
     import llm_collapse as lc
     from llm_collapse.bench.config import ST_BATCH_SIZE
-    from llm_collapse.bench.device_check import replica_fields, synthetic_document
+    from llm_collapse.bench.device_replicas import replica_fields, synthetic_document
     from llm_collapse.bench.sides import load_sentence_transformer, st_token_counts
     from llm_collapse.testing.checkpoints import save_tiny_e5_mistral
 

@@ -10,13 +10,9 @@ import torch
 from transformers import Gemma2Config, MistralConfig
 
 from llm_collapse.adapters import resolve_spec
-from llm_collapse.bench.device_check import (
-    DeviceCheckConfig,
-    fit_layer_cost,
-    replica_fields,
-    run_device_check,
-)
+from llm_collapse.bench.device_check import DeviceCheckConfig, fit_layer_cost, run_device_check
 from llm_collapse.bench.device_pairs import mixed_lengths
+from llm_collapse.bench.device_replicas import replica_fields
 from llm_collapse.cli.bench import main
 
 
