@@ -78,7 +78,8 @@ SUMMARY_LEGEND = (
     "One paired row per question, at the length that settles it (`row`: run, model / method, metric, length). "
     "Holm's correction at 0.05 runs across the table: 'yes' where the change survives in the direction the "
     "question asks, 'no: ...' where it survives the other way or is equivalent to 0 within the metric's margin "
-    "(TOST, Holm across the table's equivalence tests), else 'inconclusive'."
+    "(TOST, Holm across the table's equivalence tests), else 'inconclusive'. '(aggregates)': the run kept no "
+    "per-item rows (items.parquet), so its test reads the paired rows the run stored."
 )
 
 

@@ -27,6 +27,7 @@ import pandas as pd
 
 from llm_collapse.reporting.significance import holm_verdicts, paired_test
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
+from llm_collapse.run.results import ITEMS_FILE
 from llm_collapse.tasks.registry import metric_info
 
 ASKS = ("more collapse", "less collapse", "better", "worse", "more drift", "less drift", "higher", "lower")
@@ -147,6 +148,10 @@ def verdicts(rows: list[pd.Series], asks: list[str]) -> list[tuple[str, str]]:
     return out
 
 
+AGGREGATES = " (aggregates)"
+"""Appended to a row whose run kept no per-item rows (no items.parquet): its test reads the paired rows it stored."""
+
+
 def summary_table(root: Path, questions: list, error: type[Exception]) -> Table | None:
     """One row per claim of the questions' ``answer`` (None when no question has one)."""
     claims = [(q, answer) for q in questions for answer in q.answers]
@@ -164,7 +169,7 @@ def summary_table(root: Path, questions: list, error: type[Exception]) -> Table 
                 fmt_ci(float(row["value"]), float(row["ci_low"]), float(row["ci_high"]), digits),
                 str(int(row["n"])),
                 test,
-                answer.label,
+                answer.label + ("" if (root / answer.run / ITEMS_FILE).is_file() else AGGREGATES),
             )
         )
     return Table(HEADERS, tuple(body), (False, False, True, True, False, False))

@@ -17,7 +17,7 @@ from llm_collapse.reporting.study_summary import parse_answer
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "reports" / "study"
 ROW = re.compile(
-    r"^(?P<run>[\w-]+): (?P<model>[\w.-]+) / `(?P<method>[^`]+)`, `(?P<task>[\w-]+)/(?P<metric>[^`]+)`(?: layer (?P<layer>\d+))? @(?P<length>\w+)$"
+    r"^(?P<run>[\w-]+): (?P<model>[\w.-]+) / `(?P<method>[^`]+)`, `(?P<task>[\w-]+)/(?P<metric>[^`]+)`(?: layer (?P<layer>\d+))? @(?P<length>\w+)(?P<aggregates> \(aggregates\))?$"
 )
 Z = sps.norm.ppf(0.975)
 MARGINS = {"pairwise_cosine": 0.01, "centroid_distance": 0.01, "global_centroid_distance": 0.01,
@@ -69,6 +69,7 @@ def test_every_answer_cell_matches_the_row_it_cites():
     for claim, answer, interval, n, test, row in table:
         where = ROW.match(row.replace("\\|", "|"))
         assert where, row
+        assert bool(where["aggregates"]) != (STUDY / where["run"] / "items.parquet").is_file(), row
         frame = pd.read_parquet(STUDY / where["run"] / "results.parquet")
         match = frame[(frame.model == where["model"]) & (frame.method == where["method"])
                       & (frame.task == where["task"]) & (frame.metric == where["metric"])
