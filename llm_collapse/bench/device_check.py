@@ -38,7 +38,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_collapse.bench.device_replicas import MAX_POSITIONS, replica_fields, synthetic_document, time_forward
+from llm_collapse.bench.device_replicas import (
+    MAX_POSITIONS,
+    error_status,
+    release,
+    replica_fields,
+    synthetic_document,
+    time_forward,
+)
 from llm_collapse.errors import UserError
 
 logger = logging.getLogger("llm_collapse.bench")
@@ -92,9 +99,6 @@ def fit_layer_cost(l1: int, t1: float, l2: int, t2: float, layers: int) -> dict:
 
 
 def _model_rows(model: str, config: DeviceCheckConfig, tmp: Path) -> list[dict]:
-    import gc
-
-    import torch
 
     import llm_collapse as lc
     from llm_collapse.cost.estimate import Assumptions, model_for, text_cost
@@ -113,12 +117,10 @@ def _model_rows(model: str, config: DeviceCheckConfig, tmp: Path) -> list[dict]:
         timings[depth] = {}
         for length in config.lengths:
             text = synthetic_document(embedder.tokenizer, length - special)
-            timings[depth][length] = time_forward(embedder, text, config.device)
+            timings[depth][length] = time_forward(embedder, text, config.device)[:2]
             logger.info("%s (%d layers) @ %d: %.3f s", model, depth, length, timings[depth][length][0])
         del embedder
-        gc.collect()
-        if config.device.startswith("cuda"):
-            torch.cuda.empty_cache()
+        release(config.device)
     l1, l2 = config.layers
     published = model_for(model).dims
     rows = []
@@ -197,7 +199,7 @@ def run_device_check(config: DeviceCheckConfig, *, command: str = "") -> dict:
                 rows += _model_rows(model, config, Path(tmp))
             except (RuntimeError, ValueError, OSError) as err:  # recorded; the other models still run
                 logger.warning("%s: %s", model, err)
-                rows.append({"model": model, "status": f"error: {str(err).splitlines()[0][:300]}"})
+                rows.append({"model": model, "status": error_status(err)})
         from llm_collapse.bench.device_pairs import softcap_paths, st_against_encode
 
         if "bge-gemma2" in config.models:

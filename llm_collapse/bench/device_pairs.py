@@ -21,11 +21,11 @@ Decisions
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from pathlib import Path
 
+from llm_collapse.bench.device_replicas import error_status, release
 from llm_collapse.cost.timing import sync_device
 
 logger = logging.getLogger("llm_collapse.bench")
@@ -46,18 +46,6 @@ def mixed_lengths(longest: int) -> list[int]:
     while len(lengths) < 8:
         lengths += lengths[: 8 - len(lengths)]
     return sorted(lengths)
-
-
-def _release(device: str) -> None:
-    import torch
-
-    gc.collect()
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
-
-
-def _error(err: Exception) -> str:
-    return f"error: {str(err).splitlines()[0][:300]}" if str(err) else f"error: {type(err).__name__}"
 
 
 def softcap_paths(config, tmp: Path) -> dict:
@@ -86,8 +74,8 @@ def softcap_paths(config, tmp: Path) -> dict:
                 attn_implementation=path,
             )
             text = synthetic_document(embedder.tokenizer, length - len(embedder.tokenize([""])[0]))
-            seconds, peak = time_forward(embedder, text, config.device)
-            vectors[path] = np.asarray(embedder.encode([text], show_progress_bar=False)[0], dtype=np.float64)
+            seconds, peak, vector = time_forward(embedder, text, config.device)
+            vectors[path] = np.asarray(vector, dtype=np.float64)
             record[path] = {
                 "seconds": seconds,
                 "peak_allocated_bytes": peak,
@@ -95,15 +83,15 @@ def softcap_paths(config, tmp: Path) -> dict:
             }
             logger.info("softcap %s @ %d (%d layers): %.3f s", path, length, depth, seconds)
             del embedder
-            _release(config.device)
+            release(config.device)
         a, b = (vectors[p] for p in SOFTCAP_PATHS)
         record["cosine"] = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
         record["fused_over_chunked_s"] = record["fused"]["seconds"] / record["chunked"]["seconds"]
         record["status"] = "ok"
     except (RuntimeError, ValueError, OSError, torch.OutOfMemoryError) as err:
         logger.warning("softcap paths: %s", err)
-        record["status"] = _error(err)
-    _release(config.device)
+        record["status"] = error_status(err)
+    release(config.device)
     return record
 
 
@@ -127,7 +115,8 @@ def st_against_encode(config, tmp: Path) -> dict:
         embedder = lc.load_embedder(
             "mistral", path=folder, dtype=config.dtype, device=config.device, max_length=longest + 8
         )
-        texts = [synthetic_document(embedder.tokenizer, n) for n in mixed_lengths(longest - 8)]
+        lengths = mixed_lengths(longest - 8)
+        texts = [synthetic_document(embedder.tokenizer, n) for n in lengths]
         st, record["st_settings"] = load_sentence_transformer(embedder)
         st.to(config.device)
         ours_tokens = sum(len(e) for e in embedder.tokenize(texts))
@@ -153,7 +142,7 @@ def st_against_encode(config, tmp: Path) -> dict:
                 best[side] = min(best[side], time.perf_counter() - start)
         record |= {
             "texts": len(texts),
-            "lengths": mixed_lengths(longest - 8),
+            "lengths": lengths,
             "sides": {
                 side: {"seconds": best[side], "tokens": tokens, "tokens_per_s": tokens / best[side]}
                 for side, (_, tokens) in sides.items()
@@ -166,6 +155,6 @@ def st_against_encode(config, tmp: Path) -> dict:
         logger.info("ours / sentence-transformers tokens/s: %.2f", record["ours_over_st_tokens_per_s"])
     except (RuntimeError, ValueError, OSError, ImportError, torch.OutOfMemoryError) as err:
         logger.warning("sentence-transformers pair: %s", err)
-        record["status"] = _error(err)
-    _release(config.device)
+        record["status"] = error_status(err)
+    release(config.device)
     return record

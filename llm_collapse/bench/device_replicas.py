@@ -10,7 +10,7 @@ import time
 
 from llm_collapse.cost.timing import sync_device
 
-__all__ = ["MAX_POSITIONS", "replica_fields", "synthetic_document", "time_forward"]
+__all__ = ["MAX_POSITIONS", "error_status", "release", "replica_fields", "synthetic_document", "time_forward"]
 
 MAX_POSITIONS = 32768
 
@@ -51,11 +51,12 @@ def synthetic_document(tokenizer, n_tokens: int) -> str:
     return token_prefix("\n\n".join([paragraph] * (n_tokens // per_copy + 1)), n_tokens, tokenizer)
 
 
-def time_forward(embedder, text: str, device: str) -> tuple[float, int | None]:
-    """Best-of seconds of one encode after a warm-up on the same text, and the CUDA peak bytes (None on CPU)."""
+def time_forward(embedder, text: str, device: str) -> tuple[float, int | None, object]:
+    """Best-of seconds of one encode after a warm-up on the same text, the CUDA peak bytes (None on CPU), and the
+    warm-up's embedding of ``text`` (so a caller comparing vectors needs no extra forward)."""
     import torch
 
-    embedder.encode([text], show_progress_bar=False)  # compiles/plans for this shape outside the clock
+    vector = embedder.encode([text], show_progress_bar=False)[0]  # compiles/plans outside the clock
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -66,4 +67,21 @@ def time_forward(embedder, text: str, device: str) -> tuple[float, int | None]:
         embedder.encode([text], show_progress_bar=False)
         sync_device(device)
         best = min(best, time.perf_counter() - start)
-    return best, (torch.cuda.max_memory_allocated() if cuda else None)
+    return best, (torch.cuda.max_memory_allocated() if cuda else None), vector
+
+
+def release(device: str) -> None:
+    """Frees what a dropped replica held before the next one loads."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+def error_status(err: Exception) -> str:
+    """The status of a replica or pair that failed: its error's first line (or its type when it has no text)."""
+    text = str(err).strip()
+    return f"error: {text.splitlines()[0][:300]}" if text else f"error: {type(err).__name__}"

@@ -36,11 +36,9 @@ def world(device: str | None = None):
 
 def on_cpu(device: str | None) -> bool:
     """Whether the ranks of a run on ``device`` (``--device``; None or ``auto``: the GPUs if any) use the CPU."""
-    import torch
+    from llm_collapse.backends.device import resolve_device
 
-    if device not in (None, "auto"):
-        return torch.device(device).type == "cpu"
-    return not torch.cuda.is_available()
+    return resolve_device(device).type == "cpu"
 
 
 def embed_share(config: CompareConfig, inputs: RunInputs, state, *, overwrite: bool = False) -> int:
