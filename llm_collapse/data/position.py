@@ -23,7 +23,7 @@ Design:
   tokens, so every document is at most ``L`` tokens and at least ``L - (max - min) |K_j|``: about
   ``L - 18`` under Gemma 3's tokenizer, whose counts for these sentences run 13-31. With
   ``fit_to_tokens`` and a tokenizer the filler is fitted to within 1-2% under that tokenizer (the
-  passkey/needle search, ``synthetic.fit_document``, which warns when a short filler misses by one token);
+  passkey/needle search, ``synthetic.fit_document``; ``synthetic.warn_misfits`` warns when a short filler misses by one token);
   without it, ``L x 0.75`` words minus the longest ``K``. A length too short for any filler logs a
   warning and leaves the bare sentences.
 * Decision, paired design: the generator is ``random.Random`` seeded by ``(task, seed, length)``, not by
@@ -50,6 +50,7 @@ from llm_collapse.data.synthetic import (
     corpus_sentences,
     fit_document,
     too_short,
+    warn_misfits,
 )
 from llm_collapse.errors import UserError
 
@@ -134,7 +135,7 @@ def position_task(
             raise too_short("position", length, key_tokens, tokenizer_name(tokenizer), where="hold")
         budget = length - key_tokens
         if budget > 0:
-            filler, _, _ = fit_document(
+            filler, _, n_tokens = fit_document(
                 lambda n: " ".join(words[:n]),
                 tokenizer,
                 budget,
@@ -142,6 +143,7 @@ def position_task(
                 len(words),
                 "",
             )
+            warn_misfits(f"position filler at {length} tokens", budget, [n_tokens])
         else:
             filler = ""
     else:

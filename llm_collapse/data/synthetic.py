@@ -237,11 +237,18 @@ def fit_document(
         c = count_tokens([cut], tokenizer)[0]
         if insert in cut and abs(c - target) < abs(best[2] - target):
             best = (cut, over[1], c)
-    if abs(best[2] - target) > FIT_TOLERANCE * target:
-        logger.warning(
-            "could not fit a document to %d tokens (got %d with %d words)", target, best[2], best[1]
-        )
     return best
+
+
+def warn_misfits(what: str, target: int, counts: Sequence[int]) -> None:
+    """One warning for the fitted texts of one task and length that miss ``target`` tokens by more than
+    `FIT_TOLERANCE` (one per task, not per text, so a long run's warning tally folds nothing away)."""
+    off = [c for c in counts if abs(c - target) > FIT_TOLERANCE * target]
+    if off:
+        logger.warning(
+            "%s: %d of %d could not be fitted to %d tokens within %.0f%% (%d..%d tokens); the nearest fit is used",
+            what, len(off), len(counts), target, FIT_TOLERANCE * 100, min(off), max(off),
+        )  # fmt: skip
 
 
 def _assemble(
@@ -265,15 +272,17 @@ def _assemble(
         if length < key_tokens + 2:
             raise too_short(name, length, key_tokens, tokenizer_name(tokenizer), where="hold")
     budget = int(length * WORDS_PER_TOKEN)
-    docs, guess = [], None
+    docs, fitted, guess = [], [], None
     for hay, insert, depth in zip(hays, inserts, depths, strict=True):
         words = budget - len(insert.split()) if guess is None else guess
         if fit_to_tokens:
             make = functools.partial(hay.build, depth=depth, insert=insert, sep=sep)
-            text, guess, _ = fit_document(make, tokenizer, length, words, len(hay.words), insert)
+            text, guess, n_tokens = fit_document(make, tokenizer, length, words, len(hay.words), insert)
+            fitted.append(n_tokens)
         else:
             text = hay.build(max(0, min(words, len(hay.words))), depth, insert, sep)
         docs.append(text)
+    warn_misfits(f"{name} documents at {length} tokens", length, fitted)
     n_tokens = tuple(count_tokens(docs, tokenizer)) if tokenizer is not None else ()
     return RetrievalTask(
         name=name, length=length, queries=tuple(queries), documents=tuple(docs), relevant=tuple(relevant),

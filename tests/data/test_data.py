@@ -253,6 +253,16 @@ def test_bad_input_warnings(tok, caplog):
 # --- synthetic -----------------------------------------------------------------------------------
 
 
+def test_misfits_are_one_warning_per_task_and_length(caplog):
+    with caplog.at_level(logging.WARNING, logger="llm_collapse.data.synthetic"):
+        synthetic.warn_misfits("passkey documents at 1000 tokens", 1000, [1000, 1019, 1021, 960, 1000])
+        synthetic.warn_misfits("needle documents at 1000 tokens", 1000, [1000, 1020, 980])  # 2% is inside
+    assert [r.getMessage() for r in caplog.records] == [
+        "passkey documents at 1000 tokens: 2 of 5 could not be fitted to 1000 tokens within 2% (960..1021 tokens);"
+        " the nearest fit is used"
+    ]
+
+
 @pytest.mark.parametrize("length", [256, 1024, 4096])
 def test_passkey_fits_tokens_and_holds_one_key_at_its_depth(tok, length):
     task = data.passkey_task(length, seed=0, tokenizer=tok, fit_to_tokens=True, **LONGEMBED)
