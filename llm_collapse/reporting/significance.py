@@ -240,7 +240,7 @@ def legend_parts(kinds: set[str], equivalence: bool = False) -> tuple[str, list[
         "survives Holm across the table's equivalence tests, else 'inconclusive' (n.s. for a metric without "
         "a margin)"
         if equivalence
-        else "otherwise n.s."
+        else "otherwise n.s. (not significant, which is not 'no difference')"
     )
     rule = (
         "Readings (more/less collapse, better/worse; higher/lower without a direction) are printed only where "
