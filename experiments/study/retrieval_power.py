@@ -29,8 +29,12 @@ print()
 # retrieval8k.yaml: 3 methods against base at 2 lengths = a Holm family of 6 paired tests (issue 44 item 3)
 family = 6
 level = holm_level(0.05, family)
-print(f"Holm level of the first of {family} tests: {level:.5f}; queries needed for |dAcc@1| = 0.15 (80% power)")
-print("  " + "  ".join(f"psi {psi:.2f}: n >= {queries_needed(0.15, psi, alpha=level)}" for psi in DISCORDANCE))
+print(
+    f"Holm level of the first of {family} tests: {level:.5f}; queries needed for |dAcc@1| = 0.15 (80% power)"
+)
+print(
+    "  " + "  ".join(f"psi {psi:.2f}: n >= {queries_needed(0.15, psi, alpha=level)}" for psi in DISCORDANCE)
+)
 for n in (96, 144, 168):
     row = "  ".join(f"psi {psi:.2f}: {mcnemar_power(n, 0.15, psi, level):.2f}" for psi in DISCORDANCE)
     print(f"  n = {n:3d}: {row}")
