@@ -99,7 +99,6 @@ def fit_layer_cost(l1: int, t1: float, l2: int, t2: float, layers: int) -> dict:
 
 
 def _model_rows(model: str, config: DeviceCheckConfig, tmp: Path) -> list[dict]:
-
     import llm_collapse as lc
     from llm_collapse.cost.estimate import Assumptions, model_for, text_cost
     from llm_collapse.testing import checkpoints

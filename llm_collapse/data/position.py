@@ -23,9 +23,9 @@ Design:
   tokens, so every document is at most ``L`` tokens and at least ``L - (max - min) |K_j|``: about
   ``L - 18`` under Gemma 3's tokenizer, whose counts for these sentences run 13-31. With
   ``fit_to_tokens`` and a tokenizer the filler is fitted to within 1-2% under that tokenizer (the
-  passkey/needle search, ``synthetic.fit_document``; ``synthetic.warn_misfits`` warns when a short filler misses by one token);
-  without it, ``L x 0.75`` words minus the longest ``K``. A length too short for any filler logs a
-  warning and leaves the bare sentences.
+  passkey/needle search, ``synthetic.fit_document``; ``synthetic.warn_misfits`` warns when a short filler
+  misses by one token); without it, ``L x 0.75`` words minus the longest ``K``. A length too short for any
+  filler logs a warning and leaves the bare sentences.
 * Decision, paired design: the generator is ``random.Random`` seeded by ``(task, seed, length)``, not by
   the position, so the early and late tasks of one length share the same sentences, filler and
   queries; only the position differs, and the early-late gap is not confounded by which sentences were

@@ -283,7 +283,10 @@ def _assemble(
             text = hay.build(max(0, min(words, len(hay.words))), depth, insert, sep)
         docs.append(text)
     warn_misfits(f"{name} documents at {length} tokens", length, fitted)
-    n_tokens = tuple(count_tokens(docs, tokenizer)) if tokenizer is not None else ()
+    if fit_to_tokens:  # the fit counted each document already
+        n_tokens = tuple(fitted)
+    else:
+        n_tokens = tuple(count_tokens(docs, tokenizer)) if tokenizer is not None else ()
     return RetrievalTask(
         name=name, length=length, queries=tuple(queries), documents=tuple(docs), relevant=tuple(relevant),
         depths=tuple(depths), seed=seed, inserts=tuple(inserts), n_tokens=n_tokens,
