@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from llm_collapse.data import Document
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,3 +80,20 @@ def test_each_committed_study_run_has_its_wall_time_and_cpu_kind(name):
     assert row[1] == f"`experiments/study/{name}.yaml`"
     assert "min" in row[2] or " h" in row[2], row[2]
     assert row[3].endswith("(2 cores)") and any(kind in row[3] for kind in ("Intel Xeon", "AMD EPYC")), row[3]
+
+
+def test_prefix_labels_splits_a_joined_text_at_its_documents():
+    spec = importlib.util.spec_from_file_location("prefix_labels", ROOT / "experiments/prefix_labels.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    docs = [
+        Document(text="a1 start.\n\na2 text.", doc_id="A", labels={"party": "D"}),
+        Document(text="b1 text.", doc_id="B", labels={"party": "R"}),
+        Document(text="c1 text.", doc_id="C", labels={"party": "D"}),
+    ]
+    longest = "a2 text.\n\nb1 text.\n\nc1 text."  # from A's second paragraph into B and C
+    cuts = script.boundaries(longest, 0, 2, docs)
+    assert cuts == [(0, 0), (10, 1), (20, 2)]
+    assert script.label_mix("a2 text.", cuts, docs, "party", "D") == (False, 1.0)
+    assert script.label_mix(longest[:15], cuts, docs, "party", "D") == (True, 10 / 15)
+    assert script.label_mix(longest, cuts, docs, "party", "D") == (True, 18 / 28)
