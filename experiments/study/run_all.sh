@@ -16,6 +16,7 @@ runs=(
   needle16k                             # Q2: LongEmbed's needle protocol at 4k-16k, base and tau 1.1
   layerwise32k                          # Q3 to 32k
   echo8k echo_position echo pooling_last  # Q4
+  pooling_last32k                       # Q1: last-token pooling to 32k on tau32k's texts (base)
   quant_minilm quant32k                 # Q6: nf4 and int8 against fp32 (minilm to 512, gemma3-270m to 32k)
   minilm_items                          # Q1, Q2: per-item rows, interaction, decomposition, controls (issue 43)
   minilm_major_party minilm_reviews     # Q1, Q2: the kNN probe on two binary labels (minilm's texts; movie_reviews)
