@@ -110,9 +110,18 @@ def test_readme_is_at_most_250_lines():
     assert len(lines) <= README_MAX_LINES, len(lines)
 
 
-def test_readme_has_no_paragraph_over_600_characters():
-    """Prose paragraphs and list items; code blocks and tables are not prose."""
-    text = _FENCE.sub("", (ROOT / "README.md").read_text())
+@pytest.mark.parametrize(
+    "path",
+    [
+        "README.md",
+        "experiments/README.md",
+        *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")),
+    ],
+)
+def test_no_paragraph_over_600_characters(path):
+    """Prose paragraphs and list items of the README, experiments/README.md and docs/; code blocks and tables
+    are not prose."""
+    text = _FENCE.sub("", (ROOT / path).read_text())
     blocks = re.split(r"\n\s*\n|\n(?=- )", text)
     long = [b[:60] for b in blocks if not b.lstrip().startswith("|") and len(" ".join(b.split())) > 600]
     assert long == [], long
