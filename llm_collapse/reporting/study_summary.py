@@ -5,7 +5,10 @@ states one ``claim`` in a few words and names the paired row that tests it: the 
 ``*_vs_shortest``, ``*_vs_base``, ``*_vs_base_vs_shortest`` or ``*_vs_reference`` row: the same items on both
 sides) and length, and the reading that means "yes" (``asks``: one of `ASKS`; ``higher``/``lower`` for a
 metric without a collapse or quality direction, such as the per-layer ones). A per-layer row also names its
-``layer`` (optional key; the hidden state or attention layer index of the run's rows).
+``layer`` (optional key; the hidden state or attention layer index of the run's rows), and a row of one key
+depth or sentence position its ``depth`` (optional key, the run's ``depth`` column: 0 is the start of the
+document, 1 its end; the position task's early sentence is 0, its late one 1). Without it the row is the one
+over all depths.
 The row's test (`llm_collapse.reporting.significance.paired_test`) is Holm-adjusted across the table, like
 every table of the reports:
 
@@ -32,7 +35,7 @@ from llm_collapse.tasks.registry import metric_info
 
 ASKS = ("more collapse", "less collapse", "better", "worse", "more drift", "less drift", "higher", "lower")
 ANSWER_KEYS = ("claim", "run", "model", "method", "metric", "length", "asks")
-OPTIONAL_KEYS = ("layer",)
+OPTIONAL_KEYS = ("layer", "depth")
 HEADERS = ("question: claim", "answer", "difference [95% CI]", "N", "test, Holm p", "row")
 
 
@@ -49,11 +52,13 @@ class Answer:
     length: int
     asks: str
     layer: int | None = None
+    depth: float | None = None
 
     @property
     def label(self) -> str:
-        """How the row is cited: ``run: model / method, task/metric @length`` (and ``layer k``)."""
+        """How the row is cited: ``run: model / method, task/metric @length`` (and ``layer k``, ``depth d``)."""
         where = "" if self.layer is None else f" layer {self.layer}"
+        where += "" if self.depth is None else f" depth {self.depth:g}"
         return (
             f"{self.run}: {self.model} / `{self.method}`, `{self.task}/{self.metric}`{where} "
             f"{length_text(self.length)}"
@@ -95,6 +100,11 @@ def parse_answer(value: object, where: str, error: type[Exception]) -> Answer:
         raise error(
             f"{where} answer layer {layer!r} must be a non-negative integer (a layer index), {example}"
         )
+    depth = value.get("depth")
+    if depth is not None and (
+        isinstance(depth, bool) or not isinstance(depth, int | float) or not 0 <= depth <= 1
+    ):
+        raise error(f"{where} answer depth {depth!r} must be a number from 0 (start) to 1 (end), {example}")
     return Answer(
         value["claim"],
         value["run"],
@@ -105,6 +115,7 @@ def parse_answer(value: object, where: str, error: type[Exception]) -> Answer:
         value["length"],
         value["asks"],
         layer,
+        None if depth is None else float(depth),
     )
 
 
@@ -117,7 +128,7 @@ def answer_row(root: Path, answer: Answer, error: type[Exception]) -> pd.Series:
         & (frame["task"] == answer.task)
         & (frame["metric"] == answer.metric)
         & (frame["length"] == answer.length)
-        & frame["depth"].isna()
+        & (frame["depth"].isna() if answer.depth is None else (frame["depth"] - answer.depth).abs() < 1e-9)
         & (frame["layer"].isna() if answer.layer is None else frame["layer"] == answer.layer)
     ]
     if len(match) != 1:

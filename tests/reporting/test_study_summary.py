@@ -17,7 +17,7 @@ from llm_collapse.reporting.study_summary import parse_answer
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "reports" / "study"
 ROW = re.compile(
-    r"^(?P<run>[\w-]+): (?P<model>[\w.-]+) / `(?P<method>[^`]+)`, `(?P<task>[\w-]+)/(?P<metric>[^`]+)`(?: layer (?P<layer>\d+))? @(?P<length>\w+)(?P<aggregates> \(aggregates\))?$"
+    r"^(?P<run>[\w-]+): (?P<model>[\w.-]+) / `(?P<method>[^`]+)`, `(?P<task>[\w-]+)/(?P<metric>[^`]+)`(?: layer (?P<layer>\d+))?(?: depth (?P<depth>[\d.]+))? @(?P<length>\w+)(?P<aggregates> \(aggregates\))?$"
 )
 Z = sps.norm.ppf(0.975)
 MARGINS = {"pairwise_cosine": 0.01, "centroid_distance": 0.01, "global_centroid_distance": 0.01,
@@ -73,7 +73,8 @@ def test_every_answer_cell_matches_the_row_it_cites():
         frame = pd.read_parquet(STUDY / where["run"] / "results.parquet")
         match = frame[(frame.model == where["model"]) & (frame.method == where["method"])
                       & (frame.task == where["task"]) & (frame.metric == where["metric"])
-                      & (frame.length == _length(where["length"])) & frame.depth.isna()
+                      & (frame.length == _length(where["length"]))
+                      & (frame.depth.isna() if where["depth"] is None else frame.depth == float(where["depth"]))
                       & (frame.layer.isna() if where["layer"] is None else frame.layer == int(where["layer"]))]  # fmt: skip
         assert len(match) == 1, row
         cited.append((claim, answer, interval, n, test, match.iloc[0]))
@@ -112,7 +113,9 @@ GOOD = {"claim": "x", "run": "r", "model": "m", "method": "base", "metric": "col
             {**GOOD, "metric": "layerwise/hf_ratio_vs_shortest", "asks": "lower", "layer": "last"},
             "must be a non-negative integer",
         ),  # fmt: skip
-        ({**GOOD, "depth": 0.5}, "exactly the keys"),
+        ({**GOOD, "depth": 1.5}, "from 0 \\(start\\) to 1 \\(end\\)"),
+        ({**GOOD, "depth": True}, "from 0 \\(start\\) to 1 \\(end\\)"),
+        ({**GOOD, "side": 0}, "exactly the keys"),
     ],
 )
 def test_bad_answers_are_one_line_errors(value, message):
@@ -148,3 +151,25 @@ def test_committed_overview_figure_is_the_questions_files():
     overview = load_overview(ROOT / "experiments" / "study" / "questions.yaml")
     assert overview is not None and (STUDY / "figures" / "overview.png").is_file()
     assert "![overview](figures/overview.png)" in (STUDY / "report.md").read_text()
+
+
+def test_an_answer_with_a_depth_cites_that_depth_and_without_one_the_row_over_all_depths(tmp_path):
+    from llm_collapse.reporting.study_summary import answer_row
+
+    rows = [
+        {"model": "m", "method": "base", "task": "position", "metric": "acc@1_vs_base", "length": 2048,
+         "depth": depth, "layer": math.nan, "value": value, "ci_low": value - 0.1, "ci_high": value + 0.1,
+         "n": n, "p_value": 0.5}
+        for depth, value, n in ((math.nan, 0.05, 96), (0.0, 0.2, 48), (1.0, -0.1, 48))
+    ]  # fmt: skip
+    (tmp_path / "r").mkdir()
+    pd.DataFrame(rows).to_parquet(tmp_path / "r" / "results.parquet")
+    spec = {**GOOD, "run": "r", "metric": "position/acc@1_vs_base", "length": 2048, "asks": "better"}
+    early = parse_answer({**spec, "depth": 0}, "q1", StudyError)
+    assert early.label == "r: m / `base`, `position/acc@1_vs_base` depth 0 @2k"
+    assert answer_row(tmp_path, early, StudyError)["value"] == 0.2
+    assert (
+        answer_row(tmp_path, parse_answer({**spec, "depth": 1}, "q1", StudyError), StudyError)["value"]
+        == -0.1
+    )
+    assert answer_row(tmp_path, parse_answer(spec, "q1", StudyError), StudyError)["n"] == 96
