@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from llm_collapse.data import Document
@@ -97,3 +98,20 @@ def test_prefix_labels_splits_a_joined_text_at_its_documents():
     assert script.label_mix("a2 text.", cuts, docs, "party", "D") == (False, 1.0)
     assert script.label_mix(longest[:15], cuts, docs, "party", "D") == (True, 10 / 15)
     assert script.label_mix(longest, cuts, docs, "party", "D") == (True, 18 / 28)
+
+
+def test_prefix_labels_restricts_the_knn_change_to_the_texts_within_one_label(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("prefix_labels", ROOT / "experiments/prefix_labels.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    hits = {"a": (0, 1), "b": (0, 1), "c": (1, 0), "d": (1, 1)}  # item: (correct at 64, correct at 512)
+    rows = [
+        {"task": "knn", "method": "base", "item": item, "length": length, "knn_cross_accuracy": float(hit)}
+        for item, pair in hits.items()
+        for length, hit in zip((64, 512), pair, strict=True)
+    ]
+    pd.DataFrame(rows).to_parquet(tmp_path / "items.parquet")
+    script.knn_by_purity(tmp_path / "items.parquet", {"a", "b", "d"}, 64, 512)
+    out = capsys.readouterr().out.splitlines()
+    assert "all texts (n=4): 0.500 at 64 -> 0.750 at 512, exact McNemar p=1.000" in out[0]
+    assert "within one label (n=3): 0.333 at 64 -> 1.000 at 512, exact McNemar p=0.500" in out[1]
