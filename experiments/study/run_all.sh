@@ -15,7 +15,7 @@ runs=(
   retrieval32k_tau retrieval32k_ntk retrieval32k_yarn  # Q2, Q5: the same at 32768, one method each
   needle16k                             # Q2: LongEmbed's needle protocol at 4k-16k, base and tau 1.1
   layerwise32k                          # Q3 to 32k
-  echo8k echo_position echo pooling_last  # Q4
+  echo8k echo_position echo pooling_last echo_position_window  # Q4 (the last: the sliding window off at 2k)
   pooling_last32k                       # Q1: last-token pooling to 32k on tau32k's texts (base)
   quant_minilm quant32k                 # Q6: nf4 and int8 against fp32 (minilm to 512, gemma3-270m to 32k)
   minilm_items                          # Q1, Q2: per-item rows, interaction, decomposition, controls (issue 43)
