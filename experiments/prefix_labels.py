@@ -93,14 +93,15 @@ def main() -> None:
     items = build_inputs(config, tokenizer, documents).binned
     longest = {t.doc_id: t.text for t in items if t.target_tokens == max(config.lengths)}
     print(f"{args.config}: label {label!r}, {len(longest)} texts")
+    cuts = {}  # doc_id "<start doc>@<paragraph>[+k]" (llm_collapse.data.prefixes): the same at every length
+    for doc_id, text in longest.items():
+        start_id, _, rest = doc_id.partition("@")
+        cuts[doc_id] = boundaries(text, index[start_id], int(rest.partition("+")[2] or 0), documents)
     pure: set[str] = set()  # texts whose longest prefix stays within the start's label
     for length in config.lengths:
         mixed, shares = 0, []
         for t in (t for t in items if t.target_tokens == length):
-            start_id, _, rest = t.doc_id.partition("@")
-            joined = int(rest.partition("+")[2] or 0)
-            cuts = boundaries(longest[t.doc_id], index[start_id], joined, documents)
-            other, share = label_mix(t.text, cuts, documents, label, t.labels.get(label))
+            other, share = label_mix(t.text, cuts[t.doc_id], documents, label, t.labels.get(label))
             mixed += other
             shares.append(share)
             if length == max(config.lengths) and not other:

@@ -83,10 +83,16 @@ def test_each_committed_study_run_has_its_wall_time_and_cpu_kind(name):
     assert row[3].endswith("(2 cores)") and any(kind in row[3] for kind in ("Intel Xeon", "AMD EPYC")), row[3]
 
 
-def test_prefix_labels_splits_a_joined_text_at_its_documents():
+def _prefix_labels():
+    """experiments/prefix_labels.py as a module (a script, not a package)."""
     spec = importlib.util.spec_from_file_location("prefix_labels", ROOT / "experiments/prefix_labels.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_prefix_labels_splits_a_joined_text_at_its_documents():
+    script = _prefix_labels()
     docs = [
         Document(text="a1 start.\n\na2 text.", doc_id="A", labels={"party": "D"}),
         Document(text="b1 text.", doc_id="B", labels={"party": "R"}),
@@ -101,9 +107,7 @@ def test_prefix_labels_splits_a_joined_text_at_its_documents():
 
 
 def test_prefix_labels_restricts_the_knn_change_to_the_texts_within_one_label(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("prefix_labels", ROOT / "experiments/prefix_labels.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _prefix_labels()
     hits = {"a": (0, 1), "b": (0, 1), "c": (1, 0), "d": (1, 1)}  # item: (correct at 64, correct at 512)
     rows = [
         {"task": "knn", "method": "base", "item": item, "length": length, "knn_cross_accuracy": float(hit)}
