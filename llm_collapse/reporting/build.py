@@ -53,6 +53,7 @@ from llm_collapse.reporting.significance import table_legend
 from llm_collapse.reporting.tables import (
     Table,
     models_table,
+    one_length,
     summary_legend,
     summary_models,
     summary_table,
@@ -334,8 +335,12 @@ def summary_section(data: ReportData) -> list[Block]:
     _, all_tiny = summary_models(data)
     tiny = data.tiny_models
     intro = (
-        "Value at the shortest and the longest length per row, with CIs where reported; Δ = longest − shortest, "
-        "tested (paired where the run stored `*_vs_shortest` rows, i.e. the prefix design; unpaired otherwise)."
+        "Value at the run's one length per row, with CIs where reported (one length: no change with length "
+        "to test; the method comparisons are in the tables below)."
+        if one_length(data)
+        else "Value at the shortest and the longest length per row, with CIs where reported; Δ = longest − "
+        "shortest, tested (paired where the run stored `*_vs_shortest` rows, i.e. the prefix design; unpaired "
+        "otherwise)."
     )
     if all_tiny:
         intro += " **Every model here is tiny_random: these rows are code-path checks, not findings.**"

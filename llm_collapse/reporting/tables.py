@@ -199,8 +199,12 @@ def summary_table(data: ReportData) -> Table | None:
         short_h = length_text(shorts.pop()) if len(shorts) == 1 else "shortest"
         long_h = length_text(longs.pop()) if len(longs) == 1 else "longest"
         per_cell = short_h == "shortest" or long_h == "longest"
-        headers += [f"{name} {short_h}", f"{name} {long_h}", f"Δ {name}"]
-        numeric += [True, True, False]
+        if one_length(data):
+            headers.append(f"{name} {long_h}")
+            numeric.append(True)
+        else:
+            headers += [f"{name} {short_h}", f"{name} {long_h}", f"Δ {name}"]
+            numeric += [True, True, False]
         columns.append(per_cell)
     tiny = set(data.tiny_models) if all_tiny else set()
     paired = data.results[data.results["metric"].str.endswith(VS_SHORTEST)]
@@ -212,7 +216,7 @@ def summary_table(data: ReportData) -> Table | None:
             cells, change = _summary_cells(
                 ends[(key, pair)], pair, per_cell, _cell_rows(paired, key, pair, VS_SHORTEST)
             )
-            row += cells
+            row += cells[1:2] if one_length(data) else cells
             if change is not None:
                 changes.append((len(body), len(row) - 1, change))
         body.append(row)
@@ -221,6 +225,11 @@ def summary_table(data: ReportData) -> Table | None:
     ):
         body[i][j] = text
     return Table(tuple(headers), tuple(tuple(r) for r in body), tuple(numeric))
+
+
+def one_length(data: ReportData) -> bool:
+    """Whether the run measured a single length: its summary shows one value per metric and no change."""
+    return data.results["length"].nunique() == 1
 
 
 def _cell_rows(

@@ -123,6 +123,19 @@ def test_summary_and_caveats_content(built):
     assert "seed 0" in md and "float32" in md and "synthetic/synth-decoder" in md
 
 
+def test_a_one_length_run_shows_one_value_per_metric_and_no_change(tmp_path):
+    run = write_synthetic_run(
+        tmp_path / "one", methods=("base", "tempscale-0.9"), lengths=(2048,), tasks=("knn",)
+    )
+    md = build_report([run], run)["report.md"].read_text(encoding="utf-8")
+    summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    assert "Value at the run's one length per row" in summary and "Δ" not in summary
+    header = next(line for line in summary.splitlines() if line.startswith("| model"))
+    assert header == "| model | method | knn_accuracy @2k |"
+    rows = [line for line in summary.splitlines() if line.startswith("| synth-")]
+    assert rows and all(line.count(" | ") == 2 and "[" in line for line in rows)
+
+
 def test_rebuild_elsewhere_is_byte_identical(built, tmp_path):
     run, files = built
     copy = build_report([run], tmp_path / "copy")  # a new output folder, created on publish
