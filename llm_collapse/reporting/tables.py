@@ -187,6 +187,7 @@ def summary_table(data: ReportData) -> Table | None:
         if ((rows["model"] == model) & (rows["method"] == method) & (rows["corpus"] == corpus)).any()
     ]
     ends = {(key, pair): _cell_endpoints(rows, key, pair) for key in keys for pair in pairs}
+    single = one_length(data)
     headers = ["model", "method"] + (["corpus"] if len(corpora) > 1 else [])
     numeric = [False] * len(headers)
     columns = []
@@ -199,7 +200,7 @@ def summary_table(data: ReportData) -> Table | None:
         short_h = length_text(shorts.pop()) if len(shorts) == 1 else "shortest"
         long_h = length_text(longs.pop()) if len(longs) == 1 else "longest"
         per_cell = short_h == "shortest" or long_h == "longest"
-        if one_length(data):
+        if single:
             headers.append(f"{name} {long_h}")
             numeric.append(True)
         else:
@@ -216,7 +217,7 @@ def summary_table(data: ReportData) -> Table | None:
             cells, change = _summary_cells(
                 ends[(key, pair)], pair, per_cell, _cell_rows(paired, key, pair, VS_SHORTEST)
             )
-            row += cells[1:2] if one_length(data) else cells
+            row += cells[1:2] if single else cells
             if change is not None:
                 changes.append((len(body), len(row) - 1, change))
         body.append(row)
