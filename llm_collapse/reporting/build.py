@@ -615,6 +615,14 @@ def _render(data: ReportData, root: Path) -> None:
     (root / REPORT_HTML).write_text(render_html(blocks, _title(data)), encoding="utf-8")
 
 
+def report_markdown(data: ReportData, out_dir: Path | str) -> str:
+    """The report.md that `write_report` would write into ``out_dir``, built with its figures planned but not
+    drawn: seconds faster per report, for checks that compare committed reports (nothing is written)."""
+    root = Path(out_dir).absolute()
+    figures = make_figures(data, root / FIGURES_DIR, draw=False)
+    return render_markdown(report_blocks(data, figures, root))
+
+
 def _publish(staging: Path, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     old = out_dir / FIGURES_DIR

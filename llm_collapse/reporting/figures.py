@@ -60,7 +60,9 @@ import re
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -917,37 +919,46 @@ def figure_kinds(task: str) -> tuple[FigureKind, ...]:
 
 
 class _Writer:
-    """Saves figures under one folder with unique slugs and collects `FigureFile` records."""
+    """Saves figures under one folder with unique slugs and collects `FigureFile` records; with ``draw`` off it
+    only collects them (the figure is never drawn)."""
 
-    def __init__(self, fig_dir: Path) -> None:
+    def __init__(self, fig_dir: Path, *, draw: bool = True) -> None:
         self.fig_dir = fig_dir
+        self.draw = draw
         self.files: list[FigureFile] = []
         self._used: set[str] = set()
 
-    def save(self, fig, slug: str, section: str, title: str, caption: str, **what: str) -> None:
+    def save(
+        self, figure: Callable[[], Any], slug: str, section: str, title: str, caption: str, **what: str
+    ) -> None:
+        """Record (and, drawing, draw with ``figure()`` and write) one figure under a slug unique in the folder."""
         name, k = slug, 1
         while name in self._used:
             k += 1
             name = f"{slug}-{k}"
         self._used.add(name)
         path = self.fig_dir / f"{name}.png"
-        _save(fig, path)
+        if self.draw:
+            _save(figure(), path)
+            logger.info("figure %s", path.name)
         self.files.append(FigureFile(path=path, section=section, title=title, caption=caption, **what))
-        logger.info("figure %s", path.name)
 
 
-def make_figures(data: ReportData, fig_dir: Path) -> list[FigureFile]:
+def make_figures(data: ReportData, fig_dir: Path, *, draw: bool = True) -> list[FigureFile]:
     """Write every figure the data supports into ``fig_dir``: each task's kinds, then the temperature sweep.
 
     Args:
         data: Loaded results.
-        fig_dir: Output folder (created).
+        fig_dir: Output folder (created when drawing).
+        draw: False plans the same figures (paths, titles, captions) without drawing or writing any: what
+            report.md needs, at a fraction of the cost (drawing is most of a report's time).
 
     Returns:
         The figures in report order (tasks in `TASK_ORDER`, each its kinds in order, then the sweep).
     """
-    fig_dir.mkdir(parents=True, exist_ok=True)
-    writer = _Writer(fig_dir)
+    if draw:
+        fig_dir.mkdir(parents=True, exist_ok=True)
+    writer = _Writer(fig_dir, draw=draw)
     styles = MethodStyles.of(data.results["method"])
     tiny = set(data.tiny_models)
     results = data.results
@@ -987,6 +998,6 @@ def _make_kind(
             f = _Figure(**what, rows=sub, styles=styles, tiny=tiny, chance=chance)
             title = kind.title(f)
             writer.save(
-                kind.draw(f, title), slugify(*kind.slug(f)), kind.section or f.task, title, kind.caption(f),
+                partial(kind.draw, f, title), slugify(*kind.slug(f)), kind.section or f.task, title, kind.caption(f),
                 kind=kind.name, task=f.task, metric=f.metric, corpus=corpus,
             )  # fmt: skip

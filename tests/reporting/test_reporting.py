@@ -144,6 +144,20 @@ def test_rebuild_elsewhere_is_byte_identical(built, tmp_path):
     assert _pngs(tmp_path / "copy") == _pngs(run)
 
 
+def test_report_markdown_plans_the_figures_it_does_not_draw(built, tmp_path):
+    """`report_markdown` (figures planned, not drawn) gives the drawn report's report.md, byte for byte, and writes
+    nothing: the committed-report checks rely on it."""
+    from llm_collapse.reporting.build import report_markdown
+
+    run, files = built
+    before = _snapshot(run)
+    assert report_markdown(load_runs([run]), run) == files["report.md"].read_text(encoding="utf-8")
+    assert _snapshot(run) == before
+    planned = figures.make_figures(load_runs([run]), tmp_path / "planned", draw=False)
+    assert sorted(f.path.name for f in planned) == sorted(_pngs(run))
+    assert not (tmp_path / "planned").exists()
+
+
 def test_rebuild_in_place_is_byte_identical_and_drops_stale_figures(tmp_path):
     run = write_synthetic_run(
         tmp_path / "r", models=("m",), methods=("base", "tempscale-0.5"), tasks=("knn", "passkey")
