@@ -26,8 +26,8 @@ for n in (20, 24, 96):
     row = "  ".join(f"psi {psi:.2f}: {detectable_difference(n, psi):.3f}" for psi in (0.2, 0.3, 0.4))
     print(f"  n = {n:3d}: all discordant one way {best:.3f}  {row}")
 print()
-# retrieval8k_tau, retrieval4k_rope, retrieval8k_ntk/_yarn.yaml: 3 methods against base at 2 lengths, a Holm
-# family of 6 (issue 44 item 3)
+# retrieval4k.yaml and retrieval8k_tau/_ntk/_yarn.yaml: 3 methods against base at 2 lengths, a Holm family of 6
+# (issue 44 item 3)
 family = 6
 level = holm_level(0.05, family)
 print(
