@@ -931,7 +931,7 @@ class _Writer:
     def save(
         self, figure: Callable[[], Any], slug: str, section: str, title: str, caption: str, **what: str
     ) -> None:
-        """Record (and, drawing, draw with ``figure()`` and write) one figure under a slug unique in the folder."""
+        """Record one figure under a slug unique in the folder; when drawing, call ``figure()`` and write its PNG."""
         name, k = slug, 1
         while name in self._used:
             k += 1

@@ -150,10 +150,10 @@ def test_report_markdown_plans_the_figures_it_does_not_draw(built, tmp_path):
     from llm_collapse.reporting.build import report_markdown
 
     run, files = built
-    before = _snapshot(run)
-    assert report_markdown(load_runs([run]), run) == files["report.md"].read_text(encoding="utf-8")
+    data, before = load_runs([run]), _snapshot(run)
+    assert report_markdown(data, run) == files["report.md"].read_text(encoding="utf-8")
     assert _snapshot(run) == before
-    planned = figures.make_figures(load_runs([run]), tmp_path / "planned", draw=False)
+    planned = figures.make_figures(data, tmp_path / "planned", draw=False)
     assert sorted(f.path.name for f in planned) == sorted(_pngs(run))
     assert not (tmp_path / "planned").exists()
 
