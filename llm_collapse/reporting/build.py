@@ -54,6 +54,7 @@ from llm_collapse.reporting.tables import (
     Table,
     models_table,
     one_length,
+    paired_by_depth,
     summary_legend,
     summary_models,
     summary_table,
@@ -411,6 +412,12 @@ def _figure_blocks(data: ReportData, fig: FigureFile, out_root: Path) -> list[Bl
         if table is not None:
             label = metric_info(fig.metric).label
             blocks += [Paragraph(f"{label} by position and length (tokens), 95% CIs:"), table]
+    if fig.kind == "depth":
+        table = paired_by_depth(data, fig.task, fig.metric, fig.corpus, fig.model)
+        if table is not None:
+            label = metric_info(fig.metric).label
+            text = f"{label} − base (paired) of {fig.model} by key depth and length (tokens), 95% CIs:"
+            blocks += [Paragraph(text), table, Paragraph(table_legend(table.rows))]
     return blocks
 
 

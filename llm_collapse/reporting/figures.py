@@ -136,6 +136,7 @@ class FigureFile:
         task: The task plotted.
         metric: The metric plotted ("" for several).
         corpus: The corpus plotted.
+        model: The model plotted ("" for a figure with a panel per model).
     """
 
     path: Path
@@ -146,6 +147,7 @@ class FigureFile:
     task: str = ""
     metric: str = ""
     corpus: str = ""
+    model: str = ""
 
 
 @dataclass(frozen=True)
@@ -999,5 +1001,5 @@ def _make_kind(
             title = kind.title(f)
             writer.save(
                 partial(kind.draw, f, title), slugify(*kind.slug(f)), kind.section or f.task, title, kind.caption(f),
-                kind=kind.name, task=f.task, metric=f.metric, corpus=corpus,
+                kind=kind.name, task=f.task, metric=f.metric, corpus=corpus, model=f.model,
             )  # fmt: skip

@@ -150,6 +150,14 @@ class Verdict:
     q: float = math.nan
 
 
+def _equivalence_testable(metric: str, test: Significance) -> bool:
+    """Whether ``test``'s interval can place a change of ``metric`` within a margin. Not for a 0/1 metric's
+    zero-width interval: the paired bootstrap that runs before 2026-12-05 stored gives [0, 0] whenever no
+    item is discordant, which says nothing about how far apart two accuracies on a few items may be (0 of 24
+    discordant still allows a 12% discordance rate); Newcombe's interval, stored since, is never zero-width."""
+    return not (metric_info(metric.split("_vs_", 1)[0]).proportion and test.low == test.high)
+
+
 def holm_verdicts(
     changes: list[tuple[str, float, Significance | None]], margins: Mapping[str, float] | None = None
 ) -> list[Verdict]:
@@ -162,8 +170,10 @@ def holm_verdicts(
     ]
     equivalence = holm_adjust(
         [
-            np.nan if m is None else equivalence_p(delta, test.low, test.high, m)
-            for (_, delta, test), m in zip(changes, margin_of, strict=True)
+            equivalence_p(delta, test.low, test.high, m)
+            if m is not None and _equivalence_testable(metric, test)
+            else np.nan
+            for (metric, delta, test), m in zip(changes, margin_of, strict=True)
         ]
     )
     out = []

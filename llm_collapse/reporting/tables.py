@@ -32,6 +32,7 @@ from llm_collapse.reporting.frames import (
     HIGHER_IS_BETTER,
     MORE_COLLAPSE_IF_HIGHER,
     MORE_COLLAPSE_IF_LOWER,
+    VS_BASE,
     VS_SHORTEST,
     ReportData,
     is_contrast,
@@ -40,7 +41,7 @@ from llm_collapse.reporting.frames import (
     sorted_methods,
 )
 from llm_collapse.reporting.markup import inline_html
-from llm_collapse.reporting.significance import change_test, read_changes
+from llm_collapse.reporting.significance import change_test, paired_test, read_changes
 from llm_collapse.utils.markdown import markdown_table
 
 TINY_MARK = "**(tiny random)**"
@@ -329,6 +330,47 @@ def values_by_depth(
                 body.append((model_cell(model, tiny), f"`{method}`", label(depth), *cells))
     headers = ("model", "method", "position", *(length_text(n)[1:] for n in lengths))
     return Table(headers, tuple(body), (False, False, False, *([True] * len(lengths))))
+
+
+def paired_by_depth(data: ReportData, task: str, metric: str, corpus: str, model: str) -> Table | None:
+    """Each method minus base by key depth (rows method x depth, one column per length) for one model, from
+    the run's ``<metric>_vs_base`` rows: the paired difference with its 95% CI and its reading after Holm's
+    correction across every cell of the table (the depth heatmap shows the values; this tests them).
+
+    Returns:
+        The table, or None without per-depth paired rows.
+    """
+    frame = data.results
+    rows = frame[
+        (frame["task"] == task)
+        & (frame["metric"] == metric + VS_BASE)
+        & (frame["corpus"] == corpus)
+        & (frame["model"] == model)
+        & frame["depth"].notna()
+        & frame["layer"].isna()
+    ]
+    if rows.empty:
+        return None
+    lengths = sorted(int(x) for x in rows["length"].unique())
+    digits = metric_info(metric).digits
+    body, changes = [], []
+    for method in sorted_methods(rows["method"]):
+        for depth in sorted(rows.loc[rows["method"] == method, "depth"].unique()):
+            cell = rows[(rows["method"] == method) & (rows["depth"] == depth)].set_index("length")
+            row = [f"`{method}`", f"{depth:.2f}"]
+            for n in lengths:
+                if n not in cell.index:
+                    row.append("—")
+                    continue
+                r = cell.loc[n]
+                changes.append((len(body), len(row), fmt_ci(r["value"], r["ci_low"], r["ci_high"], digits)))
+                row.append((metric, float(r["value"]), paired_test(r), digits))
+            body.append(row)
+    texts = read_changes([body[i][j] for i, j, _ in changes], judge, data.margins)
+    for (i, j, ci), text in zip(changes, texts, strict=True):
+        body[i][j] = f"{ci}: {text.partition(' ')[2]}"
+    headers = ("method", "depth", *(length_text(n)[1:] for n in lengths))
+    return Table(headers, tuple(tuple(r) for r in body), (False, False, *([True] * len(lengths))))
 
 
 def values_by_length(data: ReportData, task: str, metric: str, corpus: str) -> Table | None:

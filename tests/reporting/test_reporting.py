@@ -16,6 +16,7 @@ import pytest
 
 from llm_collapse.cli.report import main as report_main
 from llm_collapse.reporting import SchemaError, build_report, figures, load_runs
+from llm_collapse.reporting.build import report_markdown
 from llm_collapse.reporting.figures import MethodStyles
 from llm_collapse.reporting.frames import HEADLINE, RESULT_COLUMNS, overall_rows, validate_results
 from llm_collapse.reporting.tables import Table, inline_html
@@ -246,6 +247,33 @@ def test_needle_from_depth_rows_without_run_json(tmp_path):
     md = files["report.md"].read_text(encoding="utf-8")
     assert "## Needle retrieval" in md and "Run needle has no run.json" in md
     assert "| m | `base` | " in md.split("## Summary", 1)[1]
+
+
+def test_depth_heatmap_is_followed_by_its_paired_rows_read_after_holm_across_the_table(tmp_path):
+    run = write_synthetic_run(
+        tmp_path / "r",
+        models=("m",),
+        methods=("base", "tempscale-0.9"),
+        tasks=("passkey",),
+        lengths=(256, 512),
+    )
+    frame = pd.read_parquet(run / "results.parquet")
+    p_values = {(256, 0.1): 0.001, (512, 0.1): 0.03, (256, 0.9): 0.3}  # 3 cells: Holm x3, x2, x1
+    paired = [
+        result_row(model="m", method="tempscale-0.9", task="passkey", corpus="synthetic", length=n,
+                   metric="acc@1_vs_base", value=0.25, ci=(0.1, 0.4), n=20, depth=d, p_value=p)
+        for (n, d), p in p_values.items()
+    ]  # fmt: skip
+    pd.concat([frame, pd.DataFrame(paired)]).to_parquet(run / "results.parquet", index=False)
+    md = report_markdown(load_runs([run]), run)
+    table = md.split("Acc@1 − base (paired) of m by key depth and length (tokens), 95% CIs:", 1)[1]
+    lines = table.split("\n\n", 2)[1].splitlines()
+    assert lines[0] == "| method | depth | 256 | 512 |"
+    assert lines[2:] == [  # 0.03 alone would read "better"; Holm across the 3 cells makes it 0.06
+        "| `tempscale-0.9` | 0.10 | 0.250 [0.100, 0.400]: (better; McNemar, Holm p=0.003) "
+        "| 0.250 [0.100, 0.400]: (inconclusive; McNemar, Holm p=0.060) |",
+        "| `tempscale-0.9` | 0.90 | 0.250 [0.100, 0.400]: (inconclusive; McNemar, Holm p=0.300) | — |",
+    ]
 
 
 # ------------------------------------------------------------------------------------------- figures

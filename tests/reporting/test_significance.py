@@ -155,3 +155,21 @@ def test_holm_verdicts_decide_each_kind_as_the_cells_read():
     assert [v.kind for v in verdicts] == ["survives", "equivalent", "inconclusive", "n.s.", "untested"]
     assert verdicts[0].p == pytest.approx(4e-6)  # Holm: the smallest of 4 tests times 4
     assert verdicts[1].margin == 0.01 and verdicts[1].q <= 0.05
+
+
+def test_a_zero_width_interval_of_an_accuracy_is_no_evidence_of_equivalence():
+    """Runs before Newcombe's interval stored a paired bootstrap's, [0, 0] when no query is discordant: with 24
+    queries that still allows a 12% discordance rate, so it must not read "equivalent within ±0.1". A continuous
+    metric's zero-width interval (identical vectors: the log schedule below its threshold) still can."""
+    from llm_collapse.reporting.significance import Significance, holm_verdicts
+
+    changes = [
+        ("acc@1", 0.0, Significance(1.0, "McNemar", 0.0, 0.0)),
+        ("acc@1", 0.0, Significance(1.0, "McNemar", -0.03, 0.03)),  # Newcombe's, narrow: can be equivalent
+        ("pairwise_cosine", 0.0, Significance(1.0, "paired t", 0.0, 0.0)),
+    ]
+    assert [v.kind for v in holm_verdicts(changes)] == [
+        "inconclusive",
+        "equivalent",
+        "equivalent",
+    ]
