@@ -13,6 +13,7 @@ runs=(
   start32k needle_start32k start_rope32k  # Q2, Q5: key at the start, haystack grows, to 32k (paired across lengths)
   retrieval2k retrieval32k retrieval16k_rope  # Q2, Q5: LongEmbed's passkey and needle protocol to 32k
   retrieval32k_tau retrieval32k_ntk retrieval32k_yarn  # Q2, Q5: the same at 32768, one method each
+  retrieval4k                           # Q2, Q5: passkey at 4096 sized for the Holm level: tau 0.9, NTK, YaRN
   retrieval8k_tau                       # Q2: passkey at 8192 sized for the Holm level (168 queries), tau 0.9
   needle16k                             # Q2: LongEmbed's needle protocol at 4k-16k, base and tau 1.1
   layerwise32k                          # Q3 to 32k
