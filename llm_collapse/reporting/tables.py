@@ -363,11 +363,12 @@ def paired_by_depth(data: ReportData, task: str, metric: str, corpus: str, model
                     row.append("—")
                     continue
                 r = cell.loc[n]
-                changes.append((len(body), len(row), fmt_ci(r["value"], r["ci_low"], r["ci_high"], digits)))
-                row.append((metric, float(r["value"]), paired_test(r), digits))
+                ci = fmt_ci(r["value"], r["ci_low"], r["ci_high"], digits)
+                changes.append((len(body), len(row), ci, (metric, float(r["value"]), paired_test(r), digits)))
+                row.append(None)  # filled below, once Holm has seen every cell
             body.append(row)
-    texts = read_changes([body[i][j] for i, j, _ in changes], judge, data.margins)
-    for (i, j, ci), text in zip(changes, texts, strict=True):
+    texts = read_changes([change for *_, change in changes], judge, data.margins)
+    for (i, j, ci, _), text in zip(changes, texts, strict=True):
         body[i][j] = f"{ci}: {text.partition(' ')[2]}"
     headers = ("method", "depth", *(length_text(n)[1:] for n in lengths))
     return Table(headers, tuple(tuple(r) for r in body), (False, False, *([True] * len(lengths))))
