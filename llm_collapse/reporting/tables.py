@@ -287,6 +287,18 @@ def summary_legend(data: ReportData) -> list[str]:
 # -------------------------------------------------------------------------------------- per-task tables
 
 
+def _depth_rows(data: ReportData, task: str, metric: str, corpus: str) -> pd.DataFrame:
+    """Per-depth rows (depth set, no layer) of one task/metric/corpus."""
+    frame = data.results
+    return frame[
+        (frame["task"] == task)
+        & (frame["metric"] == metric)
+        & (frame["corpus"] == corpus)
+        & frame["depth"].notna()
+        & frame["layer"].isna()
+    ]
+
+
 def values_by_depth(
     data: ReportData, task: str, metric: str, corpus: str, label: Callable[[float], str]
 ) -> Table | None:
@@ -303,14 +315,7 @@ def values_by_depth(
     Returns:
         The table, or None without per-depth rows.
     """
-    frame = data.results
-    rows = frame[
-        (frame["task"] == task)
-        & (frame["metric"] == metric)
-        & (frame["corpus"] == corpus)
-        & frame["depth"].notna()
-        & frame["layer"].isna()
-    ]
+    rows = _depth_rows(data, task, metric, corpus)
     if rows.empty:
         return None
     lengths = sorted(int(x) for x in rows["length"].unique())
@@ -340,15 +345,8 @@ def paired_by_depth(data: ReportData, task: str, metric: str, corpus: str, model
     Returns:
         The table, or None without per-depth paired rows.
     """
-    frame = data.results
-    rows = frame[
-        (frame["task"] == task)
-        & (frame["metric"] == metric + VS_BASE)
-        & (frame["corpus"] == corpus)
-        & (frame["model"] == model)
-        & frame["depth"].notna()
-        & frame["layer"].isna()
-    ]
+    rows = _depth_rows(data, task, metric + VS_BASE, corpus)
+    rows = rows[rows["model"] == model]
     if rows.empty:
         return None
     lengths = sorted(int(x) for x in rows["length"].unique())
