@@ -16,6 +16,7 @@ runs=(
   retrieval4k                           # Q2, Q5: passkey at 4096 sized for the Holm level: tau 0.9, NTK, YaRN
   retrieval8k_tau                       # Q2: passkey at 8192 sized for the Holm level (168 queries), tau 0.9
   retrieval8k_ntk                       # Q5: the same at 8192, NTK
+  retrieval8k_yarn                      # Q5: the same at 8192, YaRN
   needle16k                             # Q2: LongEmbed's needle protocol at 4k-16k, base and tau 1.1
   layerwise32k                          # Q3 to 32k
   echo8k echo_position echo pooling_last echo_position_window  # Q4 (the last: the sliding window off at 2k)
