@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from llm_collapse.reporting.figures import (
     SWEEP_SECTION,
     FigureFile,
@@ -46,10 +48,19 @@ from llm_collapse.reporting.figures import (
     position_label,
     task_order,
 )
-from llm_collapse.reporting.frames import ReportData, load_runs, metric_info, sorted_methods
+from llm_collapse.reporting.frames import ReportData, SchemaError, load_runs, metric_info, sorted_methods
 from llm_collapse.reporting.length_effects import decomposition_table, interaction_table
 from llm_collapse.reporting.markup import inline_html
 from llm_collapse.reporting.significance import table_legend
+from llm_collapse.reporting.study_summary import (
+    ANSWERS_FILE,
+    VERDICTS,
+    answers_csv,
+    answers_frame,
+    answers_of_run,
+    answers_table,
+    families_text,
+)
 from llm_collapse.reporting.tables import (
     Table,
     models_table,
@@ -581,9 +592,50 @@ def caveats_section(data: ReportData) -> list[Block]:
     return [Heading(2, "Caveats"), body]
 
 
-def report_blocks(data: ReportData, figures: Sequence[FigureFile], out_root: Path) -> list[Block]:
-    """All blocks of the report, in order: the answer first (the summary table: each metric at the shortest and
-    the longest length, the change tested), then how the run was made, then the per-task tables and figures."""
+def run_claims(data: ReportData) -> pd.DataFrame | None:
+    """The verdicts of the claims the runs declared (run.json ``config.claims``), `ANSWER_COLUMNS`; each run's
+    claims are Holm families of their own (named ``run: family`` when several runs are merged). None without."""
+    frames = []
+    for run in data.runs:
+        claims = run.record.config.get("claims") if isinstance(run.record.config, dict) else None
+        if not claims:
+            continue
+        frame = answers_frame(run.path.parent, answers_of_run(run.path.name, claims), SchemaError)
+        if len(data.runs) > 1:
+            frame = frame.assign(
+                family=run.label + ": " + frame["family"], question=run.label + ": " + frame["question"]
+            )
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def claims_section(answers: pd.DataFrame | None) -> list[Block]:
+    """The report's first section where its runs declared claims: their verdicts, from answers.csv."""
+    if answers is None:
+        return []
+    legend = "; ".join(f"**{name}**: {meaning}" for name, meaning in VERDICTS.items())
+    return [
+        Heading(2, "Claims"),
+        Paragraph(
+            "The claims the run's config declared before it ran, each read from the paired row it names."
+        ),
+        answers_table(answers, linked=False),
+        Bullets(
+            (
+                f"Verdicts, Holm's correction at 0.05 within each family: {legend}.",
+                f"Families (claims): {families_text(answers)}. Intervals are unadjusted 95% intervals; p-values "
+                f"are Holm-adjusted within the family. Every number: `{ANSWERS_FILE}`.",
+            )
+        ),
+    ]
+
+
+def report_blocks(
+    data: ReportData, figures: Sequence[FigureFile], out_root: Path, answers: pd.DataFrame | None = None
+) -> list[Block]:
+    """All blocks of the report, in order: the answer first (the declared claims' verdicts, then the summary
+    table: each metric at the shortest and the longest length, the change tested), then how the run was made,
+    then the per-task tables and figures."""
     warning = (
         [
             Paragraph(
@@ -596,6 +648,7 @@ def report_blocks(data: ReportData, figures: Sequence[FigureFile], out_root: Pat
     return [
         Heading(1, _title(data)),
         *warning,
+        *claims_section(answers),
         *summary_section(data),
         *run_summary(data),
         *task_sections(data, figures, out_root),
@@ -615,11 +668,20 @@ def _staging_dir(out_dir: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=".report-tmp-", dir=anchor))
 
 
+def _answers(data: ReportData) -> tuple[str | None, pd.DataFrame | None]:
+    """answers.csv's text and the frame read back from it (None, None without declared claims)."""
+    frame = run_claims(data)
+    return (None, None) if frame is None else answers_csv(frame)
+
+
 def _render(data: ReportData, root: Path) -> None:
+    csv_text, answers = _answers(data)
     figures = make_figures(data, root / FIGURES_DIR)
-    blocks = report_blocks(data, figures, root)
+    blocks = report_blocks(data, figures, root, answers)
     (root / REPORT_MD).write_text(render_markdown(blocks), encoding="utf-8")
     (root / REPORT_HTML).write_text(render_html(blocks, _title(data)), encoding="utf-8")
+    if csv_text is not None:
+        (root / ANSWERS_FILE).write_text(csv_text, encoding="utf-8")
 
 
 def report_markdown(data: ReportData, out_dir: Path | str) -> str:
@@ -627,7 +689,7 @@ def report_markdown(data: ReportData, out_dir: Path | str) -> str:
     drawn: seconds faster per report, for checks that compare committed reports (nothing is written)."""
     root = Path(out_dir).absolute()
     figures = make_figures(data, root / FIGURES_DIR, draw=False)
-    return render_markdown(report_blocks(data, figures, root))
+    return render_markdown(report_blocks(data, figures, root, _answers(data)[1]))
 
 
 def _publish(staging: Path, out_dir: Path) -> None:
@@ -638,6 +700,10 @@ def _publish(staging: Path, out_dir: Path) -> None:
     shutil.move(str(staging / FIGURES_DIR), str(out_dir / FIGURES_DIR))
     for name in (REPORT_MD, REPORT_HTML):
         os.replace(staging / name, out_dir / name)
+    if (staging / ANSWERS_FILE).is_file():
+        os.replace(staging / ANSWERS_FILE, out_dir / ANSWERS_FILE)
+    else:  # a report without claims leaves no answers.csv of an earlier build behind
+        (out_dir / ANSWERS_FILE).unlink(missing_ok=True)
 
 
 def write_report(data: ReportData, out_dir: Path | str) -> dict[str, Path]:
@@ -660,7 +726,9 @@ def write_report(data: ReportData, out_dir: Path | str) -> dict[str, Path]:
         _publish(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    files = {REPORT_MD: out_dir / REPORT_MD, REPORT_HTML: out_dir / REPORT_HTML}
+    files = {
+        name: out_dir / name for name in (REPORT_MD, REPORT_HTML, ANSWERS_FILE) if (out_dir / name).is_file()
+    }
     files.update({f"{FIGURES_DIR}/{name}": out_dir / FIGURES_DIR / name for name in names})
     logger.info("wrote %s (%d figures)", out_dir, len(names))
     return files

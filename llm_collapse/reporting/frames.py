@@ -36,8 +36,9 @@ import numpy as np
 import pandas as pd
 
 from llm_collapse.errors import UserError
+from llm_collapse.reporting.reread import reread
 from llm_collapse.run.record import RUN_FILE, ModelRecord, RunRecord, RunRecordError
-from llm_collapse.run.results import COLUMNS, OPTIONAL_COLUMNS
+from llm_collapse.run.results import COLUMNS, ITEMS_FILE, OPTIONAL_COLUMNS
 
 # Metric labels, directions, paired contrasts and the headline metrics live in the task registry; the
 # reporting code reads them here.
@@ -269,10 +270,21 @@ def load_run(run_dir: Path | str) -> tuple[pd.DataFrame, RunRecord, bool]:
         raw = pd.read_parquet(path)
     except Exception as err:  # pyarrow raises several types for corrupt files
         raise SchemaError(f"{path}: unreadable ({type(err).__name__}: {err})") from None
-    results = validate_results(raw, str(path))
+    results = reread(validate_results(raw, str(path)), _read_items(run_dir))
     record, has_meta = read_run_record(run_dir)
     logger.info("loaded %s: %d rows", run_dir, len(results))
     return results, record, has_meta
+
+
+def _read_items(run_dir: Path) -> pd.DataFrame | None:
+    """The run's ``items.parquet`` (per-item values; `llm_collapse.reporting.reread` needs them), or None."""
+    path = run_dir / ITEMS_FILE
+    if not path.is_file():
+        return None
+    try:
+        return pd.read_parquet(path)
+    except Exception as err:  # pyarrow raises several types for corrupt files
+        raise SchemaError(f"{path}: unreadable ({type(err).__name__}: {err})") from None
 
 
 def _labels(run_dirs: Sequence[Path]) -> list[str]:
@@ -385,6 +397,7 @@ def overall_rows(frame: pd.DataFrame) -> pd.DataFrame:
         row.update(
             depth=math.nan, layer=math.nan, value=value, ci_low=math.nan, ci_high=math.nan, p_value=math.nan
         )
+        row.update({column: math.nan for column in flat.columns if column not in row})
         row["n"] = int(group["n"].sum())
         parts.append(row)
     if not parts:

@@ -1,14 +1,17 @@
-"""The tests behind the reports' automatic readings, with Holm's correction across each table.
+"""The tests behind the reports' readings, with Holm's correction across each family.
 
-A reading ("more collapse", "better") is printed only for a change that survives Holm's correction at
-5% across every test of its table; any other change reads ``n.s.``. The test per change, best first:
+A reading ("more collapse", "better") is printed only for a change that survives Holm's correction at 5%
+across every test of its family (a run report's table; a question of the study); any other change reads
+"equivalent within ±m" or "inconclusive" (``n.s.`` for a metric without a margin). Each change is a
+`llm_collapse.metrics.contrasts.Contrast`, whose procedure follows from the row (that module's table):
 
-- **paired row** (a ``*_vs_base`` or ``*_vs_shortest`` row, the same items on both sides): its stored
-  ``p_value`` (exact McNemar for 0/1 outcomes, `llm_collapse.metrics.stats.mcnemar_exact_p`; a paired
-  t-test for per-item values: the distances to the global centroid, the layerwise metrics); else a
-  Wald test from its paired interval, ``z = value / se`` with ``se = (high - low) / (2 x 1.96)``
-  (exact for the jackknife intervals, a normal approximation for percentile bootstraps; runs written
-  before McNemar p-values were stored fall back to it too).
+- **paired row** (``*_vs_base``, ``*_vs_shortest``, ``*_vs_base_vs_shortest``, ``*_vs_reference``,
+  ``*_vs_control``: the same items on both sides), as `llm_collapse.reporting.reread` left it on loading:
+  a paired t row (continuous per-item values: t interval and t-based TOST), a McNemar row (0/1 outcomes:
+  Newcombe's interval; its TOST inverts it where the paired table is known), a sign-flip row (0/1
+  differences of differences), or a ``paired Wald`` row (set-level: the jackknife's normal interval; runs
+  before 2026-12-06 stored a percentile bootstrap for the pairwise cosine), ``z = value / se`` with
+  ``se = (high - low) / (2 x 1.96)``.
 - **proportions on different items** (Acc@1 at two lengths of the bins design, or unpaired tasks):
   Fisher's exact test on the counts (value x n successes of n).
 - **other metrics on different items** (or on the same items where the run stored no paired row, e.g. layerwise
@@ -16,18 +19,16 @@ A reading ("more collapse", "better") is printed only for a change that survives
   ``z = delta / sqrt(se1^2 + se2^2)``.
 - no interval and no counts: untested, never read.
 
-A change that does not survive is not read as "no difference". Where its metric has an equivalence margin m
-(`llm_collapse.metrics.proportions.margin_for`: the run's ``margins``, else the defaults), two one-sided
-Wald tests from the change's 95% interval ask whether it lies within ±m (TOST: H0 delta <= -m and H0
-delta >= +m, each side's standard error from that side's half-width, so a Newcombe or Wilson interval
-keeps its asymmetry); the larger one-sided p is Holm-adjusted across the table's equivalence tests (a
-family of its own) and the cell reads "equivalent within ±m" when it survives at 5%, else
-"inconclusive". Without a margin the cell reads ``n.s.`` as before. The Wald form is approximate
-like the paired Wald test above; it needs no per-item data, so older runs get it too.
+Equivalence: where a change does not survive and its metric has a margin m (`margin_for`: the run's
+``margins``, else the defaults), its TOST p (`Contrast.equivalence_p`) is Holm-adjusted across the family's
+equivalence tests (a family of its own) and the cell reads "equivalent within ±m" when it survives at 5%. A
+Contrast without a standard error or paired table (older or unpaired rows) takes each side's standard error
+from that side of its 95% interval (approximate, like the Wald tests).
 
-Decisions: one family per table (all its cells, both the length change and the gap to a baseline), as a
-reader scans a table as one claim set; Holm rather than Bonferroni (uniformly more powerful, same
-guarantee); tests are recomputed from ``results.parquet``, so reports of earlier runs get them too.
+Intervals are unadjusted 95% intervals; p-values are Holm-adjusted. Decisions: one family per table in a run
+report (a reader scans a table as one claim set) and per question in the study; Holm rather than Bonferroni
+(uniformly more powerful, same guarantee); tests are recomputed from the loaded rows, so reports of earlier
+runs get them too.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from llm_collapse.metrics.contrasts import Contrast, binary_from_counts, t_from_p
 from llm_collapse.metrics.proportions import margin_for
 from llm_collapse.metrics.stats import holm_adjust
 from llm_collapse.tasks.registry import VS_INTERACTION, metric_info
@@ -48,28 +50,24 @@ ALPHA = 0.05
 _Z = float(sps.norm.ppf(0.975))
 
 KINDS: dict[str, str] = {
-    "McNemar": "exact McNemar test on the paired items",
-    "paired t": "paired t-test on the per-item values",
-    "sign-flip": "exact sign-flip test on the per-item differences of differences (0/1 outcomes)",
-    "paired Wald": "Wald test from the paired 95% interval",
-    "TOST": "two one-sided Wald tests against ±margin from the 95% interval's half-widths (equivalence; "
-    "Holm across the table's equivalence tests)",
+    "McNemar": "exact McNemar test on the paired items (interval: Newcombe's)",
+    "paired t": "paired t-test on the per-item differences (t interval)",
+    "sign-flip": "exact sign-flip test on the per-item differences of differences (0/1 outcomes; t interval)",
+    "paired Wald": "Wald test from the paired 95% interval (set-level: the delete-one jackknife's)",
+    "TOST": "two one-sided tests against ±margin (equivalence; Holm across the family's equivalence tests): "
+    "t-based for per-item differences, Newcombe's interval inverted for paired 0/1, else z from the interval",
     "Fisher": "Fisher's exact test on the two counts (different items)",
     "Wald": "Wald test from the two 95% intervals taken as independent (different items; conservative for the "
     "same items where the run stored no paired row)",
 }
 """Short name of each test (as printed in cells) -> its legend line."""
 
+_COUNTS = ("n11", "n10", "n01", "n00")
 
-@dataclass(frozen=True)
-class Significance:
-    """A two-sided p-value, the short name of the test that gave it (a key of `KINDS`), and the change's 95%
-    interval where one is known (for the equivalence test)."""
 
-    p: float
-    kind: str
-    low: float = math.nan
-    high: float = math.nan
+def _float(row: pd.Series, key: str) -> float:
+    value = row.get(key, math.nan)
+    return math.nan if value is None else float(value)
 
 
 def _se(row: pd.Series) -> float:
@@ -77,57 +75,54 @@ def _se(row: pd.Series) -> float:
     return (high - low) / (2 * _Z) if math.isfinite(low) and math.isfinite(high) else math.nan
 
 
-def _wald(delta: float, se: float, kind: str) -> Significance | None:
+def _wald(delta: float, se: float, kind: str, n: int = 0) -> Contrast | None:
     if not (math.isfinite(delta) and math.isfinite(se)):
         return None
     low, high = delta - _Z * se, delta + _Z * se
     if se == 0:
-        return Significance(1.0 if delta == 0 else 0.0, kind, low, high)
-    return Significance(float(2 * sps.norm.sf(abs(delta) / se)), kind, low, high)
+        return Contrast(delta, low, high, n, kind, 1.0 if delta == 0 else 0.0)
+    return Contrast(delta, low, high, n, kind, float(2 * sps.norm.sf(abs(delta) / se)))
 
 
-def equivalence_p(delta: float, low: float, high: float, margin: float) -> float:
-    """TOST p-value of ``delta`` against ±``margin`` from its 95% interval (module docstring); NaN without
-    an interval. Each side's standard error is that side's half-width / 1.96; a zero one means no spread."""
-    if not all(math.isfinite(x) for x in (delta, low, high)):
-        return math.nan
-    sides = ((delta + margin, delta - low), (margin - delta, high - delta))  # (distance to H0, half-width)
-    return max(
-        (0.0 if gap > 0 else 1.0) if half <= 0 else float(sps.norm.sf(gap / (half / _Z)))
-        for gap, half in sides
-    )
-
-
-def paired_test(row: pd.Series) -> Significance | None:
+def paired_test(row: pd.Series) -> Contrast | None:
     """The test of one paired contrast row (module docstring)."""
+    value, n = float(row["value"]), int(row.get("n", 0))
+    low, high = float(row["ci_low"]), float(row["ci_high"])
     p = float(row.get("p_value", math.nan))
+    counts = [_float(row, key) for key in _COUNTS]
+    if all(math.isfinite(c) for c in counts):
+        return binary_from_counts(tuple(int(c) for c in counts))
     if math.isfinite(p):
         metric = str(row.get("metric", ""))
-        interval = float(row["ci_low"]), float(row["ci_high"])
         if not metric_info(metric.split("_vs_", 1)[0]).proportion:
-            return Significance(p, "paired t", *interval)
-        return Significance(p, "sign-flip" if metric.endswith(VS_INTERACTION) else "McNemar", *interval)
-    return _wald(float(row["value"]), _se(row), "paired Wald")
+            return t_from_p(value, p, n, low, high)
+        kind = "sign-flip" if metric.endswith(VS_INTERACTION) else "McNemar"
+        se, df = _float(row, "se"), _float(row, "df")
+        if math.isfinite(se):
+            return Contrast(value, low, high, n, kind, p, se, df if math.isfinite(df) else math.inf)
+        return Contrast(value, low, high, n, kind, p)
+    return _wald(value, _se(row), "paired Wald", n)
 
 
-def unpaired_test(metric: str, a: pd.Series, b: pd.Series) -> Significance | None:
+def unpaired_test(metric: str, a: pd.Series, b: pd.Series) -> Contrast | None:
     """The test of ``b - a`` for two rows on different items (module docstring)."""
     if metric_info(metric).proportion:
         na, nb = int(a["n"]), int(b["n"])
         if na > 0 and nb > 0 and math.isfinite(float(a["value"])) and math.isfinite(float(b["value"])):
             ka, kb = round(float(a["value"]) * na), round(float(b["value"]) * nb)
             table = [[ka, na - ka], [kb, nb - kb]]
-            wald = _wald(float(b["value"]) - float(a["value"]), math.hypot(_se(a), _se(b)), "Fisher")
+            delta = float(b["value"]) - float(a["value"])
+            wald = _wald(delta, math.hypot(_se(a), _se(b)), "Fisher")
             interval = (wald.low, wald.high) if wald is not None else (math.nan, math.nan)
-            return Significance(float(sps.fisher_exact(table).pvalue), "Fisher", *interval)
+            return Contrast(delta, *interval, na + nb, "Fisher", float(sps.fisher_exact(table).pvalue))
         return None
     delta = float(b["value"]) - float(a["value"])
-    return _wald(delta, math.hypot(_se(a), _se(b)), "Wald")
+    return _wald(delta, math.hypot(_se(a), _se(b)), "Wald", int(a["n"]) + int(b["n"]))
 
 
 def change_test(
     metric: str, start: pd.Series, end: pd.Series, paired: pd.DataFrame, suffix: str
-) -> Significance | None:
+) -> Contrast | None:
     """The test of ``end - start``: the run's paired row ``<metric><suffix>`` at ``end``'s length when there
     is exactly one among ``paired`` (``_vs_shortest``: against the cell's shortest length, which is
     ``start``; ``_vs_base``: against base), else `unpaired_test`."""
@@ -150,19 +145,22 @@ class Verdict:
     q: float = math.nan
 
 
-def _equivalence_testable(metric: str, test: Significance) -> bool:
-    """Whether ``test``'s interval can place a change of ``metric`` within a margin. Not for a 0/1 metric's
-    zero-width interval: the paired bootstrap that runs before 2026-12-05 stored gives [0, 0] whenever no
+def _equivalence_testable(metric: str, test: Contrast) -> bool:
+    """Whether ``test`` can place a change of ``metric`` within a margin. Not a 0/1 metric's zero-width interval
+    without its paired table: the paired bootstrap that runs before 2026-12-05 stored gives [0, 0] whenever no
     item is discordant, which says nothing about how far apart two accuracies on a few items may be (0 of 24
     discordant still allows a 12% discordance rate); Newcombe's interval, stored since, is never zero-width."""
-    return not (metric_info(metric.split("_vs_", 1)[0]).proportion and test.low == test.high)
+    return test.counts is not None or not (
+        metric_info(metric.split("_vs_", 1)[0]).proportion and test.low == test.high
+    )
 
 
 def holm_verdicts(
-    changes: list[tuple[str, float, Significance | None]], margins: Mapping[str, float] | None = None
+    changes: list[tuple[str, float, Contrast | None]], margins: Mapping[str, float] | None = None
 ) -> list[Verdict]:
-    """`Verdict` per ``(metric, delta, test)``: Holm across the changes' tests, then, for the ones that do not
-    survive and whose metric has a margin, Holm across their equivalence tests (a family of its own)."""
+    """`Verdict` per ``(metric, delta, test)`` of one family: Holm across the changes' tests, then, for the ones
+    that do not survive and whose metric has a margin, Holm across their equivalence tests (a family of its
+    own). ``margins`` maps a metric to its margin; the defaults fill in the rest (`margin_for`)."""
     adjusted = holm_adjust([t.p if t is not None else np.nan for _, _, t in changes])
     margin_of = [
         margin_for(metric, margins) if test is not None and not p <= ALPHA else None
@@ -170,10 +168,8 @@ def holm_verdicts(
     ]
     equivalence = holm_adjust(
         [
-            equivalence_p(delta, test.low, test.high, m)
-            if m is not None and _equivalence_testable(metric, test)
-            else np.nan
-            for (metric, delta, test), m in zip(changes, margin_of, strict=True)
+            test.equivalence_p(m) if m is not None and _equivalence_testable(metric, test) else np.nan
+            for (metric, _, test), m in zip(changes, margin_of, strict=True)
         ]
     )
     out = []
@@ -190,7 +186,7 @@ def holm_verdicts(
 
 
 def read_changes(
-    changes: list[tuple[str, float, Significance | None, int]],
+    changes: list[tuple[str, float, Contrast | None, int]],
     judge,
     margins: Mapping[str, float] | None = None,
 ) -> list[str]:
@@ -216,13 +212,13 @@ def read_changes(
             cells.append(f"{number} (untested)")
         elif verdict.kind == "survives":
             words = judge(metric, delta) or ("higher" if delta > 0 else "lower")
-            cells.append(f"{number} ({words}; {test.kind}, Holm p{_p_text(verdict.p)})")
+            cells.append(f"{number} ({words}; {test.test}, Holm p{_p_text(verdict.p)})")
         elif verdict.kind == "equivalent":
             cells.append(
                 f"{number} (equivalent within ±{verdict.margin:g}; TOST, Holm p{_p_text(verdict.q)})"
             )
         else:
-            cells.append(f"{number} ({verdict.kind}; {test.kind}, Holm p{_p_text(verdict.p)})")
+            cells.append(f"{number} ({verdict.kind}; {test.test}, Holm p{_p_text(verdict.p)})")
     return cells
 
 
@@ -237,13 +233,16 @@ def _p_text(p: float) -> str:
     return "<0.001" if p < 0.001 else f"={p:.3f}"
 
 
-def legend(kinds: set[str], equivalence: bool = False) -> str:
-    """One sentence naming the tests a table used (``equivalence``: some cell has an equivalence reading)."""
-    rule, tests = legend_parts(kinds, equivalence)
-    return f"{rule} Tests: " + "; ".join(tests) + "."
+def legend(kinds: set[str], equivalence: bool = False, tests: int | None = None) -> str:
+    """One sentence naming the tests a table used (``equivalence``: some cell has an equivalence reading;
+    ``tests``: how many the table's family holds)."""
+    rule, names = legend_parts(kinds, equivalence, tests)
+    return f"{rule} Tests: " + "; ".join(names) + "."
 
 
-def legend_parts(kinds: set[str], equivalence: bool = False) -> tuple[str, list[str]]:
+def legend_parts(
+    kinds: set[str], equivalence: bool = False, tests: int | None = None
+) -> tuple[str, list[str]]:
     """`legend` as its reading rule and one line per test (``name: what it is``), for a list."""
     otherwise = (
         "otherwise 'equivalent within ±m' where the equivalence test (TOST) against the metric's margin m "
@@ -252,9 +251,11 @@ def legend_parts(kinds: set[str], equivalence: bool = False) -> tuple[str, list[
         if equivalence
         else "otherwise n.s. (not significant, which is not 'no difference')"
     )
+    family = f" (this table's family: {tests} tests)" if tests else ""
     rule = (
         "Readings (more/less collapse, better/worse; higher/lower without a direction) are printed only where "
-        f"the change survives Holm's correction at {ALPHA:g} across all tests of the table; {otherwise}."
+        f"the change survives Holm's correction at {ALPHA:g} across all tests of the table{family}; {otherwise}. "
+        "Intervals are unadjusted 95% intervals; p-values are Holm-adjusted."
     )
     return rule, [f"{name}: {KINDS[name]}" for name in KINDS if name in kinds]
 
@@ -269,7 +270,8 @@ def table_legend(rows, *, parts: bool = False) -> str | tuple[str, list[str]] | 
     )
     if not kinds:
         return None
-    return legend_parts(kinds, equivalence) if parts else legend(kinds, equivalence)
+    tests = sum(isinstance(c, str) and ", Holm p" in c for c in cells)
+    return legend_parts(kinds, equivalence, tests) if parts else legend(kinds, equivalence, tests)
 
 
 def kinds_used(cells: list[str]) -> set[str]:

@@ -57,7 +57,16 @@ from llm_collapse.reporting.frames import (
     sorted_methods,
 )
 from llm_collapse.reporting.significance import change_test, mark_survivors, read_changes, table_legend
-from llm_collapse.reporting.study_summary import Answer, parse_answers, summary_table
+from llm_collapse.reporting.study_summary import (
+    ANSWERS_FILE,
+    VERDICTS,
+    Answer,
+    answers_csv,
+    answers_frame,
+    answers_table,
+    families_text,
+    parse_answers,
+)
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
 from llm_collapse.utils.paths import display_path
 from llm_collapse.utils.yamlfile import read_yaml_mapping, type_name
@@ -74,13 +83,18 @@ SURVIVOR_LEGEND = (
 )
 
 
-SUMMARY_LEGEND = (
-    "One paired row per question, at the length that settles it (`row`: run, model / method, metric, length). "
-    "Holm's correction at 0.05 runs across the table: 'yes' where the change survives in the direction the "
-    "question asks, 'no: ...' where it survives the other way or is equivalent to 0 within the metric's margin "
-    "(TOST, Holm across the table's equivalence tests), else 'inconclusive'. '(aggregates)': the run kept no "
-    "per-item rows (items.parquet), so its test reads the paired rows the run stored."
-)
+def summary_legend(families: str) -> list:
+    """The lines under the answers table: the four verdicts, the families, what the columns mean."""
+    verdicts = "; ".join(f"**{name}**: {meaning}" for name, meaning in VERDICTS.items())
+    return [
+        Paragraph(f"Verdicts, Holm's correction at 0.05 within each question's family: {verdicts}."),
+        Paragraph(
+            f"Families (claims): {families}. Intervals are unadjusted 95% intervals; p-values are Holm-adjusted "
+            "within the family. 'declared': the run's config stated the claim (row, direction, margin) before it "
+            "ran; 'exploratory': the claim was written after its data. '(aggregates)': the run kept no per-item "
+            f"rows, so its test reads the paired row it stored. Every number: `{ANSWERS_FILE}`."
+        ),
+    ]
 
 
 class StudyError(UserError, ValueError):
@@ -105,13 +119,18 @@ class Question:
     by_depth: tuple[str, ...] = ()
     extra_runs: tuple[str, ...] = field(default=())
     answers: tuple[Answer, ...] = ()
+    family: str = ""  # Holm family of its answers; the id when empty
+
+    def __post_init__(self):
+        if not self.family:
+            object.__setattr__(self, "family", self.id)
 
 
-_TOP_KEYS = ("title", "intro", "questions", "overview")
+_TOP_KEYS = ("title", "intro", "takeaway", "questions", "overview")
 _OVERVIEW_KEYS = ("run", "model", "metric", "methods")
 _REQUIRED = ("id", "title", "run", "command", "metrics")
 _STRING_LISTS = ("models", "methods", "figures", "by_depth", "extra_runs")
-_QUESTION_KEYS = (*_REQUIRED, *_STRING_LISTS, "baseline", "layers", "reading", "answer")
+_QUESTION_KEYS = (*_REQUIRED, *_STRING_LISTS, "baseline", "layers", "reading", "answer", "family")
 _NAMED_LAYERS = ("first", "middle", "last")
 READING_MAX_BULLETS = 6
 READING_MAX_CHARS = 600
@@ -159,6 +178,13 @@ class Overview:
     task: str
     metric: str
     methods: tuple[str, ...]
+
+
+def load_takeaway(path: Path | str) -> str | tuple[str, ...]:
+    """The questions file's optional ``takeaway``: the plain-language paragraph above the answers table."""
+    what = f"questions file {str(path)!r}"
+    value = read_yaml_mapping(path, what=what, example=_QUESTION_EXAMPLE, error=StudyError).get("takeaway")
+    return _wording(value, what, "takeaway")
 
 
 def load_overview(path: Path | str) -> Overview | None:
@@ -220,6 +246,10 @@ def _question(item: object, where: str) -> Question:
     for key in ("id", "title", "run", "command"):
         if not isinstance(item[key], str) or not item[key].strip():
             _wrong(where, key, item[key], "a non-empty string (quote a number: '2024')")
+    if "family" in item and not (isinstance(item["family"], str) and item["family"].strip()):
+        _wrong(
+            where, "family", item["family"], "a non-empty string (questions sharing it share a Holm family)"
+        )
     metrics = item["metrics"]
     if (
         not isinstance(metrics, list)
@@ -250,6 +280,7 @@ def _question(item: object, where: str) -> Question:
         layers=_layers(item.get("layers"), where),
         reading=_wording(item.get("reading"), where, "reading"),
         answers=() if item.get("answer") is None else parse_answers(item["answer"], where, StudyError),
+        family=item.get("family", ""),
         **lists,
     )
 
@@ -608,16 +639,28 @@ def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]
             )
         )
     )
-    if (summary := summary_table(root, questions, StudyError)) is not None:
-        blocks += [Heading(2, "Answers"), summary, Paragraph(SUMMARY_LEGEND)]
+    csv_text = None
+    claims = [(q.id, q.family, answer) for q in questions for answer in q.answers]
+    if (answers := answers_frame(root, claims, StudyError)) is not None:
+        csv_text, written = answers_csv(answers)
+        blocks += [
+            Heading(2, "Answers"),
+            *_wording_blocks(load_takeaway(questions_path)),
+            answers_table(written),
+        ]
+        blocks += summary_legend(families_text(written))
     if (overview := load_overview(questions_path)) is not None:
         blocks += _overview_blocks(root, overview)
     for number, q in enumerate(questions, start=1):
         blocks += _question_blocks(root, q, number)
     markdown = render_markdown(blocks)
     page = render_html(blocks, title, embed_images=False)
-    out = {"md": root / "report.md", "html": root / "report.html"}
+    out = {"md": root / "report.md", "html": root / "report.html", "csv": root / ANSWERS_FILE}
     atomic_write(out["md"], lambda tmp: Path(tmp).write_text(markdown, encoding="utf-8"))
     atomic_write(out["html"], lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
-    logger.info("wrote %s and %s", out["md"], out["html"])
+    if csv_text is None:
+        del out["csv"]
+    else:
+        atomic_write(out["csv"], lambda tmp: Path(tmp).write_text(csv_text, encoding="utf-8"))
+    logger.info("wrote %s", ", ".join(str(path) for path in out.values()))
     return out

@@ -1,42 +1,72 @@
-"""The study report's opening table: one row per question, its answer at the length that settles it.
+"""The study's answers: one row per claim, its verdict within its question's family, ``answers.csv`` and its table.
 
-A question's ``answer`` (in the questions file; a mapping, or a list of them for a question with several claims)
-states one ``claim`` in a few words and names the paired row that tests it: the run, model, method, metric (a
-``*_vs_shortest``, ``*_vs_base``, ``*_vs_base_vs_shortest`` or ``*_vs_reference`` row: the same items on both
-sides) and length, and the reading that means "yes" (``asks``: one of `ASKS`; ``higher``/``lower`` for a
-metric without a collapse or quality direction, such as the per-layer ones). A per-layer row also names its
-``layer`` (optional key; the hidden state or attention layer index of the run's rows), and a row of one key
-depth or sentence position its ``depth`` (optional key, the run's ``depth`` column: 0 is the start of the
-document, 1 its end; the position task's early sentence is 0, its late one 1). Without it the row is the one
-over all depths.
-The row's test (`llm_collapse.reporting.significance.paired_test`) is Holm-adjusted across the table, like
-every table of the reports:
+A question's ``answer`` (in the questions file; a mapping, or a list of them) states one ``claim`` in a few words
+and names the paired row that tests it: the run, model, method, metric (a ``*_vs_shortest``, ``*_vs_base``,
+``*_vs_base_vs_shortest`` or ``*_vs_reference`` row: the same items on both sides), length, the direction that
+means "yes" (``asks``: one of `llm_collapse.run.claims.ASKS`; ``higher``/``lower`` for a metric without a collapse or quality
+direction), and optionally ``layer``, ``depth`` (0 the start of the document, 1 its end) and the equivalence
+``margin`` with its ``margin_reason``. A claim the cited run declared in its config before it ran (the run's
+``claims``, recorded in run.json) is *declared*; any other is *exploratory*, and the table says so.
 
-- ``yes``: the change survives and reads as ``asks``;
-- ``no: <reading>``: it survives and reads the other way;
-- ``no: equivalent within ±m``: it does not survive and the equivalence test against the metric's margin
-  (`llm_collapse.metrics.proportions.margin_for`; Holm across the table's equivalence tests) does;
-- ``inconclusive``: neither.
+Verdicts (the four outcomes of a directional claim), each from the row's `llm_collapse.metrics.contrasts.Contrast`
+(read as `llm_collapse.reporting.reread` leaves it) with Holm's correction at 0.05 across the question's
+*family* (the question's ``family`` key, else its id: adding a claim to one question changes no verdict of
+another):
 
-Nothing is recomputed: the cells are the run's row (value, 95% interval, N) and its stored test.
+- ``yes``: the change survives in the direction asked;
+- ``no, the opposite``: it survives the other way;
+- ``no, equivalent within ±m``: it does not survive and its TOST against the declared margin does (Holm across
+  the family's equivalence tests);
+- ``inconclusive``: neither (always, where no margin is declared).
+
+Intervals are unadjusted 95% intervals. ``answers.csv`` (`ANSWER_COLUMNS`) holds every number the table shows;
+the table is rendered from the file as written.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from llm_collapse.reporting.significance import holm_verdicts, paired_test
+from llm_collapse.metrics.contrasts import Contrast
+from llm_collapse.metrics.stats import holm_adjust
+from llm_collapse.reporting.frames import load_run
+from llm_collapse.reporting.significance import ALPHA, paired_test
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
+from llm_collapse.run.claims import read_claim
 from llm_collapse.run.results import ITEMS_FILE
 from llm_collapse.tasks.registry import metric_info
 
-ASKS = ("more collapse", "less collapse", "better", "worse", "more drift", "less drift", "higher", "lower")
 ANSWER_KEYS = ("claim", "run", "model", "method", "metric", "length", "asks")
-OPTIONAL_KEYS = ("layer", "depth")
-HEADERS = ("question: claim", "answer", "difference [95% CI]", "N", "test, Holm p", "row")
+OPTIONAL_KEYS = ("layer", "depth", "margin", "margin_reason")
+EXAMPLE = (
+    "e.g. {claim: collapse at 32k, run: tau32k, model: gemma3-270m, method: base, metric: "
+    "collapse/global_centroid_distance_vs_shortest, length: 32768, asks: more collapse, margin: 0.01, "
+    "margin_reason: ...}"
+)
+ANSWERS_FILE = "answers.csv"
+ANSWER_COLUMNS = (
+    "question", "claim", "run", "model", "method", "metric", "length", "depth", "layer", "direction", "verdict",
+    "estimate", "ci_low", "ci_high", "n", "test", "p", "p_holm", "p_equivalence", "p_equivalence_holm", "family",
+    "margin", "margin_reason", "declared", "per_item",
+)  # fmt: skip
+"""The columns of ``answers.csv``: p and p_holm are the difference test's, p_equivalence(_holm) the TOST's
+(NaN without a margin or where the difference survives); ``per_item``: the run kept items.parquet."""
+VERDICTS = {
+    "yes": "the change survives Holm's correction in the direction the claim asks",
+    "no, the opposite": "it survives the other way",
+    "no, equivalent within ±m": "it does not survive and the TOST against the declared margin m does",
+    "inconclusive": "neither (always, where no margin is declared)",
+}
+"""The four outcomes of a directional claim, for the legend."""
+HEADERS = ("question", "claim", "answer", "estimate [95% CI]", "N", "test, Holm p", "claim was", "source")
+"""The answers table's columns (a run report's: ``family`` first, ``row`` last)."""
+AGGREGATES = " (aggregates)"
+"""Appended to a source whose run kept no per-item rows: its test reads the paired rows the run stored."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +83,8 @@ class Answer:
     asks: str
     layer: int | None = None
     depth: float | None = None
+    margin: float | None = None
+    margin_reason: str = ""
 
     @property
     def label(self) -> str:
@@ -64,6 +96,19 @@ class Answer:
             f"{length_text(self.length)}"
         )
 
+    def matches(self, claim: dict) -> bool:
+        """Whether a run's declared claim (run.json ``config.claims``) is this answer: the same row and direction."""
+        return (
+            claim.get("metric") == f"{self.task}/{self.metric}"
+            and claim.get("model") == self.model
+            and claim.get("method") == self.method
+            and claim.get("length") == self.length
+            and claim.get("asks") == self.asks
+            and claim.get("layer") == self.layer
+            and (claim.get("depth") is None if self.depth is None else claim.get("depth") == self.depth)
+            and claim.get("margin") == self.margin
+        )
+
 
 def parse_answers(value: object, where: str, error: type[Exception]) -> tuple[Answer, ...]:
     """A question's ``answer``: one mapping or a list of them."""
@@ -72,118 +117,221 @@ def parse_answers(value: object, where: str, error: type[Exception]) -> tuple[An
 
 
 def parse_answer(value: object, where: str, error: type[Exception]) -> Answer:
-    """One ``answer`` mapping; every problem is one ``error`` line naming ``where``."""
-    example = (
-        "e.g. {claim: collapse at 32k, run: tau32k, model: gemma3-270m, method: base, metric: "
-        "collapse/global_centroid_distance_vs_shortest, length: 32768, asks: more collapse}"
-    )
-    if (
-        not isinstance(value, dict)
-        or not set(ANSWER_KEYS) <= set(value)
-        or not set(value) <= set(ANSWER_KEYS + OPTIONAL_KEYS)
-    ):
-        raise error(
-            f"{where} answer must be a mapping with exactly the keys {', '.join(ANSWER_KEYS)} (and optionally "
-            f"{', '.join(OPTIONAL_KEYS)}), {example}"
-        )
-    if not all(isinstance(value[k], str) and value[k].strip() for k in ANSWER_KEYS if k != "length"):
-        raise error(f"{where}: every key but length must be a non-empty string, {example}")
-    task, _, metric = value["metric"].partition("/")
-    if not (task and metric and "_vs_" in metric):
-        raise error(f"{where} answer metric {value['metric']!r} must be 'task/<paired metric>', {example}")
-    if isinstance(value["length"], bool) or not isinstance(value["length"], int) or value["length"] < 1:
-        raise error(f"{where} answer length {value['length']!r} must be a positive integer, {example}")
-    if value["asks"] not in ASKS:
-        raise error(f"{where} answer asks {value['asks']!r} is not one of {', '.join(ASKS)}")
-    layer = value.get("layer")
-    if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int) or layer < 0):
-        raise error(
-            f"{where} answer layer {layer!r} must be a non-negative integer (a layer index), {example}"
-        )
-    depth = value.get("depth")
-    if depth is not None and (
-        isinstance(depth, bool) or not isinstance(depth, int | float) or not 0 <= depth <= 1
-    ):
-        raise error(f"{where} answer depth {depth!r} must be a number from 0 (start) to 1 (end), {example}")
-    return Answer(
-        value["claim"],
-        value["run"],
-        value["model"],
-        value["method"],
-        task,
-        metric,
-        value["length"],
-        value["asks"],
-        layer,
-        None if depth is None else float(depth),
-    )
+    """One ``answer`` mapping (`llm_collapse.run.claims.read_claim` with the cited run and model); every problem
+    is one ``error`` line naming ``where``."""
+    claim = read_claim(value, f"{where} answer", error, required=ANSWER_KEYS, optional=OPTIONAL_KEYS,
+                       example=EXAMPLE)  # fmt: skip
+    return Answer(**{key: claim[key] for key in ("claim", "run", "model", "method", "task", "metric", "length",
+                                                 "asks", "layer", "depth", "margin")},
+                  margin_reason=claim["margin_reason"] or "")  # fmt: skip
 
 
-def answer_row(root: Path, answer: Answer, error: type[Exception]) -> pd.Series:
-    """The one results row an answer cites (``error`` where there is none or several)."""
-    frame = pd.read_parquet(root / answer.run / "results.parquet")
-    match = frame[
-        (frame["model"] == answer.model)
-        & (frame["method"] == answer.method)
-        & (frame["task"] == answer.task)
-        & (frame["metric"] == answer.metric)
-        & (frame["length"] == answer.length)
-        & (frame["depth"].isna() if answer.depth is None else (frame["depth"] - answer.depth).abs() < 1e-9)
-        & (frame["layer"].isna() if answer.layer is None else frame["layer"] == answer.layer)
-    ]
-    if len(match) != 1:
-        raise error(
-            f"answer {answer.label}: {len(match)} rows in {answer.run}/results.parquet, need exactly 1"
-        )
-    return match.iloc[0]
-
-
-def verdicts(rows: list[pd.Series], asks: list[str]) -> list[tuple[str, str]]:
-    """``(answer, "test, Holm p")`` per row, Holm-adjusted across ``rows`` (module docstring; the same
-    decision as every report table, `llm_collapse.reporting.significance.holm_verdicts`)."""
-    tests = [paired_test(row) for row in rows]
-    base = [str(row["metric"]).split("_vs_", 1)[0] for row in rows]
-    decided = holm_verdicts([(m, float(r["value"]), t) for m, r, t in zip(base, rows, tests, strict=True)])
+def answers_of_run(run: str, claims: list) -> list[tuple[str, str, Answer]]:
+    """``(question, family, answer)`` per claim a run declared (run.json ``config.claims``, normalised by
+    `llm_collapse.run.claims.check_claims`); the question column is the claim's family."""
     out = []
-    for row, metric, test, verdict, wanted in zip(rows, base, tests, decided, asks, strict=True):
-        if verdict.kind == "untested":
-            out.append(("inconclusive (untested)", "—"))
-        elif verdict.kind == "survives":
-            sign = "higher" if row["value"] > 0 else "lower"
-            words = sign if wanted in ("higher", "lower") else judge(metric, float(row["value"])) or sign
-            out.append(("yes" if words == wanted else f"no: {words}", f"{test.kind}, Holm p{_p(verdict.p)}"))
-        elif verdict.kind == "equivalent":
-            out.append((f"no: equivalent within ±{verdict.margin:g}", f"TOST, Holm p{_p(verdict.q)}"))
-        else:
-            out.append(("inconclusive", f"{test.kind}, Holm p{_p(verdict.p)}"))
+    for claim in claims:
+        task, _, metric = claim["metric"].partition("/")
+        fields = {
+            key: claim.get(key) for key in ("claim", "model", "method", "length", "asks", "layer", "depth")
+        }
+        answer = Answer(**fields, run=run, task=task, metric=metric, margin=claim.get("margin"),
+                        margin_reason=claim.get("margin_reason") or "")  # fmt: skip
+        out.append((claim.get("family") or "claims", claim.get("family") or "claims", answer))
     return out
 
 
-AGGREGATES = " (aggregates)"
-"""Appended to a row whose run kept no per-item rows (no items.parquet): its test reads the paired rows it stored."""
+class _Runs:
+    """The runs an answers table cites, each loaded once (`load_run`: read with today's procedures)."""
+
+    def __init__(self, root: Path, error: type[Exception]):
+        self.root, self.error, self._loaded = root, error, {}
+
+    def load(self, run: str) -> tuple[pd.DataFrame, list]:
+        if run not in self._loaded:
+            if not (self.root / run / "results.parquet").is_file():
+                raise self.error(f"answer cites run {run!r}, which has no results.parquet under {self.root}")
+            results, record, _ = load_run(self.root / run)
+            claims = record.config.get("claims") if isinstance(record.config, dict) else None
+            self._loaded[run] = (results, [c for c in claims or [] if isinstance(c, dict)])
+        return self._loaded[run]
+
+    def row(self, answer: Answer) -> pd.Series:
+        """The one results row an answer cites (``error`` where there is none or several)."""
+        frame, _ = self.load(answer.run)
+        match = frame[
+            (frame["model"] == answer.model)
+            & (frame["method"] == answer.method)
+            & (frame["task"] == answer.task)
+            & (frame["metric"] == answer.metric)
+            & (frame["length"] == answer.length)
+            & (
+                frame["depth"].isna()
+                if answer.depth is None
+                else (frame["depth"] - answer.depth).abs() < 1e-9
+            )
+            & (frame["layer"].isna() if answer.layer is None else frame["layer"] == answer.layer)
+        ]
+        if len(match) != 1:
+            raise self.error(
+                f"answer {answer.label}: {len(match)} rows in {answer.run}/results.parquet, need exactly 1"
+            )
+        return match.iloc[0]
+
+    def declared(self, answer: Answer) -> bool:
+        return any(answer.matches(claim) for claim in self.load(answer.run)[1])
 
 
-def summary_table(root: Path, questions: list, error: type[Exception]) -> Table | None:
-    """One row per claim of the questions' ``answer`` (None when no question has one)."""
-    claims = [(q, answer) for q in questions for answer in q.answers]
+def answer_row(root: Path, answer: Answer, error: type[Exception]) -> pd.Series:
+    """The one results row an answer cites, as loaded (`load_run`); ``error`` where there is none or several."""
+    return _Runs(root, error).row(answer)
+
+
+def read_family(answers: list[Answer], contrasts: list[Contrast | None]) -> list[dict]:
+    """Verdict, p, Holm p and the TOST's per answer of one family (module docstring)."""
+    p_holm = holm_adjust([c.p if c is not None else np.nan for c in contrasts])
+    p_eq = [
+        c.equivalence_p(a.margin) if c is not None and a.margin is not None and not p <= ALPHA else math.nan
+        for a, c, p in zip(answers, contrasts, p_holm, strict=True)
+    ]
+    eq_holm = holm_adjust(p_eq)
+    out = []
+    for answer, contrast, p, q, q_holm in zip(answers, contrasts, p_holm, p_eq, eq_holm, strict=True):
+        if contrast is None or not math.isfinite(p):
+            verdict = "inconclusive"
+        elif p <= ALPHA:
+            words = _direction(answer, contrast.estimate)
+            verdict = "yes" if words == answer.asks else "opposite"
+        elif math.isfinite(q_holm) and q_holm <= ALPHA:
+            verdict = "equivalent"
+        else:
+            verdict = "inconclusive"
+        out.append(dict(verdict=verdict, p_holm=p, p_equivalence=q, p_equivalence_holm=q_holm))
+    return out
+
+
+def _direction(answer: Answer, estimate: float) -> str:
+    sign = "higher" if estimate > 0 else "lower"
+    if answer.asks in ("higher", "lower"):
+        return sign
+    return judge(answer.metric.split("_vs_", 1)[0], estimate) or sign
+
+
+def answers_frame(
+    root: Path, claims: list[tuple[str, str, Answer]], error: type[Exception]
+) -> pd.DataFrame | None:
+    """One row per ``(question, family, answer)``, `ANSWER_COLUMNS`, each answer's run a folder under ``root``
+    (None without claims)."""
     if not claims:
         return None
-    rows = [answer_row(root, answer, error) for _, answer in claims]
-    read = verdicts(rows, [answer.asks for _, answer in claims])
+    runs = _Runs(root, error)
+    rows = [runs.row(answer) for *_, answer in claims]
+    contrasts = [paired_test(row) for row in rows]
+    read: list[dict | None] = [None] * len(claims)
+    for family in dict.fromkeys(family for _, family, _ in claims):
+        members = [i for i, (_, f, _) in enumerate(claims) if f == family]
+        for i, reading in zip(members, read_family([claims[i][2] for i in members],
+                                                   [contrasts[i] for i in members]), strict=True):  # fmt: skip
+            read[i] = reading
+    out = []
+    for (question, family, answer), row, contrast, reading in zip(claims, rows, contrasts, read, strict=True):
+        estimate = float(row["value"]) if contrast is None else contrast.estimate
+        out.append(
+            dict(
+                question=question,
+                claim=answer.claim,
+                run=answer.run,
+                model=answer.model,
+                method=answer.method,
+                metric=f"{answer.task}/{answer.metric}",
+                length=answer.length,
+                depth=math.nan if answer.depth is None else answer.depth,
+                layer=math.nan if answer.layer is None else answer.layer,
+                direction=answer.asks,
+                verdict=reading["verdict"],
+                estimate=estimate,
+                ci_low=math.nan if contrast is None else contrast.low,
+                ci_high=math.nan if contrast is None else contrast.high,
+                n=int(row["n"]),
+                test="" if contrast is None else contrast.test,
+                p=math.nan if contrast is None else contrast.p,
+                p_holm=reading["p_holm"],
+                p_equivalence=reading["p_equivalence"],
+                p_equivalence_holm=reading["p_equivalence_holm"],
+                family=family,
+                margin=math.nan if answer.margin is None else answer.margin,
+                margin_reason=answer.margin_reason,
+                declared=runs.declared(answer),
+                per_item=(root / answer.run / ITEMS_FILE).is_file(),
+            )  # fmt: skip
+        )
+    return pd.DataFrame(out, columns=list(ANSWER_COLUMNS))
+
+
+def answers_csv(frame: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    """``answers.csv``'s text and the frame read back from it (the table is rendered from the file's values)."""
+    import io
+
+    text = frame.to_csv(index=False, float_format="%.10g", lineterminator="\n")
+    return text, pd.read_csv(io.StringIO(text))
+
+
+def answers_table(frame: pd.DataFrame, *, linked: bool = True) -> Table:
+    """The Markdown/HTML table of ``answers.csv``'s rows: one line per claim, its source a link to the run's
+    report (``linked``; in a run's own report, the row it reads)."""
     body = []
-    for (q, answer), row, (reading, test) in zip(claims, rows, read, strict=True):
-        digits = metric_info(answer.metric).digits
+    for row in frame.itertuples(index=False):
+        task, metric = row.metric.split("/", 1)
+        digits = metric_info(metric).digits
+        equivalent = row.verdict == "equivalent"
+        p = row.p_equivalence_holm if equivalent else row.p_holm
+        test = (
+            f"TOST, Holm p{_p(p)}"
+            if equivalent
+            else (f"{row.test}, Holm p{_p(p)}" if row.test else "untested")
+        )
+        if linked:
+            source = f"[{row.run}]({row.run}/report.md)"
+        else:
+            where = "" if pd.isna(row.depth) else f" depth {row.depth:g}"
+            where += "" if pd.isna(row.layer) else f" layer {int(row.layer)}"
+            source = f"{row.model} / `{row.method}`, `{row.metric}`{where} {length_text(int(row.length))}"
+        source += "" if row.per_item else AGGREGATES
         body.append(
             (
-                f"{q.id}: {answer.claim}",
-                reading,
-                fmt_ci(float(row["value"]), float(row["ci_low"]), float(row["ci_high"]), digits),
-                str(int(row["n"])),
+                row.question,
+                row.claim,
+                _answer_words(row),
+                fmt_ci(row.estimate, row.ci_low, row.ci_high, digits),
+                str(int(row.n)),
                 test,
-                answer.label + ("" if (root / answer.run / ITEMS_FILE).is_file() else AGGREGATES),
+                "declared" if row.declared else "exploratory",
+                source,
             )
         )
-    return Table(HEADERS, tuple(body), (False, False, True, True, False, False))
+    return Table(HEADERS, tuple(body), (False, False, False, True, True, False, False, False))
+
+
+def _answer_words(row) -> str:
+    if row.verdict == "yes":
+        return "yes"
+    if row.verdict == "opposite":
+        other = "higher" if row.estimate > 0 else "lower"
+        words = (
+            other
+            if row.direction in ("higher", "lower")
+            else judge(row.metric.split("/", 1)[1].split("_vs_")[0], row.estimate)
+        )
+        return f"no, the opposite: {words or other}"
+    if row.verdict == "equivalent":
+        return f"no, equivalent within ±{row.margin:g}"
+    return "inconclusive"
+
+
+def families_text(frame: pd.DataFrame) -> str:
+    """One line naming each family and how many claims it holds."""
+    counts = frame.groupby("family", sort=False).size()
+    return "; ".join(f"{family} ({count})" for family, count in counts.items())
 
 
 def _p(p: float) -> str:

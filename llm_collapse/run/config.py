@@ -25,6 +25,7 @@ from llm_collapse.data.synthetic import MAX_DOCUMENTS
 from llm_collapse.errors import UserError
 from llm_collapse.interventions import parse_interventions
 from llm_collapse.pooling import POOLINGS
+from llm_collapse.run.claims import check_claims
 from llm_collapse.run.saved_embeddings import EMBEDDING_DTYPES
 from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
 from llm_collapse.tasks.registry import RUNNABLE, tasks_with
@@ -46,6 +47,7 @@ _HASHED_IF_SET: tuple[str, ...] = (
     "retrieval_pool",
     "reference_model",
     "controls",
+    "claims",
 )
 
 # where the run goes, how its report reads it, what it keeps besides results, where it computes: not what it
@@ -194,6 +196,15 @@ class CompareConfig:
             "repeat the flag for several"
         },
     )
+    claims: list[dict] = field(
+        default_factory=list,
+        metadata={
+            "help": "claims the run tests, declared before it runs (--config only: a list of {claim, metric, "
+            "method, length, asks, margin, margin_reason}); run.json records them and the report opens with "
+            "their verdicts (llm_collapse.run.claims)",
+            "yaml_only": True,
+        },
+    )
     batch_size: int = field(default=16, metadata={"help": "most texts per forward pass"})
     seed: int = field(default=0, metadata={"help": "sampling and generation seed"})
     save_embeddings: str | None = field(
@@ -255,6 +266,14 @@ class CompareConfig:
             slugs[slug] = method
         self._validate_controls({method: slug for slug, method in slugs.items()})
         self._validate_margins()
+        self.claims = check_claims(
+            self.claims,
+            models=self.models,
+            slug_of={method: slug for slug, method in slugs.items()},
+            tasks=self.tasks,
+            lengths=self.lengths,
+            error=ConfigError,
+        )
         for task in self.tasks:
             if task not in TASKS:
                 raise ConfigError(f"Unknown task {task!r}; available: {', '.join(TASKS)}")
@@ -454,7 +473,8 @@ class CompareConfig:
         data = {
             k: v
             for k, v in asdict(self).items()
-            if k not in _NOT_HASHED and not (k in _HASHED_IF_SET and v in unset)
+            if k not in _NOT_HASHED
+            and not (k in _HASHED_IF_SET and (v in unset or (k == "claims" and not v)))
         }
         if self.design is None and tasks_with(reads_corpus=True) & set(self.tasks):
             data["design"] = "auto"  # prefix where the corpus allows (`llm_collapse.run.inputs`)
@@ -532,6 +552,7 @@ _MUST = {
     "str | None": "a string (or null for the default)",
     "dict[str, str]": "a mapping of strings, e.g. {name: path} or {method: control}",
     "dict[str, float]": "a mapping of metric names to numbers, e.g. {pairwise_cosine: 0.01}",
+    "list[dict]": "a list of mappings, one per claim (llm_collapse.run.claims)",
 }
 _EXAMPLES = {"models": "minilm", "methods": "base", "tasks": "collapse"}
 
@@ -539,6 +560,8 @@ _EXAMPLES = {"models": "minilm", "methods": "base", "tasks": "collapse"}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per config field (default None, so unset flags fall through to YAML and defaults)."""
     for f in fields(CompareConfig):
+        if f.metadata.get("yaml_only"):
+            continue
         flag = "--" + f.name.replace("_", "-")
         help_text = _help(f)
         if f.name == "model_paths":

@@ -276,7 +276,7 @@ def _contrasts(model_name: str, config: CompareConfig, paired: dict[str, dict], 
     rows, nested = [], length_paired_tasks(design) & set(config.tasks)
     for method, items in paired.items():
         if method != BASE_METHOD:
-            rows += contrast_rows(model_name, method, config.corpus, items, base, seed=config.seed)
+            rows += contrast_rows(model_name, method, config.corpus, items, base)
             rows += interaction_rows(model_name, method, config.corpus, items, base, nested, seed=config.seed)
     return rows
 
@@ -293,7 +293,7 @@ def _control_contrasts(
             continue
         pairs[mine] = theirs
         rows += contrast_rows(
-            model_name, mine, config.corpus, paired[mine], paired[theirs], seed=config.seed, suffix=VS_CONTROL
+            model_name, mine, config.corpus, paired[mine], paired[theirs], suffix=VS_CONTROL
         )
     if pairs:
         record.controls = pairs
@@ -315,13 +315,7 @@ def _reference_contrasts(
     for method, items in paired.items():
         if method in reference:
             rows += contrast_rows(
-                model_name,
-                method,
-                config.corpus,
-                items,
-                reference[method],
-                seed=config.seed,
-                suffix=VS_REFERENCE,
+                model_name, method, config.corpus, items, reference[method], suffix=VS_REFERENCE
             )
     return rows
 
@@ -388,9 +382,7 @@ def _run_cell(
                 state.notes.append(f"{model_name} x {whole.slug} x {task}: not applicable ({err})")
             state.wall_time_s[f"{model_name}:{whole.slug}:{task}"] = time.perf_counter() - clock
         if nested:
-            state.rows += length_contrast_rows(
-                model_name, whole.slug, config.corpus, cell.paired, nested, seed=config.seed
-            )
+            state.rows += length_contrast_rows(model_name, whole.slug, config.corpus, cell.paired, nested)
         state.items += item_rows(model_name, whole.slug, config.corpus, cell.paired)
         if paired is not None:
             paired[whole.slug] = cell.paired

@@ -184,7 +184,6 @@ def contrast_rows(
     items: dict[PairedKey, PairedItems],
     base: dict[PairedKey, PairedItems],
     *,
-    seed: int = 0,
     suffix: str = VS_BASE,
 ) -> list[dict]:
     """``*_vs_base`` rows of one method: value = metric(method) - metric(base) on the same items.
@@ -192,16 +191,17 @@ def contrast_rows(
     ``suffix`` names the contrast (`length_contrast_rows` passes `VS_SHORTEST`, with ``base`` = the
     shortest length's items relabelled to each length's key).
 
-    Embeddings give ``pairwise_cosine_vs_base`` (paired duplicate-aware bootstrap, the seed of the
-    per-method rows) and ``centroid_distance_vs_base`` (paired jackknife); correctness gives
-    ``<metric>_vs_base`` (Newcombe's method-10 interval, `llm_collapse.metrics.proportions`, and the exact
-    McNemar p-value; runs before 2026-12-05 stored a paired bootstrap interval); continuous
-    per-item values give one ``<metric>_vs_base`` row and per-layer statistics one per layer
-    (`paired_t_contrast`). Bins absent from either side are skipped.
+    One procedure per outcome type (`llm_collapse.metrics.contrasts`), none of them seeded: embeddings give
+    ``pairwise_cosine_vs_base`` and ``centroid_distance_vs_base`` (set-level: paired delete-one jackknife;
+    runs before 2026-12-06 stored a paired bootstrap for the cosine); correctness gives ``<metric>_vs_base``
+    (Newcombe's method-10 interval and the exact McNemar p-value; runs before 2026-12-05 stored a paired
+    bootstrap interval); continuous per-item values give one ``<metric>_vs_base`` row and per-layer
+    statistics one per layer (`paired_t_contrast`: t interval; a bootstrap before 2026-12-06). Bins absent
+    from either side are skipped.
     """
-    from llm_collapse.metrics.collapse import centroid_distance
+    from llm_collapse.metrics.collapse import centroid_distance, mean_pairwise_cosine
     from llm_collapse.metrics.proportions import newcombe_paired_interval
-    from llm_collapse.metrics.stats import mcnemar_exact_p, paired_jackknife_ci, paired_pairwise_cosine_ci
+    from llm_collapse.metrics.stats import mcnemar_exact_p, paired_jackknife_ci
     from llm_collapse.run.results import result_row
 
     rows = []
@@ -219,22 +219,23 @@ def contrast_rows(
         row = dict(model=model, method=method, task=task, corpus=corpus, length=length, n=n)
         row["depth"] = math.nan if depth is None else depth
         if items[key].per_layer:
-            rows += _per_layer_contrasts(row, items[key].metric + suffix, mine, theirs, seed)
+            rows += _per_layer_contrasts(row, items[key].metric + suffix, mine, theirs)
         elif items[key].metric == EMBEDDINGS:
-            label = f"{model}/{method}{suffix}/{length}"
-            point, low, high = paired_pairwise_cosine_ci(mine, theirs, seed=seed, label=label)
-            rows.append(result_row(**row, metric="pairwise_cosine" + suffix, value=point, ci=(low, high)))
-            point, low, high = paired_jackknife_ci(mine, theirs, centroid_distance)
-            rows.append(result_row(**row, metric="centroid_distance" + suffix, value=point, ci=(low, high)))
+            for name, statistic in (
+                ("pairwise_cosine", mean_pairwise_cosine),
+                ("centroid_distance", centroid_distance),
+            ):
+                point, low, high = paired_jackknife_ci(mine, theirs, statistic)
+                rows.append(result_row(**row, metric=name + suffix, value=point, ci=(low, high)))
             if items[key].reference is not None and base[key].reference is not None:
                 for contrast in (
-                    _global_distance_contrast(items[key], base[key], seed),
-                    *_decomposition_contrasts(items[key], base[key], seed),
+                    _global_distance_contrast(items[key], base[key]),
+                    *_decomposition_contrasts(items[key], base[key]),
                 ):
                     contrast["metric"] += suffix
                     rows.append(result_row(**row, **contrast))
         elif items[key].continuous:
-            point, low, high, p_value = paired_t_contrast(mine, theirs, seed)
+            point, low, high, p_value = paired_t_contrast(mine, theirs)
             metric = items[key].metric + suffix
             rows.append(result_row(**row, metric=metric, value=point, ci=(low, high), p_value=p_value))
         else:  # 0/1 outcomes: Newcombe's interval (a bootstrap's can exclude 0 where McNemar cannot reject)
@@ -248,9 +249,7 @@ def contrast_rows(
     return rows
 
 
-def _per_layer_contrasts(
-    row: dict, metric: str, mine: np.ndarray, theirs: np.ndarray, seed: int
-) -> list[dict]:
+def _per_layer_contrasts(row: dict, metric: str, mine: np.ndarray, theirs: np.ndarray) -> list[dict]:
     """One paired row per layer column of (n, layers) statistics; items NaN on either side are left out."""
     from llm_collapse.run.results import result_row
 
@@ -258,7 +257,7 @@ def _per_layer_contrasts(
     for layer in range(mine.shape[1]):
         a, b = mine[:, layer], theirs[:, layer]
         keep = ~(np.isnan(a) | np.isnan(b))
-        point, low, high, p_value = paired_t_contrast(a[keep], b[keep], seed)
+        point, low, high, p_value = paired_t_contrast(a[keep], b[keep])
         cell = {**row, "n": int(keep.sum())}
         rows.append(
             result_row(**cell, layer=layer, metric=metric, value=point, ci=(low, high), p_value=p_value)
@@ -266,17 +265,17 @@ def _per_layer_contrasts(
     return rows
 
 
-def _global_distance_contrast(mine: PairedItems, theirs: PairedItems, seed: int) -> dict:
+def _global_distance_contrast(mine: PairedItems, theirs: PairedItems) -> dict:
     """Paired difference of the items' mean distance to their own side's global centroid (`paired_t_contrast`)."""
     from llm_collapse.metrics.collapse import normalize_rows
 
     a = np.linalg.norm(normalize_rows(mine.values) - mine.reference.reshape(1, -1), axis=1)
     b = np.linalg.norm(normalize_rows(theirs.values) - theirs.reference.reshape(1, -1), axis=1)
-    point, low, high, p_value = paired_t_contrast(a, b, seed)
+    point, low, high, p_value = paired_t_contrast(a, b)
     return dict(metric="global_centroid_distance", value=point, ci=(low, high), p_value=p_value)
 
 
-def _decomposition_contrasts(mine: PairedItems, theirs: PairedItems, seed: int) -> list[dict]:
+def _decomposition_contrasts(mine: PairedItems, theirs: PairedItems) -> list[dict]:
     """Paired differences of the decomposition's three terms (`llm_collapse.metrics.decomposition`), each side
     against its own global centroid: the whole from the per-item squared distances (`paired_t_contrast`), the
     spread and the offset by a paired delete-one jackknife (they move with the length's own centroid)."""
@@ -291,7 +290,7 @@ def _decomposition_contrasts(mine: PairedItems, theirs: PairedItems, seed: int) 
 
     a = centroid_decomposition(mine.values, mine.reference).global_sq
     b = centroid_decomposition(theirs.values, theirs.reference).global_sq
-    point, low, high, p_value = paired_t_contrast(a, b, seed)
+    point, low, high, p_value = paired_t_contrast(a, b)
     out = [dict(metric=DECOMPOSITION_KEYS[0], value=point, ci=(low, high), p_value=p_value)]
     pairs = np.stack([mine.values, theirs.values], axis=1)  # (n, 2, d)
     for key in DECOMPOSITION_KEYS[1:]:
@@ -300,16 +299,13 @@ def _decomposition_contrasts(mine: PairedItems, theirs: PairedItems, seed: int) 
     return out
 
 
-def paired_t_contrast(a: np.ndarray, b: np.ndarray, seed: int) -> tuple[float, float, float, float]:
-    """mean(a - b) of continuous per-item values: point, paired bootstrap interval and paired t-test p-value
-    (NaN with fewer than two items or no difference)."""
-    from scipy.stats import ttest_rel
+def paired_t_contrast(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float, float]:
+    """mean(a - b) of continuous per-item values: point, t interval and paired t-test p-value
+    (`llm_collapse.metrics.contrasts.paired_t`; NaN interval and test with fewer than two items)."""
+    from llm_collapse.metrics.contrasts import paired_t
 
-    from llm_collapse.metrics.stats import paired_mean_diff_ci
-
-    point, low, high = paired_mean_diff_ci(a, b, seed=seed)
-    p_value = float(ttest_rel(a, b).pvalue) if len(a) > 1 and np.any(a != b) else math.nan
-    return point, low, high, p_value
+    contrast = paired_t(a, b)
+    return contrast.estimate, contrast.low, contrast.high, contrast.p
 
 
 def length_contrast_rows(
@@ -318,8 +314,6 @@ def length_contrast_rows(
     corpus: str,
     items: dict[PairedKey, PairedItems],
     tasks: set[str] | frozenset[str],
-    *,
-    seed: int = 0,
 ) -> list[dict]:
     """``*_vs_shortest`` rows of one cell: value = metric(length L) - metric(shortest length), paired.
 
@@ -337,7 +331,7 @@ def length_contrast_rows(
         reference = items[(task, shortest, depth)]
         longer = {(task, n, depth): items[(task, n, depth)] for n in sorted(lengths) if n != shortest}
         base = {key: reference for key in longer}
-        rows += contrast_rows(model, method, corpus, longer, base, seed=seed, suffix=VS_SHORTEST)
+        rows += contrast_rows(model, method, corpus, longer, base, suffix=VS_SHORTEST)
     return rows
 
 

@@ -11,9 +11,9 @@ the method shrinks that rise. Rows ``<metric>_vs_base_vs_shortest`` (method m, l
 interval over the items, each item seen in all four cells:
 
 - per-item quantities (0/1 correctness, the distance to the global centroid and its square, per-layer
-  statistics): the mean of the per-item values, a bootstrap interval, and a p-value (a one-sample t-test of
-  continuous values; for 0/1 outcomes an exact sign-flip test, whose null is that each item's value is as
-  likely negated: the four-cell analogue of McNemar's test);
+  statistics): the mean of the per-item values, its t interval (a bootstrap in runs before 2026-12-06), and
+  a p-value (a one-sample t-test of continuous values; for 0/1 outcomes an exact sign-flip test, whose null
+  is that each item's value is as likely negated: the four-cell analogue of McNemar's test);
 - set-level statistics (pairwise cosine, distance to the length's own centroid, the decomposition's spread
   and offset): a delete-one jackknife over the items, no p-value (as their ``*_vs_base`` rows).
 
@@ -22,23 +22,21 @@ Bins whose four cells do not hold the same items (by id, else by count) are skip
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 
 import numpy as np
 
 from llm_collapse.metrics.collapse import centroid_distance, mean_pairwise_cosine, normalize_rows
+from llm_collapse.metrics.contrasts import binary_interaction, mean_difference
 from llm_collapse.metrics.decomposition import DECOMPOSITION_KEYS, centroid_decomposition
 from llm_collapse.metrics.stats import jackknife_ci
-from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, PairedKey, paired_t_contrast, paired_task
+from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, PairedKey, paired_task
 from llm_collapse.tasks.registry import VS_INTERACTION
 
 logger = logging.getLogger(__name__)
 
 INTERACTION = VS_INTERACTION
-EXACT_SIGN_FLIPS = 16
-"""Up to this many nonzero items the sign-flip test enumerates every assignment; beyond, 20,000 seeded draws."""
 
 
 def interaction_rows(
@@ -110,31 +108,10 @@ def _did(values: list[np.ndarray]) -> np.ndarray:
 
 
 def _per_item(d: np.ndarray, seed: int, *, binary: bool) -> dict:
-    """mean(d) of per-item differences of differences: the bootstrap interval and t-test of
-    `paired_t_contrast` (d against 0), the sign-flip test instead for 0/1 outcomes."""
-    point, low, high, p_value = paired_t_contrast(d, np.zeros_like(d), seed)
-    return dict(value=point, ci=(low, high), p_value=sign_flip_p(d, seed) if binary else p_value)
-
-
-def sign_flip_p(d: np.ndarray, seed: int = 0) -> float:
-    """Two-sided sign-flip test of mean(d) = 0: the share of sign assignments of the nonzero values whose
-    |sum| reaches the observed one; exact (every assignment) up to `EXACT_SIGN_FLIPS` nonzero values, else
-    20,000 seeded draws (counting the observed one). 1.0 when every value is 0; NaN when empty."""
-    d = np.asarray(d, dtype=np.float64)
-    if d.size == 0:
-        return math.nan
-    nonzero = d[d != 0]
-    if nonzero.size == 0:
-        return 1.0
-    observed = abs(nonzero.sum())
-    if nonzero.size <= EXACT_SIGN_FLIPS:
-        signs = np.array(list(itertools.product((1.0, -1.0), repeat=nonzero.size)))
-        sums = np.abs(signs @ nonzero)
-        return float(np.mean(sums >= observed - 1e-12))
-    rng = np.random.default_rng(seed)
-    signs = rng.choice((1.0, -1.0), size=(20_000, nonzero.size))
-    sums = np.abs(signs @ nonzero)
-    return float((1 + np.sum(sums >= observed - 1e-12)) / (1 + len(sums)))
+    """mean(d) of per-item differences of differences with its t interval; the one-sample t-test of
+    continuous values, the sign-flip test of 0/1 outcomes (`llm_collapse.metrics.contrasts`)."""
+    contrast = binary_interaction(d, seed) if binary else mean_difference(d)
+    return dict(value=contrast.estimate, ci=(contrast.low, contrast.high), p_value=contrast.p)
 
 
 def _embedding_interactions(cells: list[PairedItems], seed: int) -> list[dict]:

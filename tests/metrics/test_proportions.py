@@ -228,7 +228,12 @@ def test_tost_paired_proportions_is_inclusion_of_the_1_minus_2_alpha_newcombe_in
         point, low, high = _newcombe_reference(a, b, 2 * alpha)
         assert (got.point, got.low, got.high) == pytest.approx((point, low, high), abs=1e-10)
         assert got.equivalent == (-margin < low and high < margin)
-        assert math.isnan(got.p_value) and got.margin == margin
+        assert got.margin == margin
+        # the p-value inverts the interval test: p <= alpha exactly where the (1 - 2 alpha) interval is inside
+        for level in (0.01, 0.05, 0.1, 0.2):
+            _, lo, hi = _newcombe_reference(a, b, 2 * level)
+            inside = -margin < lo and hi < margin
+            assert (got.p_value <= level) == inside or abs(got.p_value - level) < 1e-8
         seen.add(got.equivalent)
     assert seen == {True, False}  # both outcomes exercised
 

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from llm_collapse.metrics.contrasts import interval_tost_p as equivalence_p
 from llm_collapse.reporting.significance import (
-    equivalence_p,
     kinds_used,
     mark_survivors,
     paired_test,
@@ -28,13 +28,13 @@ def _row(value, low=math.nan, high=math.nan, n=20, p=math.nan, **extra) -> pd.Se
 
 def test_paired_row_uses_its_stored_p_else_wald_from_its_interval():
     assert paired_test(_row(0.1, -0.2, 0.4, p=0.03, metric="acc@1_vs_base")).p == 0.03
-    assert paired_test(_row(0.1, -0.2, 0.4, p=0.03, metric="acc@1_vs_base")).kind == "McNemar"
+    assert paired_test(_row(0.1, -0.2, 0.4, p=0.03, metric="acc@1_vs_base")).test == "McNemar"
     # a stored p of a continuous metric came from a paired t-test (global-centroid distance, layerwise)
     for metric in ("global_centroid_distance_vs_base", "attention_entropy_normalized_vs_shortest"):
-        assert paired_test(_row(0.1, -0.2, 0.4, p=0.03, metric=metric)).kind == "paired t"
+        assert paired_test(_row(0.1, -0.2, 0.4, p=0.03, metric=metric)).test == "paired t"
     se = 0.1 / (2 * 1.959964)  # interval width / (2 z)
     wald = paired_test(_row(0.15, 0.1, 0.2))
-    assert wald.kind == "paired Wald"
+    assert wald.test == "paired Wald"
     assert wald.p == pytest.approx(2 * (1 - sps.norm.cdf(0.15 / se)), rel=1e-5)
     assert paired_test(_row(0.1)) is None  # no interval, no p: untested
 
@@ -42,12 +42,12 @@ def test_paired_row_uses_its_stored_p_else_wald_from_its_interval():
 def test_unpaired_proportions_use_fisher_on_the_counts_and_others_wald():
     a, b = _row(0.25, n=20), _row(0.75, n=20)  # 5/20 vs 15/20
     test = unpaired_test("acc@1", a, b)
-    assert test.kind == "Fisher"
+    assert test.test == "Fisher"
     assert test.p == pytest.approx(sps.fisher_exact([[5, 15], [15, 5]]).pvalue)
     x, y = _row(0.5, 0.4, 0.6), _row(0.8, 0.7, 0.9)
     wald = unpaired_test("pairwise_cosine", x, y)
     se = math.hypot(0.1 / 1.959964, 0.1 / 1.959964)
-    assert wald.kind == "Wald" and wald.p == pytest.approx(2 * sps.norm.sf(0.3 / se), rel=1e-5)
+    assert wald.test == "Wald" and wald.p == pytest.approx(2 * sps.norm.sf(0.3 / se), rel=1e-5)
     assert unpaired_test("effective_rank", _row(3.0), _row(2.0)) is None
 
 
@@ -142,13 +142,18 @@ def test_study_table_reads_the_paired_row_when_the_run_has_one():
 def test_holm_verdicts_decide_each_kind_as_the_cells_read():
     """`holm_verdicts` is the one decision behind the report cells and the study's answers: a surviving change,
     an equivalent one, an inconclusive one (margin, neither), n.s. (no margin) and an untested one."""
-    from llm_collapse.reporting.significance import Significance, holm_verdicts
+    from llm_collapse.metrics.contrasts import Contrast
+    from llm_collapse.reporting.significance import holm_verdicts
 
     changes = [
-        ("pairwise_cosine", 0.30, Significance(1e-6, "paired t", 0.25, 0.35)),  # survives
-        ("pairwise_cosine", 0.001, Significance(0.8, "paired t", -0.002, 0.004)),  # inside ±0.01: equivalent
-        ("pairwise_cosine", 0.02, Significance(0.2, "paired t", -0.01, 0.05)),  # neither
-        ("attention_entropy", 0.02, Significance(0.2, "paired t", -0.01, 0.05)),  # no margin
+        ("pairwise_cosine", 0.30, Contrast(0.30, 0.25, 0.35, 0, "paired t", 1e-6)),  # survives
+        (
+            "pairwise_cosine",
+            0.001,
+            Contrast(0.001, -0.002, 0.004, 0, "paired t", 0.8),
+        ),  # inside ±0.01: equivalent
+        ("pairwise_cosine", 0.02, Contrast(0.02, -0.01, 0.05, 0, "paired t", 0.2)),  # neither
+        ("attention_entropy", 0.02, Contrast(0.02, -0.01, 0.05, 0, "paired t", 0.2)),  # no margin
         ("pairwise_cosine", 0.02, None),
     ]
     verdicts = holm_verdicts(changes)
@@ -161,12 +166,17 @@ def test_a_zero_width_interval_of_an_accuracy_is_no_evidence_of_equivalence():
     """Runs before Newcombe's interval stored a paired bootstrap's, [0, 0] when no query is discordant: with 24
     queries that still allows a 12% discordance rate, so it must not read "equivalent within ±0.1". A continuous
     metric's zero-width interval (identical vectors: the log schedule below its threshold) still can."""
-    from llm_collapse.reporting.significance import Significance, holm_verdicts
+    from llm_collapse.metrics.contrasts import Contrast
+    from llm_collapse.reporting.significance import holm_verdicts
 
     changes = [
-        ("acc@1", 0.0, Significance(1.0, "McNemar", 0.0, 0.0)),
-        ("acc@1", 0.0, Significance(1.0, "McNemar", -0.03, 0.03)),  # Newcombe's, narrow: can be equivalent
-        ("pairwise_cosine", 0.0, Significance(1.0, "paired t", 0.0, 0.0)),
+        ("acc@1", 0.0, Contrast(0.0, 0.0, 0.0, 0, "McNemar", 1.0)),
+        (
+            "acc@1",
+            0.0,
+            Contrast(0.0, -0.03, 0.03, 0, "McNemar", 1.0),
+        ),  # Newcombe's, narrow: can be equivalent
+        ("pairwise_cosine", 0.0, Contrast(0.0, 0.0, 0.0, 0, "paired t", 1.0)),
     ]
     assert [v.kind for v in holm_verdicts(changes)] == [
         "inconclusive",

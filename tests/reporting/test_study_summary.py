@@ -1,101 +1,191 @@
-"""The study report's answers table: every cell of the committed reports/study/report.md checked against the
-row it cites (value, interval, N), and its verdict recomputed by hand (Holm across the table, TOST margins)."""
+"""The study's answers: ``reports/study/answers.csv`` reproduced from ``items.parquet`` by independent code (scipy,
+statsmodels, a Newcombe written out here), Holm within each family by hand, the table rendered from the file; and
+the four verdicts, family scoping and declared/exploratory claims on constructed runs."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as sps
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.proportion import proportion_confint
+from statsmodels.stats.weightstats import DescrStatsW
 
 from llm_collapse.reporting.study import StudyError, load_questions
 from llm_collapse.reporting.study_summary import parse_answer
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "reports" / "study"
-ROW = re.compile(
-    r"^(?P<run>[\w-]+): (?P<model>[\w.-]+) / `(?P<method>[^`]+)`, `(?P<task>[\w-]+)/(?P<metric>[^`]+)`(?: layer (?P<layer>\d+))?(?: depth (?P<depth>[\d.]+))? @(?P<length>\w+)(?P<aggregates> \(aggregates\))?$"
-)
-Z = sps.norm.ppf(0.975)
-MARGINS = {"pairwise_cosine": 0.01, "centroid_distance": 0.01, "global_centroid_distance": 0.01,
-           "centroid_cosine": 0.01, "acc@1": 0.10, "knn_accuracy": 0.10, "knn_cross_accuracy": 0.10}  # fmt: skip
+ANSWERS = STUDY / "answers.csv"
+BINARY = {"acc@1", "knn_accuracy", "knn_cross_accuracy"}
 # the reading of a positive change, per metric (the registry's directions, written out independently)
 UP = {"global_centroid_distance": "less collapse", "centroid_distance": "less collapse",
       "within_length_sq_spread": "less collapse", "global_centroid_sq_distance": "less collapse",
       "pairwise_cosine": "more collapse", "centroid_cosine": "more collapse", "acc@1": "better",
-      "knn_accuracy": "better", "knn_cross_accuracy": "better", "cosine_to_fp32": "less drift"}  # fmt: skip
+      "knn_accuracy": "better", "knn_cross_accuracy": "better", "cosine_to_fp32": "less drift",
+      "attention_entropy_normalized": "higher", "attention_entropy": "higher", "hf_ratio": "higher",
+      "hf_ratio_length_free": "higher"}  # fmt: skip
 DOWN = {"less collapse": "more collapse", "more collapse": "less collapse", "better": "worse",
         "less drift": "more drift", "higher": "lower"}  # fmt: skip
-# metrics without a collapse or quality direction read as higher/lower (the per-layer ones)
-UP |= {"attention_entropy_normalized": "higher", "attention_entropy": "higher", "hf_ratio": "higher",
-       "hf_ratio_length_free": "higher"}  # fmt: skip
-
-
-def _answers_table() -> list[list[str]]:
-    text = (STUDY / "report.md").read_text()
-    section = text.split("\n## Answers\n", 1)[1].split("\n## ", 1)[0]
-    lines = [line for line in section.splitlines() if line.startswith("| ")]
-    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[2:]]
-
-
-def _length(text: str) -> int:
-    return int(text[:-1]) * 1024 if text.endswith("k") else int(text)
 
 
 def _holm(p: list[float]) -> list[float]:
-    """Holm's step-down by hand: the i-th smallest of m times (m - i), running maximum, capped at 1."""
-    order = sorted(range(len(p)), key=lambda i: p[i])
+    """Holm's step-down by hand over the finite p-values: the i-th smallest of m times (m - i), running max."""
+    order = sorted((i for i in range(len(p)) if math.isfinite(p[i])), key=lambda i: p[i])
     out, running = [math.nan] * len(p), 0.0
     for rank, i in enumerate(order):
-        running = max(running, min(1.0, p[i] * (len(p) - rank)))
+        running = max(running, min(1.0, p[i] * (len(order) - rank)))
         out[i] = running
     return out
 
 
-def _reading(metric: str, value: float) -> str:
-    return UP[metric] if value > 0 else DOWN[UP[metric]]
+def _newcombe(a: np.ndarray, b: np.ndarray, alpha: float = 0.05) -> tuple[float, float, float]:
+    """Newcombe's method 10 written out: statsmodels' Wilson limits, phi with the n/2 shift of its numerator."""
+    n = len(a)
+    e, f, g, h = (int(((a == x) & (b == y)).sum()) for x, y in ((1, 1), (1, 0), (0, 1), (0, 0)))
+    p1, p2 = (e + f) / n, (e + g) / n
+    l1, u1 = proportion_confint(e + f, n, alpha=alpha, method="wilson")
+    l2, u2 = proportion_confint(e + g, n, alpha=alpha, method="wilson")
+    product = (e + f) * (g + h) * (e + g) * (f + h)
+    numerator = e * h - f * g
+    numerator = max(numerator - n / 2, 0) if numerator > 0 else numerator
+    phi = numerator / math.sqrt(product) if product else 0.0
+    low = p1 - p2 - math.sqrt((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2)
+    high = p1 - p2 + math.sqrt((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2)
+    return p1 - p2, max(low, -1.0), min(high, 1.0)
 
 
-@pytest.mark.skipif(not (STUDY / "report.md").is_file(), reason="no committed study report")
-def test_every_answer_cell_matches_the_row_it_cites():
-    table = _answers_table()
-    _, _, questions = load_questions(ROOT / "experiments" / "study" / "questions.yaml")
-    asks = {f"{q.id}: {a.claim}": a.asks for q in questions for a in q.answers}
-    assert table and len(table) == len(asks)
-    cited = []
-    for claim, answer, interval, n, test, row in table:
-        where = ROW.match(row.replace("\\|", "|"))
-        assert where, row
-        assert bool(where["aggregates"]) != (STUDY / where["run"] / "items.parquet").is_file(), row
-        frame = pd.read_parquet(STUDY / where["run"] / "results.parquet")
-        match = frame[(frame.model == where["model"]) & (frame.method == where["method"])
-                      & (frame.task == where["task"]) & (frame.metric == where["metric"])
-                      & (frame.length == _length(where["length"]))
-                      & (frame.depth.isna() if where["depth"] is None else frame.depth == float(where["depth"]))
-                      & (frame.layer.isna() if where["layer"] is None else frame.layer == int(where["layer"]))]  # fmt: skip
-        assert len(match) == 1, row
-        cited.append((claim, answer, interval, n, test, match.iloc[0]))
-    # p-values: the stored paired test, else a Wald test from the paired interval
-    p = [r.p_value if math.isfinite(r.p_value) else 2 * sps.norm.sf(abs(r.value) / ((r.ci_high - r.ci_low) / (2 * Z)))
-         for *_, r in cited]  # fmt: skip
-    holm = _holm(p)
-    for (claim, answer, interval, n, test, r), adjusted in zip(cited, holm, strict=True):
-        numbers = [float(x) for x in re.findall(r"-?\d+\.\d+", interval)]
-        digits = len(interval.split(" ")[0].split(".")[1])
-        assert numbers == [round(v, digits) + 0.0 for v in (r.value, r.ci_low, r.ci_high)], claim
-        assert int(n) == r.n, claim
-        base = r.metric.split("_vs_", 1)[0]
-        if adjusted <= 0.05:
-            words = _reading(base, r.value)
-            assert answer == ("yes" if words == asks[claim] else f"no: {words}"), claim
-            assert test.endswith("Holm p<0.001" if adjusted < 0.001 else f"Holm p={adjusted:.3f}"), claim
+def _cell(items: pd.DataFrame, row, method: str, length: int, column: str, model: str = "") -> pd.Series:
+    depth = items["depth"].isna() if math.isnan(row.depth) else items["depth"] == row.depth
+    cell = items[(items.model == (model or row.model)) & (items.method == method) & (items.task == row.metric.split("/")[0])
+                 & (items.length == length) & depth & items.layer.isna()]  # fmt: skip
+    return cell.set_index("item")[column]
+
+
+def _sides(items: pd.DataFrame, row) -> tuple[str, np.ndarray]:
+    """(quantity, per-item differences or the two sides) of an answer, from items.parquet alone."""
+    task, metric = row.metric.split("/")
+    quantity, _, contrast = metric.partition("_vs_")
+    own = items[(items.model == row.model) & (items.method == row.method) & (items.task == task)]
+    shortest = int(own.length.min())
+    if contrast == "base":
+        a, b = (
+            _cell(items, row, row.method, row.length, quantity),
+            _cell(items, row, "base", row.length, quantity),
+        )
+        return quantity, [a.to_numpy(float), b.loc[a.index].to_numpy(float)]
+    if contrast == "shortest":
+        a, b = (
+            _cell(items, row, row.method, row.length, quantity),
+            _cell(items, row, row.method, shortest, quantity),
+        )
+        return quantity, [a.to_numpy(float), b.loc[a.index].to_numpy(float)]
+    if contrast == "reference":  # the same method of the run's reference model (echo against classical)
+        other = json.loads((STUDY / row.run / "run.json").read_text())["config"]["reference_model"]
+        a = _cell(items, row, row.method, row.length, quantity)
+        b = _cell(items, row, row.method, row.length, quantity, model=other)
+        return quantity, [a.to_numpy(float), b.loc[a.index].to_numpy(float)]
+    assert contrast == "base_vs_shortest", row.metric
+    cells = [_cell(items, row, m, n, quantity) for m, n in
+             ((row.method, row.length), ("base", row.length), (row.method, shortest), ("base", shortest))]  # fmt: skip
+    ids = cells[0].index
+    m_long, b_long, m_short, b_short = (c.loc[ids].to_numpy(float) for c in cells)
+    return quantity, [(m_long - b_long) - (m_short - b_short)]
+
+
+@pytest.mark.skipif(not ANSWERS.is_file(), reason="no committed study answers")
+def test_every_per_item_answer_reproduces_from_items_parquet_by_independent_code():
+    answers = pd.read_csv(ANSWERS)
+    checked = 0
+    for row in answers.itertuples(index=False):
+        if not row.per_item or row.test not in ("paired t", "McNemar", "sign-flip"):
+            continue
+        items = pd.read_parquet(STUDY / row.run / "items.parquet")
+        quantity, sides = _sides(items, row)
+        if len(sides) == 2 and quantity in BINARY:
+            a, b = sides
+            estimate, low, high = _newcombe(a, b)
+            table = [[int(((a == x) & (b == y)).sum()) for y in (1, 0)] for x in (1, 0)]
+            p = mcnemar(table, exact=True).pvalue
+            if row.p_equivalence == 1:  # not strictly inside the margins: no level makes it equivalent
+                assert abs(estimate) >= row.margin, row.claim
+            elif math.isfinite(
+                row.p_equivalence
+            ):  # the TOST p inverts the interval: inside above it, not below
+                for level, inside in ((row.p_equivalence * 1.001, True), (row.p_equivalence * 0.999, False)):
+                    _, lo, hi = _newcombe(a, b, 2 * level) if level < 0.5 else (0, -math.inf, math.inf)
+                    assert (-row.margin < lo and hi < row.margin) == inside, row.claim
         else:
-            assert answer.startswith(("inconclusive", "no: equivalent within")), claim
-            if answer.startswith("no: equivalent"):
-                assert f"±{MARGINS[base]:g}" in answer and test.startswith("TOST"), claim
+            d = sides[0] - sides[1] if len(sides) == 2 else sides[0]
+            estimate, (low, high) = d.mean(), DescrStatsW(d).tconfint_mean()
+            p = sps.ttest_1samp(d, 0).pvalue if row.test == "paired t" else row.p  # sign-flip: stored
+            if math.isfinite(row.p_equivalence):
+                se = d.std(ddof=1) / math.sqrt(len(d))
+                tost = max(sps.t.sf((estimate + row.margin) / se, len(d) - 1),
+                           sps.t.sf((row.margin - estimate) / se, len(d) - 1))  # fmt: skip
+                assert row.p_equivalence == pytest.approx(tost, rel=1e-6, abs=1e-12), row.claim
+        assert (row.estimate, row.ci_low, row.ci_high) == pytest.approx((estimate, low, high), abs=1e-8), (
+            row.claim
+        )
+        assert row.p == pytest.approx(p, rel=1e-6, abs=1e-12) and row.n == len(sides[0]), row.claim
+        checked += 1
+    assert checked >= 12  # every answer but the set-level and aggregates ones
+
+
+@pytest.mark.skipif(not ANSWERS.is_file(), reason="no committed study answers")
+def test_every_verdict_is_holm_within_its_family_by_hand():
+    answers = pd.read_csv(ANSWERS)
+    _, _, questions = load_questions(ROOT / "experiments" / "study" / "questions.yaml")
+    assert list(answers.question) == [q.id for q in questions for _ in q.answers]
+    for _, family in answers.groupby("family", sort=False):
+        holm = _holm(list(family.p))
+        assert family.p_holm.to_numpy() == pytest.approx(holm, nan_ok=True)
+        open_ = [
+            q if math.isfinite(h) and h > 0.05 else math.nan
+            for q, h in zip(family.p_equivalence, holm, strict=True)
+        ]
+        assert family.p_equivalence_holm.to_numpy() == pytest.approx(_holm(open_), nan_ok=True)
+        for row, p in zip(family.itertuples(index=False), holm, strict=True):
+            quantity = row.metric.split("/")[1].split("_vs_")[0]
+            reads = UP[quantity] if row.estimate > 0 else DOWN[UP[quantity]]
+            if p <= 0.05:
+                assert row.verdict == ("yes" if reads == row.direction else "opposite"), row.claim
+            elif row.p_equivalence_holm <= 0.05:
+                assert row.verdict == "equivalent" and math.isfinite(row.margin), row.claim
+            else:
+                assert row.verdict == "inconclusive", row.claim
+
+
+@pytest.mark.skipif(not ANSWERS.is_file(), reason="no committed study answers")
+def test_the_answers_table_is_answers_csv():
+    text = (STUDY / "report.md").read_text()
+    section = text.split("\n## Answers\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ")][2:]
+    answers = pd.read_csv(ANSWERS)
+    assert len(lines) == len(answers)
+    words = {"yes": "yes", "inconclusive": "inconclusive"}
+    for line, row in zip(lines, answers.itertuples(index=False), strict=True):
+        question, claim, answer, interval, n, test, declared, source = (
+            c.strip() for c in line.strip("|").split(" | ")
+        )
+        assert (question, claim, int(n)) == (row.question, row.claim, row.n)
+        expected = words.get(row.verdict) or ("no, the opposite" if row.verdict == "opposite"
+                                              else f"no, equivalent within ±{row.margin:g}")  # fmt: skip
+        assert answer.startswith(expected), row.claim
+        digits = len(interval.split(" ")[0].split(".")[1])
+        numbers = [float(x) for x in re.findall(r"-?\d+\.\d+", interval)]
+        assert numbers == [round(v, digits) + 0.0 for v in (row.estimate, row.ci_low, row.ci_high)], row.claim
+        p = row.p_equivalence_holm if row.verdict == "equivalent" else row.p_holm
+        assert test.endswith("Holm p<0.001" if p < 0.001 else f"Holm p={p:.3f}"), row.claim
+        assert declared == ("declared" if row.declared else "exploratory")
+        assert source.startswith(f"[{row.run}]({row.run}/report.md)")
+        assert source.endswith("(aggregates)") != bool(row.per_item)
 
 
 GOOD = {"claim": "x", "run": "r", "model": "m", "method": "base", "metric": "collapse/pairwise_cosine_vs_base",
@@ -157,7 +247,7 @@ def test_an_answer_with_a_depth_cites_that_depth_and_without_one_the_row_over_al
     from llm_collapse.reporting.study_summary import answer_row
 
     rows = [
-        {"model": "m", "method": "base", "task": "position", "metric": "acc@1_vs_base", "length": 2048,
+        {"model": "m", "method": "base", "task": "position", "corpus": "c", "metric": "acc@1_vs_base", "length": 2048,
          "depth": depth, "layer": math.nan, "value": value, "ci_low": value - 0.1, "ci_high": value + 0.1,
          "n": n, "p_value": 0.5}
         for depth, value, n in ((math.nan, 0.05, 96), (0.0, 0.2, 48), (1.0, -0.1, 48))
@@ -173,3 +263,101 @@ def test_an_answer_with_a_depth_cites_that_depth_and_without_one_the_row_over_al
         == -0.1
     )
     assert answer_row(tmp_path, parse_answer(spec, "q1", StudyError), StudyError)["n"] == 96
+
+
+# --- verdicts, families and declared claims on constructed runs ------------------------------------------------
+
+FALLS = {**GOOD, "metric": "collapse/global_centroid_distance_vs_shortest", "length": 512, "asks": "more collapse",
+         "margin": 0.01, "margin_reason": "test"}  # fmt: skip
+
+
+def _contrast(estimate: float, sd: float, n: int = 40):
+    """The paired t contrast of n differences with this mean and standard deviation."""
+    from llm_collapse.metrics.contrasts import mean_difference
+
+    d = np.linspace(-1, 1, n)
+    d = estimate + sd * (d - d.mean()) / d.std(ddof=1)
+    return mean_difference(d)
+
+
+def test_the_four_verdicts_of_a_directional_claim_including_a_rise_read_against_falls():
+    from llm_collapse.reporting.study_summary import read_family
+
+    claim = parse_answer(FALLS, "q", StudyError)  # "the paper's distance falls": asks more collapse (lower)
+    cases = {
+        "yes": _contrast(-0.05, 0.02),  # falls, clearly
+        "opposite": _contrast(+0.05, 0.02),  # rises, clearly: the data point the other way
+        "equivalent": _contrast(0.0005, 0.005, n=200),  # inside ±0.01, tightly
+        "inconclusive": _contrast(0.004, 0.05),  # wide
+    }
+    read = read_family([claim] * 4, list(cases.values()))
+    assert [r["verdict"] for r in read] == list(cases)
+    assert read[0]["p_holm"] <= 0.05 and read[1]["p_holm"] <= 0.05 and math.isnan(read[0]["p_equivalence"])
+    # the same data without a declared margin cannot be equivalent
+    bare = parse_answer({k: v for k, v in FALLS.items() if not k.startswith("margin")}, "q", StudyError)
+    assert read_family([bare], [cases["equivalent"]])[0]["verdict"] == "inconclusive"
+
+
+def _study(tmp_path: Path, families: dict[str, list[float]], claims: list[dict] | None = None) -> Path:
+    """A study root with one run whose base falls by each given value (paired t rows, 40 items, sd 0.02)."""
+    rows = []
+    for i, value in enumerate(v for values in families.values() for v in values):
+        c = _contrast(value, 0.02)
+        rows.append(dict(model="m", method=f"x{i}", task="collapse", corpus="c", length=512, depth=math.nan,
+                         layer=math.nan, metric="global_centroid_distance_vs_shortest", value=c.estimate,
+                         ci_low=c.low, ci_high=c.high, n=c.n, p_value=c.p))  # fmt: skip
+    run = tmp_path / "r"
+    run.mkdir(exist_ok=True)
+    pd.DataFrame(rows).to_parquet(run / "results.parquet")
+    (run / "run.json").write_text(json.dumps({"config": {"claims": claims or []}}))
+    return tmp_path
+
+
+def _claims(families: dict[str, list[float]]):
+    """``(question, family, answer)`` per value: one question (and family) per key of ``families``."""
+    out, i = [], 0
+    for family, values in families.items():
+        for _ in values:
+            answer = parse_answer({**FALLS, "run": "r", "model": "m", "method": f"x{i}"}, "q", StudyError)
+            out.append((family, family, answer))
+            i += 1
+    return out
+
+
+def test_a_claim_added_to_one_question_changes_no_verdict_or_p_of_another(tmp_path):
+    from llm_collapse.reporting.study_summary import answers_frame
+
+    before = {"a": [-0.012, -0.011], "b": [-0.0095]}
+    after = {"a": [-0.012, -0.011], "b": [-0.0095, 0.0, 0.001, -0.02]}  # three more claims in family b
+    first = answers_frame(_study(tmp_path, before), _claims(before), StudyError)
+    second = answers_frame(_study(tmp_path, after), _claims(after), StudyError)
+    a1, a2 = first[first.family == "a"], second[second.family == "a"]
+    assert list(a1.verdict) == list(a2.verdict) and list(a1.p_holm) == list(a2.p_holm)
+    assert (
+        first.loc[first.family == "b", "p_holm"].iloc[0] < second.loc[second.family == "b", "p_holm"].iloc[0]
+    )
+    # one family across both questions would have moved family a's Holm p-values
+    from llm_collapse.reporting.study_summary import read_family
+
+    pooled = read_family(
+        [parse_answer(FALLS, "q", StudyError)] * 6, [_contrast(v, 0.02) for v in sum(after.values(), [])]
+    )
+    assert pooled[0]["p_holm"] != a2.p_holm.iloc[0]
+
+
+def test_a_claim_is_declared_only_where_its_run_stated_it_before_running(tmp_path):
+    from llm_collapse.reporting.study_summary import answers_frame
+
+    values = {"q": [-0.05, -0.04]}
+    stated = {"metric": FALLS["metric"], "model": "m", "method": "x0", "length": 512, "asks": "more collapse",
+              "margin": 0.01, "claim": "falls"}  # fmt: skip
+    frame = answers_frame(_study(tmp_path, values, claims=[stated]), _claims(values), StudyError)
+    assert list(frame.declared) == [
+        True,
+        False,
+    ]  # x1's claim was written into the questions file after the run
+    # a stated claim with another margin (or direction) is not the claim the report reads
+    changed = answers_frame(
+        _study(tmp_path, values, claims=[{**stated, "margin": 0.05}]), _claims(values), StudyError
+    )
+    assert list(changed.declared) == [False, False]

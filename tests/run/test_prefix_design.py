@@ -132,7 +132,7 @@ def _hashed_without_design(config: CompareConfig) -> str:
     data = {
         k: v
         for k, v in config.to_dict().items()
-        if k not in (*_NOT_HASHED, "design") and not (k in _HASHED_IF_SET and v in unset)
+        if k not in (*_NOT_HASHED, "design") and not (k in _HASHED_IF_SET and v in unset) and k != "claims"
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

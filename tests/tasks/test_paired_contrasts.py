@@ -120,14 +120,14 @@ def test_contrast_rows_skip_missing_and_mismatched_bins():
         paired_key("passkey", 32, 0.3): PairedItems("acc@1", np.array([0, 0, 1])),
         paired_key("knn", 32): PairedItems("knn_accuracy", np.array([1, 1, 0])),  # other items: skipped
     }
-    rows = {r["metric"]: r for r in contrast_rows("m", "tempscale-0.5", "sotu", mine, base, seed=0)}
+    rows = {r["metric"]: r for r in contrast_rows("m", "tempscale-0.5", "sotu", mine, base)}
     assert set(rows) == {"pairwise_cosine_vs_base", "centroid_distance_vs_base", "acc@1_vs_base"}
     assert rows["acc@1_vs_base"]["value"] == pytest.approx(1 / 3)
     assert rows["acc@1_vs_base"]["depth"] == 0.3 and rows["acc@1_vs_base"]["n"] == 3
     assert math.isnan(rows["pairwise_cosine_vs_base"]["depth"])
     assert rows["acc@1_vs_base"]["p_value"] == 1.0  # one discordant pair: the exact McNemar p is 1
     assert math.isnan(rows["pairwise_cosine_vs_base"]["p_value"])  # no test for geometry contrasts
-    assert contrast_rows("m", "x", "sotu", mine, {}, seed=0) == []
+    assert contrast_rows("m", "x", "sotu", mine, {}) == []
 
 
 # ------------------------------------------------------------------------------------ end to end
