@@ -1,0 +1,141 @@
+"""Contrasts computed from runs' per-item values (``items.parquet``): weighted sums of cells of the same items.
+
+A cell is one (run, model, method, task, length, depth) bin; its items carry ids, the same for the same text
+across methods, lengths and runs of the same documents. A contrast is ``sum_j w_j cell_j`` over cells holding the
+same items, read with the procedure of its outcome type (`llm_collapse.metrics.contrasts`):
+
+- a per-item quantity (the distance to the global centroid, 0/1 correctness) combines item by item into per-item
+  values d: two cells of 0/1 outcomes with weights +1, -1 are `paired_binary` (McNemar), four with ±1 the 0/1
+  interaction (`binary_interaction`, sign-flip), anything else `mean_difference` (t);
+- a set-level quantity (the pairwise cosine, the within-length spread) combines its values and its delete-one
+  values (`pairwise_cosine_leave_one_out`, `spread_leave_one_out`), read by the jackknife.
+
+This is how the study reads what no single stored row holds: the trend of an interaction across every value of
+a swept parameter (a weighted sum over the sweep's cells), and a contrast between two runs of the same texts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from llm_collapse.metrics.contrasts import (
+    Contrast,
+    binary_interaction,
+    jackknife_from_leave_one_out,
+    mean_difference,
+    paired_binary,
+    pairwise_cosine_leave_one_out,
+    spread_leave_one_out,
+)
+from llm_collapse.run.results import ITEMS_FILE
+from llm_collapse.tasks.registry import metric_info
+
+SET_LEVEL = {"pairwise_cosine": pairwise_cosine_leave_one_out, "within_length_sq_spread": spread_leave_one_out}
+"""Set-level quantities read from their per-item terms, with the function giving their delete-one values."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One bin of a run: ``depth`` None for the row over all depths."""
+
+    run: str
+    model: str
+    method: str
+    task: str
+    length: int
+    depth: float | None = None
+
+
+class Items:
+    """The ``items.parquet`` of runs under one root, each read once."""
+
+    def __init__(self, root: Path):
+        self.root, self._frames = Path(root), {}
+
+    def has(self, run: str) -> bool:
+        return (self.root / run / ITEMS_FILE).is_file()
+
+    def values(self, cell: Cell, quantity: str) -> pd.Series | None:
+        """The cell's per-item ``quantity`` by item id; None where the run, cell or column is missing."""
+        if cell.run not in self._frames:
+            self._frames[cell.run] = pd.read_parquet(self.root / cell.run / ITEMS_FILE) if self.has(cell.run) else None
+        frame = self._frames[cell.run]
+        if frame is None or quantity not in frame.columns:
+            return None
+        depth = frame["depth"].isna() if cell.depth is None else (frame["depth"] - cell.depth).abs() < 1e-9
+        rows = frame[(frame["model"] == cell.model) & (frame["method"] == cell.method) & (frame["task"] == cell.task)
+                     & (frame["length"] == cell.length) & depth & frame["layer"].isna()]  # fmt: skip
+        return rows.set_index("item")[quantity] if len(rows) else None
+
+
+def combine(items: Items, terms: list[tuple[float, Cell]], quantity: str) -> Contrast | None:
+    """``sum_j w_j cell_j`` of ``quantity`` over cells of the same items (module docstring); None where a cell is
+    missing or the cells hold other items."""
+    series = [items.values(cell, quantity) for _, cell in terms]
+    if any(s is None for s in series):
+        return None
+    ids = series[0].index
+    if any(len(s) != len(ids) or not s.index.isin(ids).all() for s in series):
+        return None
+    columns = [s.loc[ids].to_numpy(dtype=np.float64) for s in series]
+    weights = [w for w, _ in terms]
+    if quantity in SET_LEVEL:
+        parts = [SET_LEVEL[quantity](column) for column in columns]
+        point = sum(w * p for w, (p, _) in zip(weights, parts, strict=True))
+        loo = sum(w * loo for w, (_, loo) in zip(weights, parts, strict=True))
+        return jackknife_from_leave_one_out(float(point), loo)
+    binary = metric_info(quantity).proportion
+    if binary and weights == [1.0, -1.0]:
+        return paired_binary(*columns)
+    d = sum(w * column for w, column in zip(weights, columns, strict=True))
+    if binary and sorted(weights) == [-1.0, -1.0, 1.0, 1.0]:
+        return binary_interaction(d)
+    return mean_difference(d)
+
+
+def interaction_terms(cell: Cell, shortest: int) -> list[tuple[float, Cell]]:
+    """(method - base at L) - (method - base at the shortest length S) as weighted cells."""
+    def at(method: str, length: int) -> Cell:
+        return Cell(cell.run, cell.model, method, cell.task, length, cell.depth)
+
+    return [(1.0, at(cell.method, cell.length)), (-1.0, at("base", cell.length)),
+            (-1.0, at(cell.method, shortest)), (1.0, at("base", shortest))]  # fmt: skip
+
+
+def trend_weights(values: list[float]) -> list[float]:
+    """Weights giving the least-squares slope of y on ``values`` as ``sum w_i y_i``, negated: the change of y per
+    unit *decrease* of the parameter (so that a temperature below 1 reads in the direction its claim asks)."""
+    x = np.asarray(values, dtype=np.float64)
+    centred = x - x.mean()
+    if not np.any(centred):
+        raise ValueError("a trend needs at least two different parameter values")
+    return [float(-w) for w in centred / np.sum(centred**2)]
+
+
+def trend(items: Items, cells: list[Cell], values: list[float], shortest: int, quantity: str) -> Contrast | None:
+    """The trend of the method x length interaction across a sweep: ``sum_k w_k interaction_k`` with
+    `trend_weights`; the interactions share base, so base's cells cancel and each method's two cells remain."""
+    terms = []
+    for weight, cell in zip(trend_weights(values), cells, strict=True):
+        terms += [(weight * w, c) for w, c in interaction_terms(cell, shortest) if c.method != "base"]
+    return combine(items, terms, quantity)
+
+
+def shortest_length(items: Items, cell: Cell, quantity: str) -> int | None:
+    """The shortest length at which the run holds ``quantity`` for the cell's model, method, task and depth."""
+    if items.values(cell, quantity) is None:
+        return None
+    frame = items._frames[cell.run]
+    depth = frame["depth"].isna() if cell.depth is None else (frame["depth"] - cell.depth).abs() < 1e-9
+    rows = frame[(frame["model"] == cell.model) & (frame["method"] == cell.method) & (frame["task"] == cell.task)
+                 & depth & frame["layer"].isna() & frame[quantity].notna()]  # fmt: skip
+    return int(rows["length"].min()) if len(rows) else None
+
+
+def is_finite(contrast: Contrast | None) -> bool:
+    return contrast is not None and math.isfinite(contrast.estimate)
