@@ -54,7 +54,9 @@ class Answer:
     margin_reason: str = ""
     kind: str = "row"
     parameter: str = ""  # the swept parameter's name (value and trend answers)
-    sweep: tuple[tuple[str, float], ...] = ()  # (method, value) of every value (trend answers); the one (value)
+    sweep: tuple[
+        tuple[str, float], ...
+    ] = ()  # (method, value) of every value (trend answers); the one (value)
     versus: tuple[str, str, str] | None = None  # (run, model, method) subtracted (versus answers)
 
     @property
@@ -106,8 +108,22 @@ def parse_answers(value: object, where: str, error: type[Exception]) -> tuple[An
 def parse_answer(value: object, where: str, error: type[Exception]) -> Answer:
     """One ``answer`` mapping (`llm_collapse.run.claims.read_claim` with the cited run and model); every problem
     is one ``error`` line naming ``where``."""
-    claim = read_claim(value, f"{where} answer", error, required=ANSWER_KEYS, optional=OPTIONAL_KEYS, example=EXAMPLE)
-    fields = ("claim", "run", "model", "method", "task", "metric", "length", "asks", "layer", "depth", "margin")
+    claim = read_claim(
+        value, f"{where} answer", error, required=ANSWER_KEYS, optional=OPTIONAL_KEYS, example=EXAMPLE
+    )
+    fields = (
+        "claim",
+        "run",
+        "model",
+        "method",
+        "task",
+        "metric",
+        "length",
+        "asks",
+        "layer",
+        "depth",
+        "margin",
+    )
     return Answer(**{key: claim[key] for key in fields}, margin_reason=claim["margin_reason"] or "")
 
 
@@ -117,7 +133,9 @@ def answers_of_run(run: str, claims: list) -> list[tuple[str, str, Answer]]:
     out = []
     for claim in claims:
         task, _, metric = claim["metric"].partition("/")
-        fields = {key: claim.get(key) for key in ("claim", "model", "method", "length", "asks", "layer", "depth")}
+        fields = {
+            key: claim.get(key) for key in ("claim", "model", "method", "length", "asks", "layer", "depth")
+        }
         answer = Answer(**fields, run=run, task=task, metric=metric, margin=claim.get("margin"),
                         margin_reason=claim.get("margin_reason") or "")  # fmt: skip
         family = claim.get("family") or "claims"
@@ -159,8 +177,10 @@ def _sweep(item: dict, where: str, error: type[Exception]) -> list[Answer]:
 
 def _versus(item: dict, where: str, error: type[Exception]) -> Answer:
     other = item["versus"]
-    if not isinstance(other, dict) or set(other) != {"run", "model", "method"} or not all(
-        isinstance(v, str) and v.strip() for v in other.values()
+    if (
+        not isinstance(other, dict)
+        or set(other) != {"run", "model", "method"}
+        or not all(isinstance(v, str) and v.strip() for v in other.values())
     ):
         raise error(f"{where} versus must be a mapping of run, model and method (the row subtracted), e.g. "
                     "versus: {run: tau32k_below1, model: gemma3-270m, method: base}")  # fmt: skip

@@ -40,6 +40,7 @@ from typing import Any
 
 import pandas as pd
 
+from llm_collapse.reporting.answer_spec import answers_of_run
 from llm_collapse.reporting.figures import (
     SWEEP_SECTION,
     FigureFile,
@@ -57,7 +58,6 @@ from llm_collapse.reporting.study_summary import (
     VERDICTS,
     answers_csv,
     answers_frame,
-    answers_of_run,
     answers_table,
     families_text,
 )

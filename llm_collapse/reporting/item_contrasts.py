@@ -16,7 +16,6 @@ a swept parameter (a weighted sum over the sweep's cells), and a contrast betwee
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,9 +32,12 @@ from llm_collapse.metrics.contrasts import (
     spread_leave_one_out,
 )
 from llm_collapse.run.results import ITEMS_FILE
-from llm_collapse.tasks.registry import metric_info
+from llm_collapse.tasks.registry import VS_BASE, VS_INTERACTION, VS_SHORTEST, metric_info
 
-SET_LEVEL = {"pairwise_cosine": pairwise_cosine_leave_one_out, "within_length_sq_spread": spread_leave_one_out}
+SET_LEVEL = {
+    "pairwise_cosine": pairwise_cosine_leave_one_out,
+    "within_length_sq_spread": spread_leave_one_out,
+}
 """Set-level quantities read from their per-item terms, with the function giving their delete-one values."""
 
 
@@ -63,7 +65,9 @@ class Items:
     def values(self, cell: Cell, quantity: str) -> pd.Series | None:
         """The cell's per-item ``quantity`` by item id; None where the run, cell or column is missing."""
         if cell.run not in self._frames:
-            self._frames[cell.run] = pd.read_parquet(self.root / cell.run / ITEMS_FILE) if self.has(cell.run) else None
+            self._frames[cell.run] = (
+                pd.read_parquet(self.root / cell.run / ITEMS_FILE) if self.has(cell.run) else None
+            )
         frame = self._frames[cell.run]
         if frame is None or quantity not in frame.columns:
             return None
@@ -98,13 +102,31 @@ def combine(items: Items, terms: list[tuple[float, Cell]], quantity: str) -> Con
     return mean_difference(d)
 
 
-def interaction_terms(cell: Cell, shortest: int) -> list[tuple[float, Cell]]:
-    """(method - base at L) - (method - base at the shortest length S) as weighted cells."""
+def contrast_terms(cell: Cell, suffix: str, shortest: int) -> list[tuple[float, Cell]]:
+    """The weighted cells of a paired metric's contrast at ``cell`` (``suffix``: ``_vs_base``, ``_vs_shortest`` or
+    ``_vs_base_vs_shortest``, the method x length interaction), ``shortest`` the length it starts from."""
+
     def at(method: str, length: int) -> Cell:
         return Cell(cell.run, cell.model, method, cell.task, length, cell.depth)
 
-    return [(1.0, at(cell.method, cell.length)), (-1.0, at("base", cell.length)),
-            (-1.0, at(cell.method, shortest)), (1.0, at("base", shortest))]  # fmt: skip
+    if suffix == VS_BASE:
+        return [(1.0, at(cell.method, cell.length)), (-1.0, at("base", cell.length))]
+    if suffix == VS_SHORTEST:
+        return [(1.0, at(cell.method, cell.length)), (-1.0, at(cell.method, shortest))]
+    if suffix == VS_INTERACTION:
+        return [(1.0, at(cell.method, cell.length)), (-1.0, at("base", cell.length)),
+                (-1.0, at(cell.method, shortest)), (1.0, at("base", shortest))]  # fmt: skip
+    raise ValueError(
+        f"no contrast of the form {suffix!r} (one of {VS_BASE}, {VS_SHORTEST}, {VS_INTERACTION})"
+    )
+
+
+def merged(terms: list[tuple[float, Cell]]) -> list[tuple[float, Cell]]:
+    """Terms with the weights of one cell summed and the cells whose weights cancel dropped, in first-seen order."""
+    weights: dict[Cell, float] = {}
+    for weight, cell in terms:
+        weights[cell] = weights.get(cell, 0.0) + weight
+    return [(weight, cell) for cell, weight in weights.items() if abs(weight) > 1e-12]
 
 
 def trend_weights(values: list[float]) -> list[float]:
@@ -117,13 +139,15 @@ def trend_weights(values: list[float]) -> list[float]:
     return [float(-w) for w in centred / np.sum(centred**2)]
 
 
-def trend(items: Items, cells: list[Cell], values: list[float], shortest: int, quantity: str) -> Contrast | None:
-    """The trend of the method x length interaction across a sweep: ``sum_k w_k interaction_k`` with
-    `trend_weights`; the interactions share base, so base's cells cancel and each method's two cells remain."""
+def trend_terms(
+    cells: list[Cell], values: list[float], suffix: str, shortest: int
+) -> list[tuple[float, Cell]]:
+    """The trend of a contrast across a sweep, ``sum_k w_k contrast_k`` with `trend_weights`: base's cells, shared
+    by every value, cancel."""
     terms = []
     for weight, cell in zip(trend_weights(values), cells, strict=True):
-        terms += [(weight * w, c) for w, c in interaction_terms(cell, shortest) if c.method != "base"]
-    return combine(items, terms, quantity)
+        terms += [(weight * w, c) for w, c in contrast_terms(cell, suffix, shortest)]
+    return merged(terms)
 
 
 def shortest_length(items: Items, cell: Cell, quantity: str) -> int | None:
@@ -135,7 +159,3 @@ def shortest_length(items: Items, cell: Cell, quantity: str) -> int | None:
     rows = frame[(frame["model"] == cell.model) & (frame["method"] == cell.method) & (frame["task"] == cell.task)
                  & depth & frame["layer"].isna() & frame[quantity].notna()]  # fmt: skip
     return int(rows["length"].min()) if len(rows) else None
-
-
-def is_finite(contrast: Contrast | None) -> bool:
-    return contrast is not None and math.isfinite(contrast.estimate)

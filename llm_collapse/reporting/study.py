@@ -45,6 +45,7 @@ from typing import NoReturn
 import pandas as pd
 
 from llm_collapse.errors import UserError
+from llm_collapse.reporting.answer_spec import Answer, parse_answers
 from llm_collapse.reporting.build import Bullets, Heading, Image, Paragraph, render_html, render_markdown
 from llm_collapse.reporting.figures import position_label
 from llm_collapse.reporting.frames import (
@@ -60,12 +61,12 @@ from llm_collapse.reporting.significance import change_test, mark_survivors, rea
 from llm_collapse.reporting.study_summary import (
     ANSWERS_FILE,
     VERDICTS,
-    Answer,
     answers_csv,
     answers_frame,
     answers_table,
     families_text,
-    parse_answers,
+    family_table,
+    sweep_table,
 )
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
 from llm_collapse.utils.paths import display_path
@@ -95,6 +96,13 @@ def summary_legend(families: str) -> list:
             f"rows, so its test reads the paired row it stored. Every number: `{ANSWERS_FILE}`."
         ),
     ]
+
+
+SWEEP_INTRO = (
+    "**Every value of each sweep** (the trend rows above; each cell the method x length interaction at that value, "
+    "its verdict in the same family: yes, opposite, ≈ equivalent within the margin, ? inconclusive; below the "
+    "identity value a claim asks for less collapse, above it for more):"
+)
 
 
 class StudyError(UserError, ValueError):
@@ -649,6 +657,12 @@ def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]
             answers_table(written),
         ]
         blocks += summary_legend(families_text(written))
+        blocks += [
+            Paragraph("**Verdicts per family** (every claim, each value of a sweep included):"),
+            family_table(written),
+        ]
+        if (sweeps := sweep_table(written)) is not None:
+            blocks += [Paragraph(SWEEP_INTRO), sweeps]
     if (overview := load_overview(questions_path)) is not None:
         blocks += _overview_blocks(root, overview)
     for number, q in enumerate(questions, start=1):

@@ -26,7 +26,6 @@ the table is rendered from the file as written.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,28 +33,32 @@ import pandas as pd
 
 from llm_collapse.metrics.contrasts import Contrast
 from llm_collapse.metrics.stats import holm_adjust
+from llm_collapse.reporting.answer_spec import Answer
 from llm_collapse.reporting.frames import load_run
+from llm_collapse.reporting.item_contrasts import (
+    Cell,
+    Items,
+    combine,
+    contrast_terms,
+    merged,
+    shortest_length,
+    trend_terms,
+)
 from llm_collapse.reporting.significance import ALPHA, paired_test
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
-from llm_collapse.run.claims import read_claim
 from llm_collapse.run.results import ITEMS_FILE
 from llm_collapse.tasks.registry import metric_info
 
-ANSWER_KEYS = ("claim", "run", "model", "method", "metric", "length", "asks")
-OPTIONAL_KEYS = ("layer", "depth", "margin", "margin_reason")
-EXAMPLE = (
-    "e.g. {claim: collapse at 32k, run: tau32k, model: gemma3-270m, method: base, metric: "
-    "collapse/global_centroid_distance_vs_shortest, length: 32768, asks: more collapse, margin: 0.01, "
-    "margin_reason: ...}"
-)
 ANSWERS_FILE = "answers.csv"
 ANSWER_COLUMNS = (
-    "question", "claim", "run", "model", "method", "metric", "length", "depth", "layer", "direction", "verdict",
-    "estimate", "ci_low", "ci_high", "n", "test", "p", "p_holm", "p_equivalence", "p_equivalence_holm", "family",
-    "margin", "margin_reason", "declared", "per_item",
+    "question", "claim", "kind", "run", "model", "method", "metric", "length", "depth", "layer", "parameter",
+    "value", "versus", "direction", "verdict", "estimate", "ci_low", "ci_high", "n", "test", "p", "p_holm",
+    "p_equivalence", "p_equivalence_holm", "family", "margin", "margin_reason", "declared", "per_item",
 )  # fmt: skip
-"""The columns of ``answers.csv``: p and p_holm are the difference test's, p_equivalence(_holm) the TOST's
-(NaN without a margin or where the difference survives); ``per_item``: the run kept items.parquet."""
+"""The columns of ``answers.csv``: ``kind`` (`llm_collapse.reporting.answer_spec.KINDS`); ``parameter`` and
+``value`` of a sweep's value rows; ``versus`` the run/model/method a versus row subtracts; p and p_holm the
+difference test's, p_equivalence(_holm) the TOST's (NaN without a margin or where the difference survives);
+``per_item``: the answer's run kept items.parquet."""
 VERDICTS = {
     "yes": "the change survives Holm's correction in the direction the claim asks",
     "no, the opposite": "it survives the other way",
@@ -67,78 +70,6 @@ HEADERS = ("question", "claim", "answer", "estimate [95% CI]", "N", "test, Holm 
 """The answers table's columns (a run report's: ``family`` first, ``row`` last)."""
 AGGREGATES = " (aggregates)"
 """Appended to a source whose run kept no per-item rows: its test reads the paired rows the run stored."""
-
-
-@dataclass(frozen=True)
-class Answer:
-    """The paired row that answers a question's claim (module docstring)."""
-
-    claim: str
-    run: str
-    model: str
-    method: str
-    task: str
-    metric: str
-    length: int
-    asks: str
-    layer: int | None = None
-    depth: float | None = None
-    margin: float | None = None
-    margin_reason: str = ""
-
-    @property
-    def label(self) -> str:
-        """How the row is cited: ``run: model / method, task/metric @length`` (and ``layer k``, ``depth d``)."""
-        where = "" if self.layer is None else f" layer {self.layer}"
-        where += "" if self.depth is None else f" depth {self.depth:g}"
-        return (
-            f"{self.run}: {self.model} / `{self.method}`, `{self.task}/{self.metric}`{where} "
-            f"{length_text(self.length)}"
-        )
-
-    def matches(self, claim: dict) -> bool:
-        """Whether a run's declared claim (run.json ``config.claims``) is this answer: the same row and direction."""
-        return (
-            claim.get("metric") == f"{self.task}/{self.metric}"
-            and claim.get("model") == self.model
-            and claim.get("method") == self.method
-            and claim.get("length") == self.length
-            and claim.get("asks") == self.asks
-            and claim.get("layer") == self.layer
-            and (claim.get("depth") is None if self.depth is None else claim.get("depth") == self.depth)
-            and claim.get("margin") == self.margin
-        )
-
-
-def parse_answers(value: object, where: str, error: type[Exception]) -> tuple[Answer, ...]:
-    """A question's ``answer``: one mapping or a list of them."""
-    items = value if isinstance(value, list) else [value]
-    return tuple(parse_answer(item, f"{where} answer {i}", error) for i, item in enumerate(items, start=1))
-
-
-def parse_answer(value: object, where: str, error: type[Exception]) -> Answer:
-    """One ``answer`` mapping (`llm_collapse.run.claims.read_claim` with the cited run and model); every problem
-    is one ``error`` line naming ``where``."""
-    claim = read_claim(value, f"{where} answer", error, required=ANSWER_KEYS, optional=OPTIONAL_KEYS,
-                       example=EXAMPLE)  # fmt: skip
-    return Answer(**{key: claim[key] for key in ("claim", "run", "model", "method", "task", "metric", "length",
-                                                 "asks", "layer", "depth", "margin")},
-                  margin_reason=claim["margin_reason"] or "")  # fmt: skip
-
-
-def answers_of_run(run: str, claims: list) -> list[tuple[str, str, Answer]]:
-    """``(question, family, answer)`` per claim a run declared (run.json ``config.claims``, normalised by
-    `llm_collapse.run.claims.check_claims`); the question column is the claim's family."""
-    out = []
-    for claim in claims:
-        task, _, metric = claim["metric"].partition("/")
-        fields = {
-            key: claim.get(key) for key in ("claim", "model", "method", "length", "asks", "layer", "depth")
-        }
-        answer = Answer(**fields, run=run, task=task, metric=metric, margin=claim.get("margin"),
-                        margin_reason=claim.get("margin_reason") or "")  # fmt: skip
-        out.append((claim.get("family") or "claims", claim.get("family") or "claims", answer))
-    return out
 
 
 class _Runs:
@@ -224,9 +155,12 @@ def answers_frame(
     (None without claims)."""
     if not claims:
         return None
-    runs = _Runs(root, error)
-    rows = [runs.row(answer) for *_, answer in claims]
-    contrasts = [paired_test(row) for row in rows]
+    runs, items = _Runs(root, error), Items(root)
+    rows = [None if answer.reads_items else runs.row(answer) for *_, answer in claims]
+    contrasts = [
+        items_contrast(items, answer, error) if row is None else paired_test(row)
+        for (*_, answer), row in zip(claims, rows, strict=True)
+    ]
     read: list[dict | None] = [None] * len(claims)
     for family in dict.fromkeys(family for _, family, _ in claims):
         members = [i for i, (_, f, _) in enumerate(claims) if f == family]
@@ -240,6 +174,7 @@ def answers_frame(
             dict(
                 question=question,
                 claim=answer.claim,
+                kind=answer.kind,
                 run=answer.run,
                 model=answer.model,
                 method=answer.method,
@@ -247,12 +182,15 @@ def answers_frame(
                 length=answer.length,
                 depth=math.nan if answer.depth is None else answer.depth,
                 layer=math.nan if answer.layer is None else answer.layer,
+                parameter=answer.parameter,
+                value=answer.sweep[0][1] if answer.kind == "value" else math.nan,
+                versus="/".join(answer.versus) if answer.versus else "",
                 direction=answer.asks,
                 verdict=reading["verdict"],
                 estimate=estimate,
                 ci_low=math.nan if contrast is None else contrast.low,
                 ci_high=math.nan if contrast is None else contrast.high,
-                n=int(row["n"]),
+                n=int(row["n"]) if row is not None else contrast.n,
                 test="" if contrast is None else contrast.test,
                 p=math.nan if contrast is None else contrast.p,
                 p_holm=reading["p_holm"],
@@ -268,6 +206,39 @@ def answers_frame(
     return pd.DataFrame(out, columns=list(ANSWER_COLUMNS))
 
 
+def items_contrast(items: Items, answer: Answer, error: type[Exception]) -> Contrast:
+    """A trend or versus answer, computed from the runs' items.parquet (`llm_collapse.reporting.item_contrasts`);
+    ``error`` where the runs lack the per-item values it needs."""
+    quantity, _, rest = answer.metric.partition("_vs_")
+    suffix = "_vs_" + rest
+    cell = Cell(answer.run, answer.model, answer.method, answer.task, answer.length, answer.depth)
+    shortest = shortest_length(items, cell, quantity)
+    if answer.layer is not None or shortest is None:
+        raise error(
+            f"answer {answer.label}: {answer.run}/items.parquet has no per-item {quantity} to compute it from"
+        )
+    if answer.kind == "trend":
+        cells = [Cell(answer.run, answer.model, method, answer.task, answer.length, answer.depth)
+                 for method, _ in answer.sweep]  # fmt: skip
+        terms = trend_terms(cells, [value for _, value in answer.sweep], suffix, shortest)
+    else:
+        run, model, method = answer.versus
+        other = Cell(run, model, method, answer.task, answer.length, answer.depth)
+        other_shortest = shortest_length(items, other, quantity)
+        if other_shortest is None:
+            raise error(
+                f"answer {answer.label}: {run}/items.parquet has no per-item {quantity} of {model}/{method}"
+            )
+        theirs = [(-w, c) for w, c in contrast_terms(other, suffix, other_shortest)]
+        terms = merged(contrast_terms(cell, suffix, shortest) + theirs)
+    contrast = combine(items, terms, quantity)
+    if contrast is None:
+        raise error(
+            f"answer {answer.label}: the cells it combines do not hold the same items in items.parquet"
+        )
+    return contrast
+
+
 def answers_csv(frame: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     """``answers.csv``'s text and the frame read back from it (the table is rendered from the file's values)."""
     import io
@@ -281,6 +252,8 @@ def answers_table(frame: pd.DataFrame, *, linked: bool = True) -> Table:
     report (``linked``; in a run's own report, the row it reads)."""
     body = []
     for row in frame.itertuples(index=False):
+        if row.kind == "value":
+            continue  # in `sweep_table`
         task, metric = row.metric.split("/", 1)
         digits = metric_info(metric).digits
         equivalent = row.verdict == "equivalent"
@@ -290,8 +263,10 @@ def answers_table(frame: pd.DataFrame, *, linked: bool = True) -> Table:
             if equivalent
             else (f"{row.test}, Holm p{_p(p)}" if row.test else "untested")
         )
-        if linked:
-            source = f"[{row.run}]({row.run}/report.md)"
+        if linked:  # run ids stay in answers.csv; the table links each row's run report
+            source = f"[report]({row.run}/report.md)"
+            if isinstance(row.versus, str) and row.versus and row.versus.split("/")[0] != row.run:
+                source += f" − [report]({row.versus.split('/')[0]}/report.md)"
         else:
             where = "" if pd.isna(row.depth) else f" depth {row.depth:g}"
             where += "" if pd.isna(row.layer) else f" layer {int(row.layer)}"
@@ -336,3 +311,50 @@ def families_text(frame: pd.DataFrame) -> str:
 
 def _p(p: float) -> str:
     return "<0.001" if p < 0.001 else f"={p:.3f}"
+
+
+SWEEP_SYMBOLS = {"yes": "yes", "opposite": "opposite", "equivalent": "≈", "inconclusive": "?"}
+"""How a sweep table's cell names its value's verdict."""
+
+
+def sweep_table(frame: pd.DataFrame) -> Table | None:
+    """Every value of every sweep: one line per swept claim, one column per parameter value, each cell the
+    estimate with its verdict (None without sweeps)."""
+    values = frame[frame["kind"] == "value"]
+    if values.empty:
+        return None
+    columns = sorted(values["value"].unique())
+    body = []
+    for trend in frame[frame["kind"] == "trend"].itertuples(index=False):
+        base = trend.claim.split(": trend per unit decrease", 1)[0]
+        mine = values[values["claim"].str.startswith(base + " (") & (values["question"] == trend.question)]
+        digits = metric_info(trend.metric.split("/", 1)[1]).digits
+        cells = []
+        for value in columns:
+            hit = mine[mine["value"] == value]
+            if hit.empty:
+                cells.append("—")
+            else:
+                row = hit.iloc[0]
+                cells.append(f"{row.estimate:+.{digits}f} ({SWEEP_SYMBOLS[row.verdict]})")
+        body.append((trend.question, base, *cells))
+    headers = (
+        "question",
+        "claim (interaction at each value)",
+        *(f"{trend.parameter} {v:g}" for v in columns),
+    )
+    return Table(headers, tuple(body), (False, False, *([True] * len(columns))))
+
+
+def family_table(frame: pd.DataFrame) -> Table:
+    """The answers counted per family and verdict (every row of ``answers.csv``, sweep values included): the
+    study's findings at a glance, and the README's."""
+    order = ("yes", "opposite", "equivalent", "inconclusive")
+    body = []
+    for family, rows in frame.groupby("family", sort=False):
+        counts = rows["verdict"].value_counts()
+        declared = int(rows["declared"].astype(bool).sum())
+        body.append((str(family), str(len(rows)), *(str(int(counts.get(v, 0))) for v in order),
+                     f"{declared} of {len(rows)}"))  # fmt: skip
+    headers = ("family", "claims", "yes", "no, the opposite", "no, equivalent", "inconclusive", "declared")
+    return Table(headers, tuple(body), (False, True, True, True, True, True, False))

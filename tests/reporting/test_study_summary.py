@@ -17,8 +17,8 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
+from llm_collapse.reporting.answer_spec import parse_answer
 from llm_collapse.reporting.study import StudyError, load_questions
-from llm_collapse.reporting.study_summary import parse_answer
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "reports" / "study"
@@ -68,10 +68,38 @@ def _cell(items: pd.DataFrame, row, method: str, length: int, column: str, model
     return cell.set_index("item")[column]
 
 
-def _sides(items: pd.DataFrame, row) -> tuple[str, np.ndarray]:
-    """(quantity, per-item differences or the two sides) of an answer, from items.parquet alone."""
+def _trend(row) -> np.ndarray:
+    """A trend answer's per-item values: each item's least-squares slope of its interaction over the swept values,
+    negated (per unit decrease), by numpy's polyfit."""
+    questions = {q.id: q for q in load_questions(ROOT / "experiments" / "study" / "questions.yaml")[2]}
+    (trend,) = [a for a in questions[row.question].answers if a.claim == row.claim]
+    items = pd.read_parquet(STUDY / row.run / "items.parquet")
+    dids = np.stack(
+        [_sides(items, row._replace(method=method, kind="value"))[1][0] for method, _ in trend.sweep]
+    )
+    values = [value for _, value in trend.sweep]
+    return -np.array([np.polyfit(values, dids[:, i], 1)[0] for i in range(dids.shape[1])])
+
+
+def _versus(row) -> np.ndarray:
+    """A versus answer's per-item values: the row's paired differences minus the other run's, item by item."""
+    run, model, method = row.versus.split("/")
+    mine = _sides(pd.read_parquet(STUDY / row.run / "items.parquet"), row._replace(kind="row"), ids=True)
+    other = row._replace(run=run, model=model, method=method, kind="row")
+    theirs = _sides(pd.read_parquet(STUDY / run / "items.parquet"), other, ids=True)
+    return mine - theirs.loc[mine.index].to_numpy()
+
+
+def _sides(items: pd.DataFrame, row, ids: bool = False):
+    """(quantity, per-item differences or the two sides) of an answer, from items.parquet alone (``ids``: the
+    per-item differences as a Series by item id)."""
     task, metric = row.metric.split("/")
     quantity, _, contrast = metric.partition("_vs_")
+    if ids:
+        a = _cell(items, row, row.method, row.length, quantity)
+        own = items[(items.model == row.model) & (items.method == row.method) & (items.task == task)]
+        assert contrast == "shortest", row.metric
+        return a - _cell(items, row, row.method, int(own.length.min()), quantity).loc[a.index]
     own = items[(items.model == row.model) & (items.method == row.method) & (items.task == task)]
     shortest = int(own.length.min())
     if contrast == "base":
@@ -107,7 +135,12 @@ def test_every_per_item_answer_reproduces_from_items_parquet_by_independent_code
         if not row.per_item or row.test not in ("paired t", "McNemar", "sign-flip"):
             continue
         items = pd.read_parquet(STUDY / row.run / "items.parquet")
-        quantity, sides = _sides(items, row)
+        if row.kind == "trend":
+            quantity, sides = "", [_trend(row)]
+        elif row.kind == "versus":
+            quantity, sides = "", [_versus(row).to_numpy(float)]
+        else:
+            quantity, sides = _sides(items, row)
         if len(sides) == 2 and quantity in BINARY:
             a, b = sides
             estimate, low, high = _newcombe(a, b)
@@ -135,7 +168,7 @@ def test_every_per_item_answer_reproduces_from_items_parquet_by_independent_code
         )
         assert row.p == pytest.approx(p, rel=1e-6, abs=1e-12) and row.n == len(sides[0]), row.claim
         checked += 1
-    assert checked >= 12  # every answer but the set-level and aggregates ones
+    assert checked >= 30  # every answer but the set-level and aggregates ones
 
 
 @pytest.mark.skipif(not ANSWERS.is_file(), reason="no committed study answers")
@@ -166,9 +199,11 @@ def test_every_verdict_is_holm_within_its_family_by_hand():
 def test_the_answers_table_is_answers_csv():
     text = (STUDY / "report.md").read_text()
     section = text.split("\n## Answers\n", 1)[1].split("\n## ", 1)[0]
-    lines = [line for line in section.splitlines() if line.startswith("| ")][2:]
-    answers = pd.read_csv(ANSWERS)
-    assert len(lines) == len(answers)
+    first = next(block for block in section.split("\n\n") if block.startswith("| "))
+    lines = first.splitlines()[2:]
+    everything = pd.read_csv(ANSWERS)
+    answers = everything[everything.kind != "value"]  # each value of a sweep: in the sweep table
+    assert len(lines) == len(answers) and set(everything.kind) == {"row", "value", "trend", "versus"}
     words = {"yes": "yes", "inconclusive": "inconclusive"}
     for line, row in zip(lines, answers.itertuples(index=False), strict=True):
         question, claim, answer, interval, n, test, declared, source = (
@@ -184,7 +219,7 @@ def test_the_answers_table_is_answers_csv():
         p = row.p_equivalence_holm if row.verdict == "equivalent" else row.p_holm
         assert test.endswith("Holm p<0.001" if p < 0.001 else f"Holm p={p:.3f}"), row.claim
         assert declared == ("declared" if row.declared else "exploratory")
-        assert source.startswith(f"[{row.run}]({row.run}/report.md)")
+        assert source.startswith(f"[report]({row.run}/report.md)")
         assert source.endswith("(aggregates)") != bool(row.per_item)
 
 
@@ -361,3 +396,59 @@ def test_a_claim_is_declared_only_where_its_run_stated_it_before_running(tmp_pat
         _study(tmp_path, values, claims=[{**stated, "margin": 0.05}]), _claims(values), StudyError
     )
     assert list(changed.declared) == [False, False]
+
+
+def _loo(quantity: str, x: np.ndarray) -> tuple[float, np.ndarray]:
+    """A set-level statistic and its delete-one values from its per-item terms, written out: the mean pairwise
+    cosine from each item's mean cosine to the others; the spread 1 - |c|^2 from each item's squared distance."""
+    n = len(x)
+    if quantity == "pairwise_cosine":
+        return x.mean(), np.array([(n * x.mean() - 2 * x[k]) / (n - 2) for k in range(n)])
+    c2 = 1 - x.mean()
+    dots = (1 + c2 - x) / 2
+    return x.mean(), np.array([1 - (n * n * c2 - 2 * n * dots[k] + 1) / (n - 1) ** 2 for k in range(n)])
+
+
+@pytest.mark.skipif(not ANSWERS.is_file(), reason="no committed study answers")
+def test_every_set_level_answer_with_items_is_the_jackknife_of_its_per_item_terms():
+    """Set-level answers (the within-length spread, the pairwise cosine: 'paired Wald') reproduce from items.parquet:
+    each cell's delete-one values from its per-item terms, combined with the answer's weights (a row's contrast or a
+    sweep's least-squares trend, written out here), then the jackknife's normal interval."""
+    answers = pd.read_csv(ANSWERS)
+    questions = {q.id: q for q in load_questions(ROOT / "experiments" / "study" / "questions.yaml")[2]}
+    checked = 0
+    for row in answers.itertuples(index=False):
+        if not row.per_item or row.test != "paired Wald" or row.kind == "versus":
+            continue
+        items = pd.read_parquet(STUDY / row.run / "items.parquet")
+        quantity, _, contrast = row.metric.split("/")[1].partition("_vs_")
+        own = items[
+            (items.model == row.model) & (items.task == row.metric.split("/")[0]) & items[quantity].notna()
+        ]
+        shortest = int(own.length.min())
+        if row.kind == "trend":
+            (answer,) = [a for a in questions[row.question].answers if a.claim == row.claim]
+            values = np.array([v for _, v in answer.sweep])
+            weights = -(values - values.mean()) / np.sum((values - values.mean()) ** 2)
+            methods = [m for m, _ in answer.sweep]
+        else:
+            weights, methods = np.array([1.0]), [row.method]
+        total_point, total_loo = 0.0, 0.0
+        for weight, method in zip(weights, methods, strict=True):
+            cells = {"shortest": [(1, method, row.length), (-1, method, shortest)],
+                     "base": [(1, method, row.length), (-1, "base", row.length)],
+                     "base_vs_shortest": [(1, method, row.length), (-1, "base", row.length),
+                                          (-1, method, shortest), (1, "base", shortest)]}[contrast]  # fmt: skip
+            ids = None
+            for sign, m, length in cells:
+                cell = _cell(items, row, m, length, quantity)
+                ids = cell.index if ids is None else ids
+                point, loo = _loo(quantity, cell.loc[ids].to_numpy(float))
+                total_point, total_loo = total_point + weight * sign * point, total_loo + weight * sign * loo
+        n = len(total_loo)
+        se = math.sqrt((n - 1) / n * np.sum((total_loo - total_loo.mean()) ** 2))
+        z = sps.norm.ppf(0.975)
+        expected = (total_point, total_point - z * se, total_point + z * se)
+        assert (row.estimate, row.ci_low, row.ci_high) == pytest.approx(expected, abs=1e-9), row.claim
+        checked += 1
+    assert checked >= 20

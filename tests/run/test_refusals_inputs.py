@@ -137,7 +137,10 @@ BAD_QUESTIONS = [
     (b"questions: []\n", "has no questions; list them under 'questions:'"),
     (b"", "has no questions"),
     (QUESTION.encode() + b"    runs: 3\n", "question 1 has unknown keys ['runs']; allowed: id, title, run,"),
-    (b"runs: 3\n" + QUESTION.encode(), "has unknown keys ['runs']; allowed: title, intro, takeaway, questions"),
+    (
+        b"runs: 3\n" + QUESTION.encode(),
+        "has unknown keys ['runs']; allowed: title, intro, takeaway, questions",
+    ),
     (b"title: [1]\n" + QUESTION.encode(), "value title: [1] (list) must be a string"),
     (QUESTION.replace("id: q1", "id: 1").encode(), "value id: 1 (int) must be a non-empty string"),
     (QUESTION.replace("    command: c\n", "").encode(), "question 1 lacks the key 'command'"),
