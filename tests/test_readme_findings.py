@@ -25,7 +25,14 @@ def test_readme_findings_are_the_reports_takeaway_and_verdicts_in_at_most_40_lin
     assert _table(findings) == _table(families) and len(_table(families)) >= 3
     takeaway = answers.strip().split("\n\n", 1)[0]
     assert not takeaway.startswith("|") and " ".join(takeaway.split()) in " ".join(findings.split())
-    for words in ("no, the opposite", "no, equivalent", "inconclusive", "exploratory", "family", "unadjusted"):
+    for words in (
+        "no, the opposite",
+        "no, equivalent",
+        "inconclusive",
+        "exploratory",
+        "family",
+        "unadjusted",
+    ):
         assert words in findings, words
     for line in findings.splitlines():
         if line.startswith("!["):
