@@ -104,6 +104,7 @@ def st_keys(folder: str | Path) -> dict:
     module_config = next(
         (_optional_json(transformer / name) for name in _MODULE_CONFIGS if (transformer / name).is_file()), {}
     )
+    check_tokenizer(transformer)
     st_config = _optional_json(root / "config_sentence_transformers.json")
     query, document = _prompts(st_config, root)
     pooling, span = _pooling(_read_json(pooling_file, fix="point st: at a complete sentence-transformers folder"),
@@ -141,6 +142,7 @@ def hf_keys(folder: str | Path) -> dict:
     """
     root = _existing_folder(folder, HF_PREFIX).resolve()
     config = _read_json(root / "config.json", fix="point hf: at a transformers model folder")
+    check_tokenizer(root)
     architectures = config.get("architectures") or [""]
     causal_lm = str(architectures[0]).endswith("ForCausalLM") and config.get("is_causal", True) is not False
     return {
@@ -148,6 +150,47 @@ def hf_keys(folder: str | Path) -> dict:
         "pooling": "last" if causal_lm else "mean",
         "max_length": _tokenizer_limit(root, config),
     }
+
+
+MIN_VOCABULARY = 32
+"""Fewer vocabulary entries than this (beyond the added special tokens) is no real tokenizer: transformers builds
+one of its five special tokens from a folder without tokenizer files, and every word becomes [UNK]."""
+_VOCAB_TEXTS = ("vocab.txt", "vocab.json")
+_SENTENCEPIECE = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "sentencepiece.model")
+
+
+def check_tokenizer(folder: Path) -> None:
+    """Refuses a model folder whose tokenizer has no real vocabulary (`MIN_VOCABULARY`), in one line, before any
+    work: ``tokenizer.json``'s model vocabulary, else ``vocab.txt``/``vocab.json`` entries, else a sentencepiece
+    model file."""
+    fix = f"copy the model's tokenizer files (tokenizer.json, or vocab.txt / vocab.json / a sentencepiece model) into {folder}"
+    fast = folder / "tokenizer.json"
+    if fast.is_file():
+        data = _read_json(fast, fix=fix)
+        model = data.get("model") if isinstance(data, dict) else None
+        vocab = model.get("vocab") if isinstance(model, dict) else None
+        size = len(vocab) if isinstance(vocab, dict | list) else 0
+        added = data.get("added_tokens") if isinstance(data, dict) else None
+        if size - (len(added) if isinstance(added, list) else 0) >= MIN_VOCABULARY:
+            return
+        raise ModelFolderError(f"{fast}: its vocabulary holds {size} entries, no real tokenizer; {fix}")
+    for name in _VOCAB_TEXTS:
+        if (folder / name).is_file():
+            try:
+                text = (folder / name).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as err:
+                raise ModelFolderError(f"{folder / name} is not readable ({err}); {fix}") from None
+            try:
+                entries = json.loads(text) if name.endswith(".json") else text.splitlines()
+            except json.JSONDecodeError as err:
+                raise ModelFolderError(f"{folder / name} is not readable JSON ({err}); {fix}") from None
+            size = len(entries) if isinstance(entries, dict | list) else 0
+            if size >= MIN_VOCABULARY:
+                return
+            raise ModelFolderError(f"{folder / name}: {size} entries, no real vocabulary; {fix}")
+    if any((folder / name).is_file() and (folder / name).stat().st_size > 0 for name in _SENTENCEPIECE):
+        return
+    raise ModelFolderError(f"{folder} has no tokenizer vocabulary, so every word would become [UNK]; {fix}")
 
 
 def _existing_folder(folder: str | Path, prefix: str) -> Path:

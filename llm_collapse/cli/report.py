@@ -13,6 +13,7 @@ its report. A run without saved embeddings, or with a task that runs the model i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,15 +76,36 @@ def _report(args) -> int:
         raise UserError(
             f"reports need the 'reports' extra: pip install 'llm-collapse[reports]' ({err})"
         ) from None
-    data = load_runs(args.run_dirs)  # SchemaError (a UserError) for bad input
     from llm_collapse.reporting.build import write_report
 
-    files = write_report(data, out)
+    with _claimed([*args.run_dirs, out]):  # no compare may replace a run while its report is read and written
+        data = load_runs(args.run_dirs)  # SchemaError (a UserError) for bad input
+        files = write_report(data, out)
     n_figures = sum(1 for key in files if key.startswith("figures/"))
     say(f"wrote {files['report.md']}")
     say(f"wrote {files['report.html']}")
     say(f"wrote {n_figures} figures under {files['report.md'].parent / 'figures'}")
     return 0
+
+
+@contextlib.contextmanager
+def _claimed(folders: Sequence[Path]):
+    """Holds every run folder read and the output folder as `llm_collapse.run.directory.claim_run_dir` does for
+    compare: a run started on one of them while the report is built is refused, and a report started while a run
+    writes one is refused in one line. A folder keeps the run its marker names (nothing is replaced)."""
+    from llm_collapse.run.directory import claim_run_dir, read_marker
+
+    seen: set[Path] = set()
+    with contextlib.ExitStack() as held:
+        for folder in folders:
+            key = folder.resolve()
+            if key in seen or (folder.exists() and not folder.is_dir()):
+                continue
+            seen.add(key)
+            marker = read_marker(folder) if folder.is_dir() else None
+            run_id = str(marker.get("run_id")) if marker and marker.get("run_id") else "report"
+            held.enter_context(claim_run_dir(folder, run_id, overwrite=True))
+        yield
 
 
 def _recompute(args) -> int:

@@ -75,6 +75,11 @@ def recomputable_run(run_dir: Path) -> tuple[RunRecord, CompareConfig]:
         )
     if not (run_dir / EMBEDDINGS_FILE).is_file():
         raise RecomputeError(f"run {run_dir} has no saved embeddings; rerun it with --save-embeddings")
+    if not record.embeddings:
+        raise RecomputeError(
+            f"{run_dir / EMBEDDINGS_FILE} is not this run's: its run.json records no saved embeddings (an earlier "
+            "run into the folder left it); rerun the run with --save-embeddings"
+        )
     with held_logs():
         config = CompareConfig.from_sources({**record.config, "out": str(run_dir)})
     needs_model = [task for task in config.tasks if not TASKS[task].vectors_only]

@@ -251,6 +251,8 @@ def _write_outputs(
     )
     if saved is not None:
         record.embeddings = saved.write(out)
+    else:  # an earlier run's vectors must not pass for this run's (report --recompute would read them)
+        (out / EMBEDDINGS_FILE).unlink(missing_ok=True)
     _write_files(out, state, record, report=report)
     state.wall_time_s["write"] = time.perf_counter() - clock
 

@@ -22,6 +22,7 @@ st = pytest.importorskip("sentence_transformers")
 MINILM = Path(minilm_package.get_model_path())
 TEXTS = ["A man is eating food.", "The girl is carrying a baby.", "word " * 600]  # the last is truncated
 ST_FILES = ("modules.json", "1_Pooling", "sentence_bert_config.json", "config_sentence_transformers.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 
 def copy_folder(target: Path, *, drop=(), write: dict | None = None) -> Path:
@@ -145,6 +146,11 @@ def test_hf_folders_pool_as_sentence_transformers_does(tmp_path, tiny_dir):
         }), "include_prompt: false"),
         ("st:{folder}", dict(write={"sentence_bert_config.json": {"max_seq_length": "256"}}), "must be an integer"),
         ("hf:{folder}", dict(drop=("config.json",)), "config.json is missing; point hf: at a transformers model"),
+        ("st:{folder}", dict(drop=TOKENIZER_FILES), "has no tokenizer vocabulary, so every word would become [UNK]"),
+        ("hf:{folder}", dict(drop=TOKENIZER_FILES), "has no tokenizer vocabulary"),
+        ("st:{folder}", dict(drop=("tokenizer.json", "vocab.txt"), write={"vocab.json": {"[UNK]": 0, "a": 1}}),
+         "vocab.json: 2 entries, no real vocabulary"),
+        ("hf:{folder}", dict(write={"tokenizer.json": {"model": {"vocab": {"[UNK]": 0}}}}), "holds 1 entries"),
     ],
 )  # fmt: skip
 def test_an_unusable_folder_is_one_clear_line(tmp_path, name, setup, message):
@@ -207,3 +213,17 @@ def test_a_copied_transformer_subfolder_is_found(tmp_path):
     )  # fmt: skip
     spec = folder_spec(f"st:{root}")
     assert spec.source == f"path:{(root / '0_Transformer').resolve()}" and spec.max_length == 128
+
+
+def test_a_folder_without_its_tokenizer_was_a_silent_wrong_result_and_is_refused(tmp_path, monkeypatch):
+    """Without its tokenizer files transformers builds a tokenizer of special tokens only: every word becomes [UNK]
+    and unrelated texts get the same vector (shown with the check switched off); the folder is refused instead."""
+    from llm_collapse.adapters import folder
+
+    bare = copy_folder(tmp_path / "bare", drop=TOKENIZER_FILES)
+    monkeypatch.setattr(folder, "check_tokenizer", lambda path: None)
+    vectors = lc.load_embedder(f"st:{bare}", dtype="fp32").encode(["cats purr softly", "stock markets fell"])
+    np.testing.assert_allclose(vectors[0], vectors[1], atol=1e-6)  # meaningless: both are [UNK] [UNK] [UNK]
+    monkeypatch.undo()
+    with pytest.raises(ModelFolderError, match="no tokenizer vocabulary"):
+        lc.load_embedder(f"st:{bare}", dtype="fp32")

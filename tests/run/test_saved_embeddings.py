@@ -117,6 +117,14 @@ def _drop_one_vector(run_dir) -> None:
     saved.write(run_dir)
 
 
+def _forget_embeddings(run_dir) -> None:
+    """The state a later run without --save-embeddings left before issue 61: the file stayed, run.json records none."""
+    path = run_dir / "run.json"
+    record = json.loads(path.read_text())
+    del record["embeddings"]
+    path.write_text(json.dumps(record))
+
+
 def _edit_config(**values):
     def edit(run_dir) -> None:
         path = run_dir / "run.json"
@@ -141,8 +149,9 @@ def _edit_config(**values):
             "--save-embeddings 'bfloat16' is not one of float16, float32",
         ),
         (_edit_config(tasks=["collapse", "layerwise"]), "task(s) layerwise run the model itself"),
+        (_forget_embeddings, "is not this run's: its run.json records no saved embeddings"),
     ],
-    ids=["no-file", "missing-vector", "not-npz", "bad-dtype", "model-task"],
+    ids=["no-file", "missing-vector", "not-npz", "bad-dtype", "model-task", "not-this-runs"],
 )
 @pytest.mark.usefixtures("no_model")
 def test_recompute_refusals_are_one_line_and_write_nothing(runs, tmp_path, capsys, damage, message):
@@ -192,3 +201,20 @@ def test_dry_run_states_the_size_of_the_saved_embeddings(run_compare, tmp_path, 
     assert methods == 3 and n_texts == 16 + 2 * (4 + 2)
     assert f"(~{n_texts * 3 * dims * 2 / 2**20:.1f} MiB, uncompressed)" in line
     assert not (tmp_path / "run").exists()
+
+
+def test_a_later_run_without_save_embeddings_removes_the_earlier_runs_vectors(
+    runs, tmp_path, tiny_dir, capsys
+):
+    """Issue 61, defect 3: the same folder rerun without --save-embeddings kept embeddings.npz while its run.json
+    said none, and report --recompute then read vectors of another run. Now the run removes the file."""
+    run_dir = _copy(runs, "float32", tmp_path)
+    model = dict(models="gemma3-270m", model_path={"gemma3-270m": tiny_dir("gemma3-270m")})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LLM_COLLAPSE_CACHE", str(runs / "cache"))
+        assert compare_main(compare_argv(run_dir, **model, **RUN)) == 0
+    assert not (run_dir / EMBEDDINGS_FILE).exists()
+    assert "embeddings" not in json.loads((run_dir / "run.json").read_text())
+    capsys.readouterr()
+    assert report_main(["--recompute", str(run_dir)]) == 2
+    assert "has no saved embeddings" in capsys.readouterr().err

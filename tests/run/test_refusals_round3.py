@@ -1,0 +1,59 @@
+"""Refuse and recover, round 3 (issue 61): each defect of the third adversarial pass, by its number there. Every
+case checks the exit code, the one bounded stderr line, no traceback, and what the output folder holds after."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llm_collapse.cli.report import main as report_main
+from llm_collapse.run.directory import LOCK, MARKER, RunDirectoryError, check_run_dir, claim_run_dir
+from llm_collapse.testing.synthetic_runs import write_synthetic_run
+
+
+def one_line(capsys) -> str:
+    """The command's stderr: exactly one line, no traceback, of bounded length."""
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and len(err) <= 600, err
+    return err
+
+
+def _run(tmp_path: Path, name: str = "run", run_id: str = "aaaa") -> Path:
+    run = write_synthetic_run(tmp_path / name, models=("m",), tasks=("collapse",))
+    (run / MARKER).write_text(json.dumps({"run_id": run_id, "state": "complete"}))
+    return run
+
+
+# --- 2. a stale report beside new results --------------------------------------------------------------------
+
+
+def test_2_report_is_refused_while_a_run_holds_the_folder(tmp_path, capsys):
+    pytest.importorskip("seaborn")
+    run = _run(tmp_path)
+    with claim_run_dir(run, "bbbb", overwrite=True):  # a compare --overwrite replacing it, in progress
+        assert report_main([str(run)]) == 2
+        assert "is being written by another run (bbbb" in one_line(capsys)
+    assert not (run / "report.md").exists()
+
+
+def test_2_a_run_cannot_replace_a_folder_while_its_report_is_built(tmp_path, monkeypatch, capsys):
+    """The report holds the folder while it reads the results and writes the report: a compare --overwrite of
+    another run started meanwhile is refused instead of putting new results beside the old report."""
+    pytest.importorskip("seaborn")
+    from llm_collapse.reporting import build
+
+    run, seen = _run(tmp_path), []
+    real = build.write_report
+
+    def write_while_a_run_starts(data, out):
+        with pytest.raises(RunDirectoryError, match="being written by another run"):
+            check_run_dir(run, "bbbb", overwrite=True)
+        seen.append(True)
+        return real(data, out)
+
+    monkeypatch.setattr(build, "write_report", write_while_a_run_starts)
+    assert report_main([str(run)]) == 0 and seen == [True]
+    assert (run / "report.md").is_file() and not (run / LOCK).exists()
+    assert json.loads((run / MARKER).read_text())["run_id"] == "aaaa"  # the report replaced nothing
