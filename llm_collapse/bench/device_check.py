@@ -80,6 +80,13 @@ class DeviceCheckConfig:
             raise UserError(f"--device-check: layer counts must be 1 <= l1 < l2, got {self.layers}")
         if not self.lengths or min(self.lengths) < 8 or max(self.lengths) > MAX_POSITIONS:
             raise UserError(f"--device-check: lengths must lie in 8..{MAX_POSITIONS}, got {self.lengths}")
+        from llm_collapse.run.config import valid_device
+        from llm_collapse.utils.paths import check_writable_dir
+
+        if not valid_device(self.device) or self.device == "auto":
+            raise UserError(
+                f"--device-check: unknown --device {self.device[:40]!r}; allowed: cpu, cuda, cuda:N or mps"
+            )
         if self.device.startswith("cuda"):
             import torch
 
@@ -88,6 +95,12 @@ class DeviceCheckConfig:
                     "--device-check needs a CUDA GPU (torch.cuda.is_available() is False); "
                     "add --quick for the tiny-replica smoke run on this machine"
                 )
+        if self.device == "mps":
+            import torch
+
+            if not torch.backends.mps.is_available():
+                raise UserError("--device-check: --device mps, but this machine has no MPS device")
+        check_writable_dir(self.out, what="--out")  # before minutes of checks, not after them
         return self
 
 

@@ -161,13 +161,15 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
 def _device_check(args: argparse.Namespace, command: str) -> int:
     from llm_collapse.bench.device_check import REPLICAS, DeviceCheckConfig, lengths_from, run_device_check
 
+    device = "cpu" if args.quick and args.device == "cuda" else args.device
+    out = args.out or Path("reports/bench")
     config = DeviceCheckConfig(
         models=args.models or tuple(REPLICAS),
         lengths=lengths_from(args.replica_lengths, args.quick),
-        device="cpu" if args.quick and args.device == "cuda" else args.device,
+        device=device,
         dtype="fp32" if args.quick else (args.dtype or "bf16"),
         quick=args.quick,
-        out=args.out or Path("reports/bench"),
+        out=out,
     )
     result = run_device_check(config, command=command)
     _say(f"wrote {Path(config.out) / 'device_check.json'} ({result['device']}, {result['wall_s']:.0f} s)")
@@ -189,6 +191,9 @@ def _device_check(args: argparse.Namespace, command: str) -> int:
             f"{row['model']} @ {row['length']}: {row['per_layer_s'] * 1e3:.2f} ms/layer, fixed {row['fixed_s']:.3f} s, "
             f"full depth ({row['layers_published']} layers) {row['full_depth_s']:.2f} s{estimate}"
         )
+    if result["rows"] and all(row["status"] != "ok" for row in result["rows"]):
+        _say(f"error: every check failed on {config.device}; see the lines above", error=True)
+        return 1
     return 0
 
 

@@ -45,6 +45,10 @@ class PostHoc(Intervention):
             )
         if components is not None and name != "abtt":
             raise InterventionError(f"posthoc:{name} takes no argument; only posthoc:abtt:D does")
+        if components is not None and components < 0:
+            raise InterventionError(
+                f"posthoc:abtt:{components}: D counts directions to remove, so it is >= 0"
+            )
         self.name, self.components = name, components
 
     @property
@@ -84,3 +88,27 @@ def split_posthoc(parts: list[Intervention]) -> tuple[list[Intervention], PostHo
     if len(posthoc) > 1:
         raise InterventionError(f"one post-hoc transform per method, got {'+'.join(p.slug for p in posthoc)}")
     return [p for p in parts if not isinstance(p, PostHoc)], (posthoc[0] if posthoc else None)
+
+
+def check_fit(posthoc: PostHoc, n_texts: int, width: int | None, where: str) -> None:
+    """Raises `InterventionError` (one line) before any embedding when ``posthoc`` cannot be fitted on the
+    ``n_texts`` texts of a task (all lengths together) of vectors ``width`` wide (None: not known yet, only the
+    count is checked): all-but-the-top needs ``0 <= D < min(n - 1, d)``, whitening two texts per half."""
+    from llm_collapse.metrics.posthoc import default_abtt_components
+
+    if posthoc.name == "abtt":
+        default = posthoc.components is None
+        if default and width is None:
+            return
+        components = default_abtt_components(width) if default else posthoc.components
+        limit = n_texts - 1 if width is None else min(n_texts - 1, width)
+        if not components < limit:
+            what = f"its default D = d/100 = {components} (d = {width})" if default else f"D = {components}"
+            raise InterventionError(
+                f"{where}: {posthoc.slug} removes {what} directions, but {n_texts} texts span at most "
+                f"{max(limit, 0)}; give posthoc:abtt:D with D < {max(limit, 0)} or more texts per length"
+            )
+    elif n_texts < MIN_ITEMS[posthoc.name]:
+        raise InterventionError(
+            f"{where}: {posthoc.slug} needs at least {MIN_ITEMS[posthoc.name]} texts, the run gives {n_texts}"
+        )

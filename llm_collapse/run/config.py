@@ -54,7 +54,12 @@ _HASHED_IF_SET: tuple[str, ...] = (
 # computes (`CompareConfig.run_id`)
 _NOT_HASHED = ("out", "margins", "save_embeddings", "device")
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
-_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:(0|[1-9][0-9]{0,2}))?")  # ASCII digits, no leading zero, < 1000
+
+
+def valid_device(text: object) -> bool:
+    """Whether ``text`` is a --device value (`DEVICES`); ``cuda:00``, ``cuda:٣`` or a 20-digit index are not."""
+    return isinstance(text, str) and _DEVICE.fullmatch(text) is not None
 
 
 class ConfigError(UserError, ValueError):
@@ -294,7 +299,7 @@ class CompareConfig:
 
         if self.dtype is not None and self.dtype not in DTYPE_NAMES:
             raise ConfigError(f"Unknown --dtype {self.dtype!r}; allowed: {', '.join(DTYPE_NAMES)}")
-        if not _DEVICE.fullmatch(self.device):
+        if not valid_device(self.device):
             raise ConfigError(
                 f"Unknown --device {self.device!r}; allowed: {DEVICES} (N: the GPU's index), e.g. --device cpu"
             )

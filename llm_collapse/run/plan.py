@@ -48,6 +48,7 @@ from llm_collapse.interventions.rope import rotary_modules
 from llm_collapse.models import text_config
 from llm_collapse.prefix import prefix_groups, prefix_sharing
 from llm_collapse.run.config import CompareConfig
+from llm_collapse.run.preflight import check_posthoc
 from llm_collapse.tasks.base import BASE_METHOD
 
 logger = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
     first = config.models[0]
     tokenizer = load_tokenizer(weights[first].directory, gguf_file=weights[first].gguf_file)
     inputs = build_inputs(config, tokenizer, documents)
+    check_posthoc(config, inputs)  # the run's refusal, before its plan
     texts = [t.text for t in inputs.binned]
     for tasks in inputs.retrieval.values():
         for task in tasks:

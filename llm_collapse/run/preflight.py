@@ -300,3 +300,39 @@ def check_corpus(config: CompareConfig) -> list[Document]:
                 "the kNN probe needs at least two classes"
             )
     return documents
+
+
+def check_posthoc(config: CompareConfig, inputs) -> None:
+    """Every post-hoc method can be fitted on the run's texts (`llm_collapse.interventions.posthoc.check_fit`),
+    checked once the inputs are built and before anything is embedded: the transform sees all of a corpus task's
+    texts at once, and all-but-the-top's default D needs each model's width (its config.json, where readable)."""
+    from llm_collapse.interventions import parse_interventions
+    from llm_collapse.interventions.posthoc import check_fit, split_posthoc
+
+    stacks = [(method, split_posthoc(parse_interventions(method).parts)[1]) for method in config.methods]
+    stacks = [(method, posthoc) for method, posthoc in stacks if posthoc is not None]
+    if not stacks or not inputs.binned:
+        return
+    n_texts = len({t.text for t in inputs.binned})
+    for name in config.models:
+        width = _width(config, name)
+        for method, posthoc in stacks:
+            check_fit(posthoc, n_texts, width, f"--methods {method!r} on {name}")
+
+
+def _width(config: CompareConfig, name: str) -> int | None:
+    """The model's hidden size from its config.json (the pooled vector's width), or None where it is not known
+    before loading (an unconverted GGUF, an unusual config)."""
+    spec, implied = resolve_spec(name)
+    weights = resolve_weights(
+        spec.name, spec.hub_id, spec.source, config.model_paths.get(name) or implied, convert=False,
+        revision=spec.revision,
+    )  # fmt: skip
+    if weights.gguf_file is not None or not (weights.directory / "config.json").is_file():
+        return None
+    model_config = read_model_config(weights.directory, what=f"model {name!r}")
+    for key in ("hidden_size", "d_model", "n_embd", "dim"):
+        value = model_config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None

