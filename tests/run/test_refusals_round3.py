@@ -103,7 +103,11 @@ def test_22_the_device_check_refuses_a_bad_device_or_out_before_its_checks(tmp_p
     ("method", "lengths", "message"),
     [
         ("posthoc:abtt:30", ([16, 32], 8), "removes D = 30 directions, but 16 texts span at most 15"),
-        ("posthoc:abtt", ([16], 3), "its default D = d/100 = 4 (d = 384) directions, but 3 texts span at most 2"),
+        (
+            "posthoc:abtt",
+            ([16], 3),
+            "its default D = d/100 = 4 (d = 384) directions, but 3 texts span at most 2",
+        ),
         ("posthoc:abtt:-1", ([16, 32], 8), "D counts directions to remove, so it is >= 0"),
     ],
 )
