@@ -115,6 +115,12 @@ def absolute_position_embeddings(model: nn.Module, slug: str, context: ModelCont
     return found[0]
 
 
+MAX_FACTOR = 256
+"""The largest S: S x L0 with BERT's 512 positions is 131,072 tokens, four times the longest length measured here."""
+MAX_TOKEN_CAP = 262_144
+"""The largest S x L0 (an explicit L0): the position buffers are extended to it before the first forward."""
+
+
 class AbsoluteExtension(Intervention):
     """Base of the extension methods: the factor S, L0, the token cap S x L0 and the applicability check.
 
@@ -129,6 +135,13 @@ class AbsoluteExtension(Intervention):
     def __init__(self, factor: float, base_length: float | None = None) -> None:
         self.factor = check_positive_finite(f"{self.method} factor S", factor, minimum=1.0, inclusive=True)
         self.base_length = check_base_length(base_length)
+        cap = self.factor * (self.base_length or 1)
+        if self.factor > MAX_FACTOR or cap > MAX_TOKEN_CAP:
+            raise InterventionError(
+                f"{self.method}:{format_number(self.factor)}: S x L0 tokens is the cap this method extends the "
+                f"model's position buffers to; S must be at most {MAX_FACTOR} and S x L0 at most {MAX_TOKEN_CAP:,} "
+                f"(8x the 32k this package measures; LongEmbed reads 2-8x), e.g. {self.method}:8"
+            )
 
     @property
     def slug(self) -> str:

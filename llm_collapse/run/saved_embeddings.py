@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -102,29 +101,55 @@ class SavedEmbeddings:
 
     @classmethod
     def read(cls, path: Path) -> SavedEmbeddings:
-        """The vectors of a run's `EMBEDDINGS_FILE`; `SavedEmbeddingsError` (one line) when it cannot be read."""
+        """The vectors of a run's `EMBEDDINGS_FILE`; `SavedEmbeddingsError` (one line) when it cannot be read or
+        holds what no run writes (`_check_group`): a damaged file is data, so any failure to parse it is that
+        error (numpy raises a dozen kinds on flipped bytes), never a traceback."""
+        fix = "rerun the run with --save-embeddings"
         try:
             with np.load(path, allow_pickle=False) as data:
                 keys = json.loads(str(data["groups"]))
+                if not isinstance(keys, list) or not all(
+                    isinstance(k, list) and len(k) == 2 and all(isinstance(x, str) for x in k) for k in keys
+                ):
+                    raise ValueError("its groups entry is not a list of [model, method] pairs")
                 groups = {
-                    (model, slug): dict(
-                        zip(data[f"hashes_{i}"].astype(str).tolist(), data[f"vectors_{i}"], strict=True)
+                    (model, slug): _check_group(
+                        data[f"hashes_{i}"], data[f"vectors_{i}"], f"{model} x {slug}"
                     )
                     for i, (model, slug) in enumerate(keys)
                 }
-        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as err:
+        except Exception as err:  # noqa: BLE001 -- any parse failure of a damaged file is the one-line refusal
             raise SavedEmbeddingsError(
-                f"{path} cannot be read ({type(err).__name__}: {err}); rerun the run with --save-embeddings"
+                f"{path} cannot be read ({type(err).__name__}: {str(err)[:200]}); {fix}"
             ) from None
+        widths: dict[str, set[int]] = {}
+        for (model, _), group in groups.items():
+            widths.setdefault(model, set()).update(len(row) for row in group.values())
+        if any(len(w) > 1 for w in widths.values()):
+            raise SavedEmbeddingsError(
+                f"{path} holds vectors of several widths for one model ({widths}); {fix}"
+            )
         dtypes = {str(row.dtype) for group in groups.values() for row in group.values()}
         if len(dtypes) > 1 or not dtypes <= set(EMBEDDING_DTYPES):
             raise SavedEmbeddingsError(
                 f"{path} holds vectors of dtype {', '.join(sorted(dtypes))}, not one of {', '.join(EMBEDDING_DTYPES)}; "
-                "rerun the run with --save-embeddings"
+                f"{fix}"
             )
         saved = cls(dtypes.pop() if dtypes else EMBEDDING_DTYPES[0], source=Path(path))
         saved.groups = groups
         return saved
+
+
+def _check_group(hashes: np.ndarray, vectors: np.ndarray, label: str) -> dict[str, np.ndarray]:
+    """One group's vectors by text hash, checked as the cache checks its shards: a 2-D array with one row per
+    hash, every value finite and no zero vector (``ValueError`` naming the group otherwise)."""
+    if hashes.ndim != 1 or vectors.ndim != 2 or len(hashes) != len(vectors) or vectors.shape[1] == 0:
+        raise ValueError(f"{label}: {vectors.shape} vectors for {hashes.shape} hashes, not one row per text")
+    if vectors.dtype.kind != "f" or not np.isfinite(vectors).all():
+        raise ValueError(f"{label}: vectors that are not finite floats")
+    if not np.all(np.linalg.norm(vectors.astype(np.float32), axis=1) > 0):
+        raise ValueError(f"{label}: a zero vector (no run writes one: every vector is unit length)")
+    return dict(zip(hashes.astype(str).tolist(), vectors, strict=True))
 
 
 def _save(tmp: str, arrays: dict[str, np.ndarray]) -> None:

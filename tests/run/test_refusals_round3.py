@@ -117,3 +117,21 @@ def test_5_abtt_that_cannot_be_fitted_is_refused_before_embedding(run_compare, t
     code = run_compare(out, models=["minilm"], methods=["base", method], tasks=["collapse"], lengths=lengths[0],
                        design="prefix", prefix_docs=lengths[1])  # fmt: skip
     assert code == 2 and message in one_line(capsys) and not out.exists()
+
+
+# --- 6. the extension factor S, bounded ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["pcw:1e12", "pcw:1e6", "ape-pi:300", "ape-gp:8:100000"])
+def test_6_an_extension_factor_past_the_bound_is_one_config_line(run_compare, tmp_path, capsys, method):
+    out = tmp_path / "out"
+    assert run_compare(out, models=["minilm"], methods=["base", method], tasks=["collapse"]) == 2
+    err = one_line(capsys)
+    assert "S must be at most 256 and S x L0 at most 262,144" in err and not out.exists()
+
+
+def test_6_the_bound_keeps_longembeds_factors():
+    from llm_collapse.interventions import parse_interventions
+
+    for method in ("pcw:8", "ape-pi:256", "ape-rp:64:4096"):
+        assert parse_interventions(method).slug

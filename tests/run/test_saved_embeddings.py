@@ -218,3 +218,64 @@ def test_a_later_run_without_save_embeddings_removes_the_earlier_runs_vectors(
     capsys.readouterr()
     assert report_main(["--recompute", str(run_dir)]) == 2
     assert "has no saved embeddings" in capsys.readouterr().err
+
+
+def _npz(path, groups, **arrays):
+    np.savez(path, groups=np.array(json.dumps(groups)), **arrays)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        ({"hashes_0": np.array([b"a", b"b"]), "vectors_0": np.array([[1.0, np.nan], [0.0, 1.0]], np.float32)},
+         "not finite"),
+        ({"hashes_0": np.array([b"a", b"b"]), "vectors_0": np.zeros((2, 3), np.float32)}, "a zero vector"),
+        ({"hashes_0": np.array([b"a", b"b"]), "vectors_0": np.ones(2, np.float32)}, "not one row per text"),
+        ({"hashes_0": np.array([b"a"]), "vectors_0": np.ones((2, 3), np.float32)}, "not one row per text"),
+    ],
+)  # fmt: skip
+def test_saved_vectors_that_no_run_writes_are_refused(tmp_path, arrays, message):
+    """Issue 61, defect 9: NaN, zero, wrong-width or 1-D vectors were accepted and the metrics failed later."""
+    from llm_collapse.run.saved_embeddings import SavedEmbeddingsError
+
+    path = _npz(tmp_path / "e.npz", [["m", "base"]], **arrays)
+    with pytest.raises(SavedEmbeddingsError, match=message) as err:
+        SavedEmbeddings.read(path)
+    assert "\n" not in str(err.value)
+
+
+def test_one_model_with_vectors_of_two_widths_is_refused(tmp_path):
+    from llm_collapse.run.saved_embeddings import SavedEmbeddingsError
+
+    one = dict(hashes_0=np.array([b"a"]), vectors_0=np.ones((1, 3), np.float32))
+    two = dict(hashes_1=np.array([b"a"]), vectors_1=np.ones((1, 4), np.float32))
+    path = _npz(tmp_path / "e.npz", [["m", "base"], ["m", "tempscale-0.8"]], **one, **two)
+    with pytest.raises(SavedEmbeddingsError, match="several widths for one model"):
+        SavedEmbeddings.read(path)
+
+
+def test_an_empty_damaged_or_deep_file_is_one_line_never_a_traceback(runs, tmp_path):
+    """Issue 61, defects 7 and 8: a 0-byte file, single damaged bytes anywhere in the first kilobytes (npy
+    headers, zip fields) and a deeply nested groups entry are all the one-line refusal (or still read)."""
+    from llm_collapse.run.saved_embeddings import SavedEmbeddingsError
+
+    (tmp_path / "empty.npz").write_bytes(b"")
+    with pytest.raises(SavedEmbeddingsError, match="cannot be read"):
+        SavedEmbeddings.read(tmp_path / "empty.npz")
+    deep = _npz(tmp_path / "deep.npz", [])
+    np.savez(deep, groups=np.array("[" * 100_000 + "]" * 100_000))
+    with pytest.raises(SavedEmbeddingsError, match="cannot be read"):
+        SavedEmbeddings.read(deep)
+    original = (runs / "float16" / EMBEDDINGS_FILE).read_bytes()
+    rng = np.random.default_rng(0)
+    positions = list(range(0, 200)) + rng.integers(0, len(original), 300).tolist()
+    for position in positions:
+        damaged = bytearray(original)
+        damaged[position] ^= 1 << int(rng.integers(0, 8))
+        path = tmp_path / "flip.npz"
+        path.write_bytes(bytes(damaged))
+        try:
+            SavedEmbeddings.read(path)
+        except SavedEmbeddingsError as err:
+            assert "\n" not in str(err) and len(str(err)) < 600
