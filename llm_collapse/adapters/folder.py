@@ -98,7 +98,7 @@ def st_keys(folder: str | Path) -> dict:
         )
     transformer = (root / str(modules[0].get("path") or "")).resolve()
     pooling_file = root / str(modules[1].get("path") or "") / "config.json"
-    model_config = _read_json(
+    model_config = model_folder_config(
         transformer / "config.json", fix="point st: at a complete sentence-transformers folder"
     )
     module_config = next(
@@ -124,6 +124,13 @@ def st_keys(folder: str | Path) -> dict:
         raise ModelFolderError(
             f"{transformer}: max_seq_length {max_length!r} must be an integer; fix the file"
         )
+    positions = model_config.get("max_position_embeddings")
+    if max_length is not None and positions is not None and max_length > positions:
+        raise ModelFolderError(
+            f"{transformer}: max_seq_length {max_length} is beyond the model's {positions} positions "
+            "(config.json max_position_embeddings); set max_seq_length <= "
+            f"{positions} in its sentence-transformers config"
+        )
     return {
         "path": str(transformer),
         "pooling": pooling,
@@ -141,7 +148,7 @@ def hf_keys(folder: str | Path) -> dict:
         ModelFolderError: The folder is missing or has no ``config.json``.
     """
     root = _existing_folder(folder, HF_PREFIX).resolve()
-    config = _read_json(root / "config.json", fix="point hf: at a transformers model folder")
+    config = model_folder_config(root / "config.json", fix="point hf: at a transformers model folder")
     check_tokenizer(root)
     architectures = config.get("architectures") or [""]
     causal_lm = str(architectures[0]).endswith("ForCausalLM") and config.get("is_causal", True) is not False
@@ -193,6 +200,42 @@ def check_tokenizer(folder: Path) -> None:
     raise ModelFolderError(f"{folder} has no tokenizer vocabulary, so every word would become [UNK]; {fix}")
 
 
+def model_folder_config(file: Path, fix: str) -> dict:
+    """A folder model's config.json, checked for what a folder resolves from it: a JSON object with a
+    ``model_type`` transformers knows, ``architectures`` a list of names and ``max_position_embeddings`` a
+    positive integer where given (one `ModelFolderError` line otherwise, never a TypeError later)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    config = _read_json(file, fix=fix)
+    if not isinstance(config, dict):
+        raise ModelFolderError(f"{file} must hold a JSON object (as save_pretrained writes); {fix}")
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING_NAMES:
+        raise ModelFolderError(
+            f"{file}: model_type {str(model_type)[:60]!r} is not one transformers "
+            f"{_transformers_version()} knows; upgrade transformers or point at a supported checkpoint"
+        )
+    architectures = config.get("architectures")
+    if architectures is not None and not (
+        isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)
+    ):
+        raise ModelFolderError(f'{file}: architectures must be a list of class names, e.g. ["BertModel"]')
+    positions = config.get("max_position_embeddings")
+    if positions is not None and (
+        isinstance(positions, bool) or not isinstance(positions, int) or positions < 1
+    ):
+        raise ModelFolderError(
+            f"{file}: max_position_embeddings {str(positions)[:40]!r} must be a positive integer"
+        )
+    return config
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
 def _existing_folder(folder: str | Path, prefix: str) -> Path:
     path = Path(folder).expanduser()
     if not str(folder).strip() or not path.is_dir():
@@ -225,7 +268,9 @@ def _pooling(config: object, file: Path, *, prompted: bool) -> tuple[str, str]:
     mode = config.get("pooling_mode")
     if mode is None:
         mode = [name for key, name in _LEGACY_MODES.items() if config.get(key)] or ["mean"]
-    modes = [mode] if isinstance(mode, str) else list(mode)
+    modes = [mode] if isinstance(mode, str) else mode
+    if not isinstance(modes, list) or not all(isinstance(m, str) for m in modes):
+        raise ModelFolderError(f'{file}: pooling_mode {str(mode)[:60]} must be a mode name, e.g. "mean"')
     if len(modes) != 1 or modes[0] not in _MODES:
         raise ModelFolderError(
             f"{file}: pooling {modes} is not reproduced; llm_collapse pools one of {', '.join(_MODES)}"
@@ -244,7 +289,12 @@ def _prompts(st_config: dict, root: Path) -> tuple[str, str]:
         raise ModelFolderError(
             f"{root / 'config_sentence_transformers.json'}: prompts must map names to strings"
         )
-    default = prompts.get(st_config.get("default_prompt_name") or "", "")
+    default_name = st_config.get("default_prompt_name")
+    if default_name is not None and not isinstance(default_name, str):
+        raise ModelFolderError(
+            f"{root / 'config_sentence_transformers.json'}: default_prompt_name must be a prompt's name or null"
+        )
+    default = prompts.get(default_name or "", "")
     query = prompts.get("query", default)
     document = prompts.get("document", prompts.get("passage", default))
     return query, document

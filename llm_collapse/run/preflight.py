@@ -134,7 +134,36 @@ def check_model_folder(folder: Path, *, what: str) -> dict:
             f"{what}: {folder} has a config.json but no weights (no {', '.join(WEIGHT_FILES)} file); "
             "copy the model's weight files into it, or point at the folder that has them"
         )
+    for file in sorted(folder.glob("*.safetensors")):
+        check_safetensors(file, what=what)
     return config
+
+
+MAX_SAFETENSORS_HEADER = 100 * 2**20
+"""The safetensors format's own cap on its JSON header (100 MB)."""
+
+
+def check_safetensors(file: Path, *, what: str) -> None:
+    """A safetensors file is complete: an 8-byte header length, a JSON header within the file, and tensor data that
+    ends exactly at the file's end (an interrupted download is shorter, a garbage file has no such header). Reads
+    the header only."""
+    fix = "download the weights again (an interrupted download leaves a short file)"
+    size = file.stat().st_size
+    try:
+        with open(file, "rb") as handle:
+            length = int.from_bytes(handle.read(8), "little")
+            if size < 8 or not 2 <= length <= min(MAX_SAFETENSORS_HEADER, size - 8):
+                raise ValueError(f"a header of {length} bytes in a file of {size}")
+            header = json.loads(handle.read(length))
+        ends = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+        raise PreflightError(
+            f"{what}: {file} is not a complete safetensors file ({str(err)[:120]}); {fix}"
+        ) from None
+    if 8 + length + max(ends, default=0) != size:
+        raise PreflightError(
+            f"{what}: {file} holds {size} bytes but its header describes {8 + length + max(ends, default=0)}; {fix}"
+        )
 
 
 def read_model_config(folder: Path, *, what: str) -> dict:
@@ -191,6 +220,7 @@ def check_models(config: CompareConfig) -> None:
         else:
             model_config = read_model_config(folder, what=where)
         _check_architecture(spec, model_config, folder, where=where, from_file=file is not None)
+        _check_attention(spec, model_config, where=where)
         if file is not None:
             _check_max_length(spec, model_config, folder, where=where)
         _check_eos_token(spec, folder, where=where, from_file=file is not None)
@@ -236,6 +266,23 @@ def _check_architecture(
         f"{' or '.join(map(repr, spec.architectures))}; pass --model-path {spec.name}=<a checkpoint of that "
         "architecture>, or pick another embedder"
     )
+
+
+def _check_attention(spec: EmbedderSpec, model_config: dict, *, where: str) -> None:
+    """A model loaded with sdpa attention must have it in transformers (loading raises otherwise)."""
+    if spec.attn_implementation != "sdpa":
+        return
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    name = MODEL_MAPPING_NAMES.get(str(model_config.get("model_type")))
+    names = [name] if isinstance(name, str) else list(name or ())
+    classes = [getattr(transformers, n, None) for n in names]
+    if classes and all(c is not None and getattr(c, "_supports_sdpa", True) is False for c in classes):
+        raise PreflightError(
+            f"{where}: transformers has no sdpa attention for {model_config.get('model_type')!r} models, which "
+            "llm_collapse runs with; use a spec file with attn_implementation: eager for it"
+        )
 
 
 def _check_max_length(spec: EmbedderSpec, model_config: dict, folder: Path, *, where: str) -> None:

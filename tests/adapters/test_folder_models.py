@@ -44,6 +44,11 @@ def copy_folder(target: Path, *, drop=(), write: dict | None = None) -> Path:
     return target
 
 
+def config_with(**changes) -> dict:
+    """The installed MiniLM's config.json with ``changes``."""
+    return {**json.loads((MINILM / "config.json").read_text()), **changes}
+
+
 def reference(folder: Path, texts, **kwargs) -> np.ndarray:
     """What sentence-transformers itself embeds (unit length, as every llm_collapse vector is)."""
     model = st.SentenceTransformer(str(folder), device="cpu")
@@ -151,6 +156,20 @@ def test_hf_folders_pool_as_sentence_transformers_does(tmp_path, tiny_dir):
         ("st:{folder}", dict(drop=("tokenizer.json", "vocab.txt"), write={"vocab.json": {"[UNK]": 0, "a": 1}}),
          "vocab.json: 2 entries, no real vocabulary"),
         ("hf:{folder}", dict(write={"tokenizer.json": {"model": {"vocab": {"[UNK]": 0}}}}), "holds 1 entries"),
+        # issue 61, defects 10, 11, 13, 14: JSON of an unexpected shape, a model_type transformers does not know
+        ("st:{folder}", dict(write={"1_Pooling/config.json": {"pooling_mode": 5}}), "must be a mode name"),
+        ("st:{folder}", dict(write={"1_Pooling/config.json": {"pooling_mode": [["mean"]]}}), "must be a mode name"),
+        ("st:{folder}", dict(write={"config_sentence_transformers.json": {"default_prompt_name": ["q"]}}),
+         "default_prompt_name must be a prompt's name or null"),
+        ("st:{folder}", dict(write={"config.json": [1, 2]}), "config.json must hold a JSON object"),
+        ("hf:{folder}", dict(write={"config.json": [1, 2]}), "config.json must hold a JSON object"),
+        ("hf:{folder}", dict(write={"config.json": config_with(architectures=5)}), "architectures must be a list"),
+        ("hf:{folder}", dict(write={"config.json": config_with(max_position_embeddings="512")}),
+         "max_position_embeddings '512' must be a positive integer"),
+        ("hf:{folder}", dict(write={"config.json": config_with(model_type="nonsense")}),
+         "model_type 'nonsense' is not one transformers"),
+        ("st:{folder}", dict(write={"sentence_bert_config.json": {"max_seq_length": 1000}}),
+         "max_seq_length 1000 is beyond the model's 512 positions"),
     ],
 )  # fmt: skip
 def test_an_unusable_folder_is_one_clear_line(tmp_path, name, setup, message):
@@ -227,3 +246,45 @@ def test_a_folder_without_its_tokenizer_was_a_silent_wrong_result_and_is_refused
     monkeypatch.undo()
     with pytest.raises(ModelFolderError, match="no tokenizer vocabulary"):
         lc.load_embedder(f"st:{bare}", dtype="fp32")
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda f: f.write_bytes(MINILM.joinpath("model.safetensors").read_bytes()[:100_000]),
+         "holds 100000 bytes but its header describes"),
+        (lambda f: f.write_bytes(b"<html>not found</html>" * 10), "is not a complete safetensors file"),
+        (lambda f: f.write_bytes(b""), "is not a complete safetensors file"),
+    ],
+)  # fmt: skip
+def test_a_truncated_or_garbage_weights_file_is_refused_by_preflight_and_the_dry_run(
+    run_compare, tmp_path, capsys, damage, message
+):
+    """Issue 61, defect 12: an interrupted download passed preflight and --dry-run and failed at load."""
+    folder = copy_folder(tmp_path / "model", drop=("model.safetensors",))
+    damage(folder / "model.safetensors")
+    for words in ((), ("--dry-run",)):
+        assert (
+            run_compare(
+                tmp_path / "out", *words, models=[f"st:{folder}"], methods=["base"], tasks=["collapse"]
+            )
+            == 2
+        )
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_without_sdpa_attention_is_refused_before_loading(run_compare, tmp_path, capsys):
+    """Issue 61, defect 13: an architecture transformers has no sdpa attention for failed at load."""
+    folder = copy_folder(
+        tmp_path / "model", drop=ST_FILES, write={"config.json": config_with(model_type="big_bird")}
+    )
+    assert (
+        run_compare(
+            tmp_path / "out", "--dry-run", models=[f"hf:{folder}"], methods=["base"], tasks=["collapse"]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert "transformers has no sdpa attention for 'big_bird'" in err and len(err.splitlines()) == 1, err
