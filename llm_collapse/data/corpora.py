@@ -306,6 +306,10 @@ def load_folder(path: str | Path) -> list[Document]:
     docs: list[Document] = []
     for file in sorted(p for p in root.rglob("*") if p.suffix in (".txt", ".jsonl")):
         rel = file.relative_to(root).as_posix()
+        if not file.is_dir() and not file.is_file():  # a FIFO or socket would block the read forever
+            raise CorpusReadError(
+                f"{file} is not a regular file (a pipe, socket or device); remove it from {root}"
+            )
         if file.suffix == ".txt":
             parent = file.parent.relative_to(root).as_posix()
             labels = {"folder": parent} if parent != "." else {}
@@ -352,6 +356,8 @@ def _jsonl_record(line: str, where: str) -> tuple[str, str | None, dict[str, str
         raise _bad_record(where, f"not JSON ({err.msg} at column {err.colno})", shape) from None
     except RecursionError:
         raise _bad_record(where, "JSON nested too deeply", shape) from None
+    except ValueError as err:  # e.g. an integer literal past Python's 4,300-digit limit
+        raise _bad_record(where, f"not readable JSON ({str(err)[:80]})", shape) from None
     if not isinstance(row, dict):
         raise _bad_record(where, f"a JSON {_json_type(row)}", shape)
     if "text" not in row:

@@ -24,7 +24,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from llm_collapse.interventions.base import InterventionError
+from llm_collapse.interventions.base import InterventionError, NotApplicable
 from llm_collapse.models.structure import attention_modules, layer_index
 
 _counter = itertools.count()
@@ -86,8 +86,8 @@ def routed_attention(
         The registered implementation name.
     """
     modules = [m for _, m in attention_modules(model)]
-    if not modules:
-        raise InterventionError(f"{tag}: the model has no attention modules to route")
+    if not modules:  # layer0 runs none: a measurement or method that routes attention cannot apply there
+        raise NotApplicable(f"{tag}: the model runs no attention modules to route (layer0 runs no layer)")
     # The modules' config objects (the backbone's for NV-Embed) decide both the attention and the mask function.
     configs = {id(m.config): m.config for m in modules}
     current = {c._attn_implementation for c in configs.values()}

