@@ -54,7 +54,7 @@ from llm_collapse.adapters.spec import ATTENTIONS, EmbedderSpec
 from llm_collapse.errors import UserError
 from llm_collapse.pooling import POOLINGS
 from llm_collapse.utils.types import matches
-from llm_collapse.utils.yamlfile import read_yaml_mapping
+from llm_collapse.utils.yamlfile import read_yaml_mapping, short_repr
 
 EOS_POLICIES: tuple[str, ...] = ("tokenizer", "exactly-one", "as-text")
 POOL_SPANS: tuple[str, ...] = ("all", "skip-bos", "skip-instruction", "first")
@@ -210,7 +210,7 @@ def _listed(value: str | list[str]) -> tuple[str, ...]:
 
 
 def _wrong(where: str, key: str, value: object, must: str) -> SpecError:
-    return SpecError(f"embedder spec {where}: {key}: {value!r} must be {must}")
+    return SpecError(f"embedder spec {where}: {key}: {short_repr(value)} must be {must}")
 
 
 def _template_problem(template: str) -> str | None:

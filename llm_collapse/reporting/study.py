@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import re
-import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +69,7 @@ from llm_collapse.reporting.study_summary import (
 )
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
 from llm_collapse.utils.paths import display_path
-from llm_collapse.utils.yamlfile import read_yaml_mapping, type_name
+from llm_collapse.utils.yamlfile import read_yaml_mapping, short_repr, type_name
 
 logger = logging.getLogger(__name__)
 
@@ -389,8 +388,8 @@ def _wrong(where: str, key: str, value, expected: str) -> NoReturn:
 
 
 def _short(value) -> str:
-    """``repr`` cut to a readable length for one-line messages."""
-    return reprlib.repr(value)
+    """``repr`` cut to a readable length for one-line messages (`short_repr`)."""
+    return short_repr(value)
 
 
 # ------------------------------------------------------------------------------------------------ tables

@@ -30,7 +30,7 @@ from llm_collapse.run.saved_embeddings import EMBEDDING_DTYPES
 from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
 from llm_collapse.tasks.registry import RUNNABLE, tasks_with
 from llm_collapse.utils.types import matches
-from llm_collapse.utils.yamlfile import read_yaml_mapping, type_name
+from llm_collapse.utils.yamlfile import read_yaml_mapping, short_repr, type_name
 
 TASKS: tuple[str, ...] = RUNNABLE
 RETRIEVAL_TASKS = tasks_with(reads_corpus=False)  # the tasks that generate their own documents and queries
@@ -543,7 +543,7 @@ def check_types(values: dict, *, source: str) -> None:
         empty_name = isinstance(value, list) and any(isinstance(x, str) and not x.strip() for x in value)
         if not matches(value, f.type) or empty_name:
             raise ConfigError(
-                f"{source} value {f.name}: {value!r} ({type_name(value)}) must be {_MUST[f.type]}"
+                f"{source} value {f.name}: {short_repr(value)} ({type_name(value)}) must be {_MUST[f.type]}"
             )
 
 

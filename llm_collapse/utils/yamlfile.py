@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,15 @@ def _lone_surrogate(data: object) -> str | None:
             seen.add(id(value))
             stack.extend([*value.keys(), *value.values()] if isinstance(value, dict) else list(value))
     return None
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict = 2, 4, 4, 4
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 60, 60, 40
+
+
+def short_repr(value: object) -> str:
+    """``repr`` of a value read from a user's file, bounded for a one-line refusal: nested and long values are cut
+    (``[[...], ...]``), so a YAML alias bomb (a small file that expands to gigabytes) is quoted in a few dozen
+    characters without being expanded."""
+    return _SHORT.repr(value)

@@ -175,3 +175,36 @@ def test_a_fifo_named_txt_in_a_folder_corpus_is_refused_not_read_forever(tmp_pat
     os.mkfifo(tmp_path / "pipe.txt")
     with pytest.raises(data.CorpusReadError, match="pipe.txt is not a regular file"):
         data.load_corpus(f"folder:{tmp_path}")
+
+
+# --- 17. YAML alias bombs in a refusal ----------------------------------------------------------------------
+
+
+def _bomb(levels: int = 10) -> str:
+    """A YAML flow list whose last item expands to 9**levels strings: each level's anchor, nine aliases of the last."""
+    items = ["&a0 [x, x, x, x, x, x, x, x, x]"]
+    items += [f"&a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "[" + ", ".join(items) + "]"
+
+
+def test_17_an_alias_bomb_in_a_config_key_is_quoted_short_and_fast(tmp_path, capsys):
+    import time
+
+    from llm_collapse.cli.compare import main as compare_main
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"models: {_bomb()}\n")
+    start = time.perf_counter()
+    assert compare_main(["--config", str(config), "--out", str(tmp_path / "out")]) == 2
+    err = one_line(capsys)
+    assert time.perf_counter() - start < 10 and "value models: [[" in err and "...]" in err, err
+
+
+def test_17_an_alias_bomb_in_a_spec_files_aliases_is_quoted_short(tmp_path):
+    from llm_collapse.adapters import SpecError, load_spec_file
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"name: s\npooling: mean\nhub_id: org/x\naliases: {_bomb()}\n")
+    with pytest.raises(SpecError) as err:
+        load_spec_file(spec)
+    assert len(str(err.value)) < 600 and "\n" not in str(err.value) and "aliases" in str(err.value)
