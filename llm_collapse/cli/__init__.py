@@ -17,7 +17,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from llm_collapse.cli.common import BAD_INPUT, say
+from llm_collapse.cli.common import BAD_INPUT, run_command, say
 
 COMMANDS: dict[str, str] = {
     "compare": "models x interventions x tasks x lengths -> results and a report",
@@ -41,16 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     input like any other: one line on stderr, exit 2; ``--help`` lists the commands on stdout.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("-h", "--help"):
-        say(f"usage: {PROG} COMMAND [ARGS...]\n\ncommands:")
-        for name, what in COMMANDS.items():
-            say(f"  {name:<9} {what}")
-        return 0
-    if argv and argv[0] in ("-V", "--version"):
-        from importlib.metadata import version  # the installed distribution's version
-
-        say(f"{PROG} {version('llm-collapse')}")
-        return 0
+    if argv and argv[0] in ("-h", "--help", "-V", "--version"):
+        return run_command(lambda: _about(argv[0]))  # `--version | true`: no traceback when the reader leaves
     if not argv:
         say(
             f"error: no command given; usage: {PROG} COMMAND [ARGS...] with COMMAND one of {', '.join(COMMANDS)} "
@@ -67,3 +59,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return BAD_INPUT
     module = _MODULES.get(command, command)
     return importlib.import_module(f"llm_collapse.cli.{module}").main(rest, prog=f"{PROG} {command}")
+
+
+def _about(flag: str) -> int:
+    """``--help``: the commands; ``--version``: the installed distribution's version."""
+    if flag in ("-h", "--help"):
+        say(f"usage: {PROG} COMMAND [ARGS...]\n\ncommands:")
+        for name, what in COMMANDS.items():
+            say(f"  {name:<9} {what}")
+        return 0
+    from importlib.metadata import version
+
+    say(f"{PROG} {version('llm-collapse')}")
+    return 0

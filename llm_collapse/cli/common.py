@@ -50,6 +50,13 @@ class ArgumentParser(argparse.ArgumentParser):
         say(f"error: {message} (see {self.prog} --help)", error=True)
         raise SystemExit(BAD_INPUT)
 
+    def _print_message(self, message: str, file=None) -> None:
+        """``--help | head -1``: the reader left; argparse's help and version lines end without a traceback."""
+        try:
+            super()._print_message(message, file)
+        except BrokenPipeError:
+            reader_left()
+
 
 def setup_logging(level: int, *, timestamps: bool = False) -> None:
     """Logs to stderr at ``level``; third-party chatter only from WARNING up."""
@@ -73,8 +80,13 @@ def run_command(body: Callable[[], int | None]) -> int:
         say("interrupted; rerun the same command to resume", error=True)
         return INTERRUPTED
     except BrokenPipeError:  # `llm-collapse list methods | head`: the reader left; no traceback
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit-time flush is silent
+        reader_left()
         return 1
+
+
+def reader_left() -> None:
+    """stdout's reader is gone (``| head``): point stdout at /dev/null so the exit-time flush is silent."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def say(line: str, *, error: bool = False) -> None:

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llm_collapse.cli.common import ArgumentParser, run_command, say, setup_logging
-from llm_collapse.errors import UserError
-from llm_collapse.utils.paths import check_writable_dir
+from llm_collapse.errors import DISK_FULL_ERRNOS, DiskFullError, UserError
+from llm_collapse.utils.paths import check_replaceable, check_writable_dir
 
 PROG = "python -m llm_collapse.report"
 
@@ -70,6 +70,7 @@ def _report(args) -> int:
     if len(args.run_dirs) > 1 and args.out is None:
         raise UserError("--out is required when merging several run directories")
     out = check_writable_dir(args.out if args.out is not None else args.run_dirs[0], what="--out")
+    check_replaceable(out, what="--out")
     try:
         from llm_collapse.reporting.frames import load_runs
     except ImportError as err:
@@ -80,7 +81,14 @@ def _report(args) -> int:
 
     with _claimed([*args.run_dirs, out]):  # no compare may replace a run while its report is read and written
         data = load_runs(args.run_dirs)  # SchemaError (a UserError) for bad input
-        files = write_report(data, out)
+        try:
+            files = write_report(data, out)  # atomic: a failure leaves out as it was
+        except OSError as err:
+            if err.errno in DISK_FULL_ERRNOS:
+                raise DiskFullError(
+                    f"--out {out} is on a full file system ({err.strerror}); free space there, then rerun the report"
+                ) from None
+            raise
     n_figures = sum(1 for key in files if key.startswith("figures/"))
     say(f"wrote {files['report.md']}")
     say(f"wrote {files['report.html']}")
@@ -93,6 +101,7 @@ def _claimed(folders: Sequence[Path]):
     """Holds every run folder read and the output folder as `llm_collapse.run.directory.claim_run_dir` does for
     compare: a run started on one of them while the report is built is refused, and a report started while a run
     writes one is refused in one line. A folder keeps the run its marker names (nothing is replaced)."""
+    from llm_collapse.reporting.build import remove_stale_staging
     from llm_collapse.run.directory import claim_run_dir, read_marker
 
     seen: set[Path] = set()
@@ -105,6 +114,7 @@ def _claimed(folders: Sequence[Path]):
             marker = read_marker(folder) if folder.is_dir() else None
             run_id = str(marker.get("run_id")) if marker and marker.get("run_id") else "report"
             held.enter_context(claim_run_dir(folder, run_id, overwrite=True))
+        remove_stale_staging(folders[-1])  # a report killed by SIGTERM left its staging folder here
         yield
 
 
@@ -115,6 +125,7 @@ def _recompute(args) -> int:
             "--recompute rewrites one run directory in place; give exactly one RUN_DIR and no --out"
         )
     run_dir = check_writable_dir(args.run_dirs[0], what="RUN_DIR")
+    check_replaceable(run_dir, what="RUN_DIR")
     from llm_collapse.run.runner import recompute_comparison
 
     recompute_comparison(run_dir)

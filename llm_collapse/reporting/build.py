@@ -659,13 +659,26 @@ def report_blocks(
 # ---------------------------------------------------------------------------------------------- writing
 
 
+STAGING_PREFIX = ".report-tmp-"
+
+
+def remove_stale_staging(out_dir: Path | str) -> None:
+    """Removes staging folders a killed report left in ``out_dir`` (SIGTERM runs no cleanup); call it only while
+    holding the folder (`llm_collapse.run.directory.claim_run_dir`), when no other report can be staging there."""
+    folder = Path(out_dir)
+    if folder.is_dir():
+        for stale in folder.glob(STAGING_PREFIX + "*"):
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+
+
 def _staging_dir(out_dir: Path) -> Path:
     anchor = out_dir
     while not anchor.exists():
         anchor = anchor.parent
     if not anchor.is_dir():
         raise NotADirectoryError(f"{anchor} is not a directory")
-    return Path(tempfile.mkdtemp(prefix=".report-tmp-", dir=anchor))
+    return Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=anchor))
 
 
 def _answers(data: ReportData) -> tuple[str | None, pd.DataFrame | None]:

@@ -155,7 +155,13 @@ class ReportData:
         metric the smallest margin counts (the harder one to call equivalent), logged."""
         merged: dict[str, float] = {}
         for run in self.runs:
-            for metric, margin in (run.record.config.get("margins") or {}).items():
+            margins = run.record.config.get("margins") or {}
+            if not isinstance(margins, dict):
+                raise SchemaError(
+                    f'{run.path}/run.json: margins must map metrics to numbers, e.g. {{"acc@1": 0.1}}, not a '
+                    f"{type(margins).__name__}"
+                )
+            for metric, margin in margins.items():
                 if (
                     not isinstance(margin, int | float)
                     or isinstance(margin, bool)

@@ -28,7 +28,7 @@ from llm_collapse.errors import UserError
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.directory import check_run_dir
 from llm_collapse.tasks.registry import tasks_with
-from llm_collapse.utils.paths import cache_root, check_writable_dir
+from llm_collapse.utils.paths import cache_root, check_replaceable, check_writable_dir
 
 CORPUS_TASKS = tasks_with(reads_corpus=True)
 # (import name, what needs it, how to install it): core dependencies, and the report's extra when it is built.
@@ -56,6 +56,7 @@ def preflight(config: CompareConfig, *, overwrite: bool, report: bool = True) ->
         The corpus documents when a task reads them (collapse, knn, layerwise), else None.
     """
     check_run_dir(config.out, config.run_id(), overwrite=overwrite)
+    check_replaceable(config.out, what="--out")  # a resumed run replaces its files at the end
     check_writable_dir(cache_root(), what="the cache folder ($LLM_COLLAPSE_CACHE)")
     check_packages(report=report, quantization="quantization" in config.tasks)
     check_backend(config.backend)

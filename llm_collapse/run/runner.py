@@ -153,7 +153,10 @@ def recompute_comparison(run_dir: Path | str, *, report: bool = True) -> Path:
         env, when = environment(), datetime.now(timezone.utc).isoformat()
         code = {"git_commit": env["git_commit"], "llm-collapse": env["versions"]["llm-collapse"]}
         record.embeddings["recomputed"] = {"finished": when, **code}
-        _write_files(run_dir, state, record, report=report)
+        with open_run_dir(
+            run_dir, record.run_id, record.config
+        ):  # interrupted: the marker no longer says complete
+            _write_files(run_dir, state, record, report=report)
     return run_dir
 
 
@@ -261,6 +264,10 @@ def _write_outputs(
 def _write_files(out: Path, state: RunState, record: RunRecord, *, report: bool) -> None:
     """results.parquet/csv, items.parquet, run.json and (unless ``report`` is False) the report."""
     remove_report(out)  # whatever is written below, no report of an earlier run stays beside it
+    if report:
+        from llm_collapse.reporting.build import remove_stale_staging
+
+        remove_stale_staging(out)  # the folder is claimed: any staging folder in it is a killed report's
     write_results(state.rows, out)
     write_items(state.items, out)
     record.write(out)

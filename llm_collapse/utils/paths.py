@@ -79,3 +79,49 @@ def _can_open_for_append(path: Path) -> bool:
             return True
     except OSError:
         return False
+
+
+RUN_FILES = ("run.json", "results.parquet", "results.csv", "items.parquet", "embeddings.npz", "report.md",
+             "report.html", "answers.csv")  # fmt: skip
+"""The files a run, its report or a recompute replaces in a run folder (``figures/`` is the one folder)."""
+_FS_IOC_GETFLAGS = 0x80086601  # linux/fs.h, the flags lsattr shows
+_LOCKED_FLAGS = 0x10 | 0x20  # FS_IMMUTABLE_FL, FS_APPEND_FL: no rename or unlink, even as root
+
+
+def check_replaceable(folder: str | Path, *, what: str) -> None:
+    """Raises `OutputError` when a file a run or report replaces in ``folder`` cannot be replaced, before any work:
+    one of `RUN_FILES` that is a folder, ``figures`` that is a file, either marked immutable or append-only
+    (``chattr +i``/``+a``), or a ``figures`` folder this process may not move (it is moved aside, which needs
+    write permission on it)."""
+    folder = Path(folder)
+    for name in (*RUN_FILES, "figures"):
+        path = folder / name
+        if not path.exists() or path.is_symlink():
+            continue
+        expects_folder = name == "figures"
+        if path.is_dir() != expects_folder:
+            kind = "a file" if expects_folder else "a folder"
+            raise OutputError(f"{what}: {path} is {kind}, which the run cannot replace; remove it and rerun")
+        if _locked(path) or (expects_folder and not os.access(path, os.W_OK | os.X_OK)):
+            raise OutputError(
+                f"{what}: {path} cannot be replaced (it is read-only, immutable or append-only); "
+                f"make it writable (chmod u+w, chattr -i -a) or remove it, then rerun"
+            )
+
+
+def _locked(path: Path) -> bool:
+    """Whether the file system marks ``path`` immutable or append-only (False where it cannot say)."""
+    import fcntl
+    import struct
+
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        flags = struct.unpack("l", fcntl.ioctl(handle, _FS_IOC_GETFLAGS, struct.pack("l", 0)))[0]
+    except OSError:
+        return False
+    finally:
+        os.close(handle)
+    return bool(flags & _LOCKED_FLAGS)

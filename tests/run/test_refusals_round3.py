@@ -208,3 +208,104 @@ def test_17_an_alias_bomb_in_a_spec_files_aliases_is_quoted_short(tmp_path):
     with pytest.raises(SpecError) as err:
         load_spec_file(spec)
     assert len(str(err.value)) < 600 and "\n" not in str(err.value) and "aliases" in str(err.value)
+
+
+# --- 18. run.json's margins of the wrong type ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("margins", [["acc@1", 0.1], "acc@1=0.1"])
+def test_18_report_of_a_run_json_with_margins_not_a_mapping_is_one_line(tmp_path, capsys, margins):
+    pytest.importorskip("seaborn")
+    run = _run(tmp_path)
+    record = json.loads((run / "run.json").read_text())
+    record["config"]["margins"] = margins
+    (run / "run.json").write_text(json.dumps(record))
+    assert report_main([str(run)]) == 2
+    assert "margins must map metrics to numbers" in one_line(capsys)
+    assert not (run / "report.md").exists()
+
+
+# --- 19. a file in the run folder that cannot be replaced, found before the work ---------------------------------
+
+
+def _chattr(flag: str, path: Path) -> None:
+    import shutil
+    import subprocess
+
+    if (
+        shutil.which("chattr") is None
+        or subprocess.run(["chattr", flag, str(path)], capture_output=True).returncode
+    ):
+        pytest.skip("chattr is not available on this file system")
+
+
+@pytest.mark.parametrize(("name", "setup"), [("run.json", "folder"), ("figures", "file"), ("results.parquet", "+i"),
+                                             ("figures", "+i")])  # fmt: skip
+def test_19_report_refuses_a_file_it_cannot_replace_before_reading(tmp_path, capsys, name, setup):
+    pytest.importorskip("seaborn")
+    run = _run(tmp_path)
+    target = run / name
+    if setup == "folder":
+        target.unlink()
+        target.mkdir()
+    elif setup == "file":
+        target.write_text("not a folder")
+    else:
+        target.mkdir(exist_ok=True) if name == "figures" else None
+        _chattr(setup, target)
+    try:
+        assert report_main([str(run)]) == 2
+        err = one_line(capsys)
+        assert str(target) in err and ("cannot replace" in err or "cannot be replaced" in err), err
+        assert not (run / "report.md").exists()
+    finally:
+        if setup.startswith("+"):
+            _chattr("-i", target)
+
+
+# --- 20. report on a full disk ------------------------------------------------------------------------------
+
+
+def test_20_report_on_a_full_disk_is_one_line_and_leaves_the_folder_as_it_was(tmp_path, monkeypatch, capsys):
+    import errno
+
+    pytest.importorskip("seaborn")
+    from llm_collapse.reporting import build
+
+    run = _run(tmp_path)
+    before = sorted(p.name for p in run.iterdir())
+
+    def full(data, root):
+        (root / "report.md").write_text("half")
+        raise OSError(errno.ENOSPC, "No space left on device", str(root / "figures" / "x.png"))
+
+    monkeypatch.setattr(build, "_render", full)
+    assert report_main([str(run)]) == 2
+    assert "is on a full file system (No space left on device)" in one_line(capsys)
+    assert sorted(p.name for p in run.iterdir()) == before  # no staging folder, no half report
+
+
+# --- 21. a reader that leaves the pipe ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["llm-collapse --version | true", "llm-collapse --help | true", "llm-collapse compare --help | head -1",
+     "python -m llm_collapse.report --help | true"],
+)  # fmt: skip
+def test_21_help_and_version_into_a_closed_pipe_leave_no_traceback(command):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_a_staging_folder_a_killed_report_left_is_removed_by_the_next_report(tmp_path):
+    pytest.importorskip("seaborn")
+    run = _run(tmp_path)
+    (run / ".report-tmp-killed" / "figures").mkdir(parents=True)
+    assert report_main([str(run)]) == 0
+    assert not list(run.glob(".report-tmp-*")) and (run / "report.md").is_file()

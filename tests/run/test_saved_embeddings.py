@@ -279,3 +279,27 @@ def test_an_empty_damaged_or_deep_file_is_one_line_never_a_traceback(runs, tmp_p
             SavedEmbeddings.read(path)
         except SavedEmbeddingsError as err:
             assert "\n" not in str(err) and len(str(err)) < 600
+
+
+@pytest.mark.usefixtures("no_model")
+def test_an_interrupted_recompute_leaves_the_marker_saying_so_and_a_rerun_completes(
+    runs, tmp_path, monkeypatch
+):
+    """Issue 61: an interrupted recompute removed the run's report while the marker still said complete."""
+    import llm_collapse.reporting as reporting
+    from llm_collapse.run.directory import MARKER
+
+    run_dir = _copy(runs, "float16", tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reporting, "build_report", interrupted)
+    assert report_main(["--recompute", str(run_dir)]) == 130
+    assert json.loads((run_dir / MARKER).read_text())["state"] == "interrupted"
+    monkeypatch.undo()
+    assert report_main(["--recompute", str(run_dir)]) == 0
+    assert (
+        json.loads((run_dir / MARKER).read_text())["state"] == "complete"
+        and (run_dir / "report.md").is_file()
+    )
