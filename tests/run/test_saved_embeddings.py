@@ -150,8 +150,17 @@ def _edit_config(**values):
         ),
         (_edit_config(tasks=["collapse", "layerwise"]), "task(s) layerwise run the model itself"),
         (_forget_embeddings, "is not this run's: its run.json records no saved embeddings"),
+        (_edit_config(lengths=[64, 256]), "run.json's config gives run id"),
     ],
-    ids=["no-file", "missing-vector", "not-npz", "bad-dtype", "model-task", "not-this-runs"],
+    ids=[
+        "no-file",
+        "missing-vector",
+        "not-npz",
+        "bad-dtype",
+        "model-task",
+        "not-this-runs",
+        "edited-run-json",
+    ],
 )
 @pytest.mark.usefixtures("no_model")
 def test_recompute_refusals_are_one_line_and_write_nothing(runs, tmp_path, capsys, damage, message):
