@@ -64,7 +64,7 @@ from llm_collapse.tasks.interaction import interaction_rows
 from llm_collapse.tasks.items import item_rows
 from llm_collapse.tasks.registry import TASKS, VS_CONTROL, VS_REFERENCE, length_paired_tasks
 from llm_collapse.utils.logs import WarningTally, held_logs, tallied_warnings
-from llm_collapse.utils.paths import cache_root
+from llm_collapse.utils.paths import RUN_FILES, cache_root
 from llm_collapse.utils.progress import RunProgress
 
 logger = logging.getLogger(__name__)
@@ -253,11 +253,20 @@ def _write_outputs(
         models=state.models,
         notes=state.notes,
     )
-    if saved is not None:
-        record.embeddings = saved.write(out)
-    else:  # an earlier run's vectors must not pass for this run's (report --recompute would read them)
-        (out / EMBEDDINGS_FILE).unlink(missing_ok=True)
-    _write_files(out, state, record, report=report)
+    try:
+        if saved is not None:
+            record.embeddings = saved.write(out)
+        else:  # an earlier run's vectors must not pass for this run's (report --recompute would read them)
+            (out / EMBEDDINGS_FILE).unlink(missing_ok=True)
+        _write_files(out, state, record, report=report)
+    except (
+        OSError
+    ):  # a full disk at the end: leave no half set of files (the rerun rebuilds them from the cache)
+        for name in RUN_FILES:
+            with contextlib.suppress(OSError):
+                (out / name).unlink()
+        remove_report(out)
+        raise
     state.wall_time_s["write"] = time.perf_counter() - clock
 
 

@@ -351,3 +351,32 @@ def test_a_lone_surrogate_is_named_before_the_tokenizer():
 
     with pytest.raises(ValueError, match=r"texts\[1\] holds a lone surrogate '\\ud800' at position 1"):
         as_text_list(["fine", "a\ud800b"])
+
+
+def test_a_full_disk_at_the_final_write_leaves_no_half_set_of_files_and_the_rerun_completes(
+    run_compare, tmp_path, monkeypatch, capsys
+):
+    """The results were written, then the disk filled: results.parquet used to stay behind with no run.json
+    (the docs promise nothing left). Now the run's files go, the marker does not say complete, the rerun works."""
+    import errno
+
+    import llm_collapse.run.runner as runner
+    from llm_collapse.run.directory import read_marker
+
+    flags = dict(
+        tiny="mistral", methods="base", tasks="collapse", lengths=[32], design="prefix", prefix_docs=4
+    )
+    real = runner.write_items
+
+    def full(rows, out):
+        raise OSError(errno.ENOSPC, "No space left on device", str(out / "items.parquet"))
+
+    monkeypatch.setattr(runner, "write_items", full)
+    out = tmp_path / "run"
+    assert run_compare(out, **flags) == 2
+    assert "is on a full file system" in capsys.readouterr().err.strip().splitlines()[-1]
+    left = {p.name for p in out.iterdir()} if out.exists() else set()
+    assert not left & {"results.parquet", "results.csv", "run.json", "report.md"}, left
+    assert (read_marker(out) or {}).get("state") != "complete"
+    monkeypatch.setattr(runner, "write_items", real)
+    assert run_compare(out, **flags) == 0 and (out / "run.json").is_file()
