@@ -17,6 +17,7 @@ states, quantized variants) cannot be rebuilt from vectors: such a run is refuse
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,8 @@ from llm_collapse.run.record import ModelRecord, RunRecord, whole_number
 from llm_collapse.run.saved_embeddings import EMBEDDINGS_FILE
 from llm_collapse.tasks.registry import TASKS
 from llm_collapse.utils.logs import held_logs
+
+logger = logging.getLogger(__name__)
 
 
 class RecomputeError(UserError, ValueError):
@@ -80,6 +83,7 @@ def recomputable_run(run_dir: Path) -> tuple[RunRecord, CompareConfig]:
             f"{run_dir / EMBEDDINGS_FILE} is not this run's: its run.json records no saved embeddings (an earlier "
             "run into the folder left it); rerun the run with --save-embeddings"
         )
+    _check_relative_paths(record.config, run_dir)
     with held_logs():
         config = CompareConfig.from_sources({**record.config, "out": str(run_dir)})
     needs_model = [task for task in config.tasks if not TASKS[task].vectors_only]
@@ -94,6 +98,27 @@ def recomputable_run(run_dir: Path) -> tuple[RunRecord, CompareConfig]:
             "edited (lengths, methods, ...) or written by an older version; rerun the run instead"
         )
     return record, config
+
+
+def _check_relative_paths(config: dict, run_dir: Path) -> None:
+    """run.json keeps paths as the run was given them; a relative one resolves against today's working directory.
+    Said in a warning where it exists there, refused in one line where it does not."""
+    paths = [str(p) for p in (config.get("model_paths") or {}).values() if isinstance(p, str)]
+    paths += [str(p) for p in (config.get("embedder_specs") or []) if isinstance(p, str)]
+    corpus = config.get("corpus")
+    if isinstance(corpus, str) and corpus.startswith("folder:"):
+        paths.append(corpus[len("folder:") :])
+    for path in paths:
+        if Path(path).expanduser().is_absolute():
+            continue
+        if not Path(path).exists():
+            raise RecomputeError(
+                f"{run_dir}/run.json names the relative path {path!r}, which does not exist from {Path.cwd()}; run "
+                "--recompute from the folder the run was started in"
+            )
+        logger.warning(
+            "run.json's relative path %r resolves against the working directory %s", path, Path.cwd()
+        )
 
 
 def replay_embedder(name: str, config: CompareConfig, record: ModelRecord) -> Embedder:

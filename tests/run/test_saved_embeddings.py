@@ -151,6 +151,10 @@ def _edit_config(**values):
         (_edit_config(tasks=["collapse", "layerwise"]), "task(s) layerwise run the model itself"),
         (_forget_embeddings, "is not this run's: its run.json records no saved embeddings"),
         (_edit_config(lengths=[64, 256]), "run.json's config gives run id"),
+        (
+            _edit_config(model_paths={"gemma3-270m": "relative/tiny"}),
+            "names the relative path 'relative/tiny'",
+        ),
     ],
     ids=[
         "no-file",
@@ -160,6 +164,7 @@ def _edit_config(**values):
         "model-task",
         "not-this-runs",
         "edited-run-json",
+        "relative-path",
     ],
 )
 @pytest.mark.usefixtures("no_model")
