@@ -13,6 +13,17 @@ from llm_collapse.run.directory import LOCK, MARKER, RunDirectoryError, check_ru
 from llm_collapse.testing.synthetic_runs import write_synthetic_run
 
 
+@pytest.fixture(autouse=True)
+def cache(private_cache) -> Path:
+    """Every case runs on its own empty embedding cache, so a refusal can be shown to leave it untouched."""
+    return private_cache
+
+
+def untouched(cache: Path) -> bool:
+    """Whether the refused command wrote nothing into the embedding cache."""
+    return not [p for p in cache.rglob("*") if p.is_file()]
+
+
 def one_line(capsys) -> str:
     """The command's stderr: exactly one line, no traceback, of bounded length."""
     err = capsys.readouterr().err.strip()
@@ -65,10 +76,10 @@ def test_2_a_run_cannot_replace_a_folder_while_its_report_is_built(tmp_path, mon
 @pytest.mark.parametrize(
     "device", ["cuda:00", "cuda:007", "cuda:\u0663", "cuda:" + "1" * 20, "cuda:-1", "CUDA"]
 )
-def test_4_a_malformed_device_index_is_refused_before_any_work(run_compare, tmp_path, capsys, device):
+def test_4_a_malformed_device_index_is_refused_before_any_work(run_compare, tmp_path, capsys, cache, device):
     out = tmp_path / "out"
     assert run_compare(out, models=["minilm"], methods=["base"], tasks=["collapse"], device=device) == 2
-    assert "Unknown --device" in one_line(capsys) and not out.exists()
+    assert "Unknown --device" in one_line(capsys) and not out.exists() and untouched(cache)
 
 
 # --- 22. the device check's device and output folder, checked first -------------------------------------------
@@ -111,23 +122,25 @@ def test_22_the_device_check_refuses_a_bad_device_or_out_before_its_checks(tmp_p
         ("posthoc:abtt:-1", ([16, 32], 8), "D counts directions to remove, so it is >= 0"),
     ],
 )
-def test_5_abtt_that_cannot_be_fitted_is_refused_before_embedding(run_compare, tmp_path, capsys, method, lengths,
-                                                                  message):  # fmt: skip
+def test_5_abtt_that_cannot_be_fitted_is_refused_before_embedding(run_compare, tmp_path, capsys, cache, method,
+                                                                  lengths, message):  # fmt: skip
     out = tmp_path / "out"
     code = run_compare(out, models=["minilm"], methods=["base", method], tasks=["collapse"], lengths=lengths[0],
                        design="prefix", prefix_docs=lengths[1])  # fmt: skip
-    assert code == 2 and message in one_line(capsys) and not out.exists()
+    assert code == 2 and message in one_line(capsys) and not out.exists() and untouched(cache)
 
 
 # --- 6. the extension factor S, bounded ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("method", ["pcw:1e12", "pcw:1e6", "ape-pi:300", "ape-gp:8:100000"])
-def test_6_an_extension_factor_past_the_bound_is_one_config_line(run_compare, tmp_path, capsys, method):
+def test_6_an_extension_factor_past_the_bound_is_one_config_line(
+    run_compare, tmp_path, capsys, cache, method
+):
     out = tmp_path / "out"
     assert run_compare(out, models=["minilm"], methods=["base", method], tasks=["collapse"]) == 2
     err = one_line(capsys)
-    assert "S must be at most 256 and S x L0 at most 262,144" in err and not out.exists()
+    assert "S must be at most 256 and S x L0 at most 262,144" in err and not out.exists() and untouched(cache)
 
 
 def test_6_the_bound_keeps_longembeds_factors():
