@@ -106,10 +106,16 @@ def _claimed(folders: Sequence[Path]):
 
     seen: set[Path] = set()
     with contextlib.ExitStack() as held:
-        for folder in folders:
+        inputs = {folder.resolve() for folder in folders[:-1]}
+        for i, folder in enumerate(folders):
             key = folder.resolve()
-            if key in seen or (folder.exists() and not folder.is_dir()):
-                continue
+            output = i == len(folders) - 1 and key not in inputs  # a separate --out is created when missing
+            if (
+                key in seen
+                or (folder.exists() and not folder.is_dir())
+                or (not output and not folder.is_dir())
+            ):
+                continue  # a missing run folder is load_runs' refusal
             seen.add(key)
             marker = read_marker(folder) if folder.is_dir() else None
             run_id = str(marker.get("run_id")) if marker and marker.get("run_id") else "report"
