@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llm_collapse.cli.common import ArgumentParser, run_command, say, setup_logging
-from llm_collapse.errors import DISK_FULL_ERRNOS, DiskFullError, UserError
+from llm_collapse.errors import UserError, disk_full
+from llm_collapse.run.results import REPORT_FILES
 from llm_collapse.utils.paths import check_replaceable, check_writable_dir
 
 PROG = "python -m llm_collapse.report"
@@ -70,7 +71,7 @@ def _report(args) -> int:
     if len(args.run_dirs) > 1 and args.out is None:
         raise UserError("--out is required when merging several run directories")
     out = check_writable_dir(args.out if args.out is not None else args.run_dirs[0], what="--out")
-    check_replaceable(out, what="--out")
+    check_replaceable(out, what="--out", names=REPORT_FILES)  # (figures/ is always checked)
     try:
         from llm_collapse.reporting.frames import load_runs
     except ImportError as err:
@@ -84,10 +85,8 @@ def _report(args) -> int:
         try:
             files = write_report(data, out)  # atomic: a failure leaves out as it was
         except OSError as err:
-            if err.errno in DISK_FULL_ERRNOS:
-                raise DiskFullError(
-                    f"--out {out} is on a full file system ({err.strerror}); free space there, then rerun the report"
-                ) from None
+            if (full := disk_full(err, out, "--out")) is not None:
+                raise full from None
             raise
     n_figures = sum(1 for key in files if key.startswith("figures/"))
     say(f"wrote {files['report.md']}")

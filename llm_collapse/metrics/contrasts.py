@@ -228,7 +228,9 @@ def pairwise_cosine_leave_one_out(per_item: np.ndarray) -> tuple[float, np.ndarr
     others (``items.parquet``'s ``pairwise_cosine``): ``P = mean(pc)``, ``P_-k = (n P - 2 pc_k) / (n - 2)``."""
     pc = np.asarray(per_item, dtype=np.float64)
     n = pc.size
-    point = float(pc.mean())
+    point = float(pc.mean()) if n else math.nan
+    if n < 3:  # no pair is left once an item of two is out
+        return point, np.full(n, math.nan)
     return point, (n * point - 2 * pc) / (n - 2)
 
 
@@ -238,6 +240,8 @@ def spread_leave_one_out(per_item: np.ndarray) -> tuple[float, np.ndarray]:
     ``within_length_sq_spread``): ``|c_-k|^2 = (n^2 |c|^2 - 2 n u_k.c + 1) / (n - 1)^2``."""
     sq = np.asarray(per_item, dtype=np.float64)
     n = sq.size
+    if n < 3:
+        return (float(sq.mean()) if n else math.nan), np.full(n, math.nan)
     point = float(sq.mean())
     c2 = 1.0 - point
     dot = (1.0 + c2 - sq) / 2  # u_k . c
@@ -250,6 +254,8 @@ def jackknife_from_leave_one_out(point: float, loo: np.ndarray) -> Contrast:
     `llm_collapse.metrics.stats.jackknife_ci` gives from the embeddings."""
     loo = np.asarray(loo, dtype=np.float64)
     n = loo.size
+    if n < 3 or not np.isfinite(loo).all():  # as `jackknife_ci`: no interval from fewer than three items
+        return Contrast(point, math.nan, math.nan, n, "paired Wald", math.nan)
     se = float(np.sqrt((n - 1) / n * np.sum((loo - loo.mean()) ** 2)))
     if se == 0:
         return Contrast(point, point, point, n, "paired Wald", 1.0 if point == 0 else 0.0, 0.0)

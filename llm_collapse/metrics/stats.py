@@ -35,10 +35,10 @@ Decisions and gotchas:
   pulled down the same way (duplicates move the resample centroid towards them), by O(1/n): harmless
   when the interval is O(1/sqrt(n)) wide (real, heterogeneous bins), but in near-random groups the
   naive interval can exclude the point. Means of per-row values (``statistic=np.mean``) are unbiased.
-- Paired contrasts (a method vs ``base`` on the same texts): ``paired_pairwise_cosine_ci``,
-  ``paired_jackknife_ci`` (centroid distance) and ``paired_mean_diff_ci`` (per-item correctness) resample
-  or leave out *items*, applying one draw to both members of each pair. Their intervals are much
-  narrower than the two unpaired intervals whenever the per-item values are correlated across methods.
+- Paired contrasts (a method vs ``base`` on the same texts) resample or leave out *items*, applying one draw
+  to both members of each pair: ``paired_jackknife_ci`` is what runs store for set-level statistics;
+  ``paired_pairwise_cosine_ci`` and ``paired_mean_diff_ci`` (bootstraps) describe, but no verdict rests on
+  them (`llm_collapse.metrics.contrasts` holds the procedures behind the readings).
 - A NaN point estimate gives a NaN interval without resampling. Non-finite resample values are
   dropped from the quantiles (with a warning when any were dropped).
 """
@@ -338,11 +338,9 @@ def mcnemar_exact_p(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.nda
         return float("nan")
     if not (np.isin(a, (0.0, 1.0)).all() and np.isin(b, (0.0, 1.0)).all()):
         raise ValueError("mcnemar_exact_p needs 0/1 outcomes")
-    n10 = int(((a == 1) & (b == 0)).sum())
-    n01 = int(((a == 0) & (b == 1)).sum())
-    if n10 + n01 == 0:
-        return 1.0
-    return float(sps.binomtest(n10, n10 + n01, 0.5, alternative="two-sided").pvalue)
+    from llm_collapse.metrics.contrasts import mcnemar_p
+
+    return mcnemar_p(int(((a == 1) & (b == 0)).sum()), int(((a == 0) & (b == 1)).sum()))
 
 
 def holm_adjust(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:

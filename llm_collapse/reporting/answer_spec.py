@@ -23,7 +23,6 @@ from llm_collapse.run.claims import read_claim
 
 ANSWER_KEYS = ("claim", "run", "model", "method", "metric", "length", "asks")
 OPTIONAL_KEYS = ("layer", "depth", "margin", "margin_reason")
-EXTRA_KEYS = ("sweep", "versus")
 EXAMPLE = (
     "e.g. {claim: collapse at 32k, run: tau32k, model: gemma3-270m, method: base, metric: "
     "collapse/global_centroid_distance_vs_shortest, length: 32768, asks: more collapse, margin: 0.01, "
@@ -58,6 +57,7 @@ class Answer:
         tuple[str, float], ...
     ] = ()  # (method, value) of every value (trend answers); the one (value)
     versus: tuple[str, str, str] | None = None  # (run, model, method) subtracted (versus answers)
+    sweep_claim: str = ""  # the claim of the sweep a value or trend answer belongs to
 
     @property
     def label(self) -> str:
@@ -156,10 +156,13 @@ def _sweep(item: dict, where: str, error: type[Exception]) -> list[Answer]:
         or len(values) < 2
         or not all(isinstance(m, str) and _number(v) for m, v in values.items())
         or len(set(values.values())) < 2
+        or float(sweep["identity"]) in {float(v) for v in values.values()}
         or "method" in item
     ):
-        raise error(f"{where} sweep must be a mapping of parameter, identity and >= 2 values (method: value, "
-                    f"not all equal) in place of method, {example}")  # fmt: skip
+        raise error(
+            f"{where} sweep must be a mapping of parameter, identity and >= 2 values (method: value, not all equal, "
+            f"none the identity value) in place of method, {example}"
+        )
     rest = {k: v for k, v in item.items() if k != "sweep"}
     name, identity = sweep["parameter"], float(sweep["identity"])
     first = parse_answer({**rest, "method": next(iter(values))}, where, error)
@@ -168,10 +171,12 @@ def _sweep(item: dict, where: str, error: type[Exception]) -> list[Answer]:
         asks = first.asks if number < identity else OPPOSITE[first.asks]
         claim = f"{first.claim} ({name} {number:g})"
         out.append(replace(first, claim=claim, method=method, asks=asks, kind="value", parameter=name,
-                           sweep=((method, float(number)),)))  # fmt: skip
+                           sweep=((method, float(number)),), sweep_claim=first.claim))  # fmt: skip
     pairs = tuple((method, float(number)) for method, number in values.items())
     claim = f"{first.claim}: trend per unit decrease of {name}, over {', '.join(f'{v:g}' for _, v in pairs)}"
-    out.append(replace(first, claim=claim, kind="trend", parameter=name, sweep=pairs))
+    out.append(
+        replace(first, claim=claim, kind="trend", parameter=name, sweep=pairs, sweep_claim=first.claim)
+    )
     return out
 
 

@@ -16,6 +16,7 @@ a swept parameter (a weighted sum over the sweep's cells), and a contrast betwee
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,27 +55,55 @@ class Cell:
 
 
 class Items:
-    """The ``items.parquet`` of runs under one root, each read once."""
+    """Runs' per-item values indexed once by cell: the ``items.parquet`` of runs under ``root`` (each read when first
+    asked for), or frames already in memory (``frames``: run name -> items frame)."""
 
-    def __init__(self, root: Path):
-        self.root, self._frames = Path(root), {}
+    def __init__(self, root: Path | None = None, frames: dict[str, pd.DataFrame] | None = None):
+        self.root = None if root is None else Path(root)
+        self._index: dict[str, dict[tuple, pd.DataFrame]] = {}
+        for run, frame in (frames or {}).items():
+            self._index[run] = _index(frame)
 
-    def has(self, run: str) -> bool:
-        return (self.root / run / ITEMS_FILE).is_file()
+    def _cells(self, run: str) -> dict[tuple, pd.DataFrame]:
+        if run not in self._index:
+            path = None if self.root is None else self.root / run / ITEMS_FILE
+            self._index[run] = _index(pd.read_parquet(path)) if path is not None and path.is_file() else {}
+        return self._index[run]
 
     def values(self, cell: Cell, quantity: str) -> pd.Series | None:
         """The cell's per-item ``quantity`` by item id; None where the run, cell or column is missing."""
-        if cell.run not in self._frames:
-            self._frames[cell.run] = (
-                pd.read_parquet(self.root / cell.run / ITEMS_FILE) if self.has(cell.run) else None
-            )
-        frame = self._frames[cell.run]
-        if frame is None or quantity not in frame.columns:
-            return None
-        depth = frame["depth"].isna() if cell.depth is None else (frame["depth"] - cell.depth).abs() < 1e-9
-        rows = frame[(frame["model"] == cell.model) & (frame["method"] == cell.method) & (frame["task"] == cell.task)
-                     & (frame["length"] == cell.length) & depth & frame["layer"].isna()]  # fmt: skip
-        return rows.set_index("item")[quantity] if len(rows) else None
+        key = (cell.model, cell.method, cell.task, cell.length, _depth_key(cell.depth))
+        rows = self._cells(cell.run).get(key)
+        return rows[quantity] if rows is not None and quantity in rows.columns else None
+
+    def shortest_length(self, cell: Cell, quantity: str) -> int | None:
+        """The shortest length at which the run holds ``quantity`` for the cell's model, method, task and depth."""
+        lengths = [
+            length
+            for (model, method, task, length, depth), rows in self._cells(cell.run).items()
+            if (model, method, task, depth) == (cell.model, cell.method, cell.task, _depth_key(cell.depth))
+            and quantity in rows.columns
+            and rows[quantity].notna().any()
+        ]
+        return min(lengths) if lengths else None
+
+
+def _depth_key(depth: float | None) -> float:
+    return (
+        -1.0 if depth is None or (isinstance(depth, float) and math.isnan(depth)) else round(float(depth), 9)
+    )
+
+
+def _index(frame: pd.DataFrame) -> dict[tuple, pd.DataFrame]:
+    """(model, method, task, length, depth key) -> the cell's rows by item id; per-layer rows are left out."""
+    flat = frame[frame["layer"].isna()]
+    depth = flat["depth"].map(_depth_key)
+    return {
+        (model, method, task, int(length), depth_key): rows.set_index("item")
+        for (model, method, task, length, depth_key), rows in flat.groupby(
+            [flat["model"], flat["method"], flat["task"], flat["length"], depth], sort=False
+        )
+    }
 
 
 def combine(items: Items, terms: list[tuple[float, Cell]], quantity: str) -> Contrast | None:
@@ -94,8 +123,9 @@ def combine(items: Items, terms: list[tuple[float, Cell]], quantity: str) -> Con
         loo = sum(w * loo for w, (_, loo) in zip(weights, parts, strict=True))
         return jackknife_from_leave_one_out(float(point), loo)
     binary = metric_info(quantity).proportion
-    if binary and weights == [1.0, -1.0]:
-        return paired_binary(*columns)
+    if binary and sorted(weights) == [-1.0, 1.0]:
+        plus, minus = (columns[0], columns[1]) if weights[0] > 0 else (columns[1], columns[0])
+        return paired_binary(plus, minus)
     d = sum(w * column for w, column in zip(weights, columns, strict=True))
     if binary and sorted(weights) == [-1.0, -1.0, 1.0, 1.0]:
         return binary_interaction(d)
@@ -148,14 +178,3 @@ def trend_terms(
     for weight, cell in zip(trend_weights(values), cells, strict=True):
         terms += [(weight * w, c) for w, c in contrast_terms(cell, suffix, shortest)]
     return merged(terms)
-
-
-def shortest_length(items: Items, cell: Cell, quantity: str) -> int | None:
-    """The shortest length at which the run holds ``quantity`` for the cell's model, method, task and depth."""
-    if items.values(cell, quantity) is None:
-        return None
-    frame = items._frames[cell.run]
-    depth = frame["depth"].isna() if cell.depth is None else (frame["depth"] - cell.depth).abs() < 1e-9
-    rows = frame[(frame["model"] == cell.model) & (frame["method"] == cell.method) & (frame["task"] == cell.task)
-                 & depth & frame["layer"].isna() & frame[quantity].notna()]  # fmt: skip
-    return int(rows["length"].min()) if len(rows) else None

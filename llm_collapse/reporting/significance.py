@@ -44,6 +44,7 @@ from scipy import stats as sps
 from llm_collapse.metrics.contrasts import Contrast, binary_from_counts, t_from_p
 from llm_collapse.metrics.proportions import margin_for
 from llm_collapse.metrics.stats import holm_adjust
+from llm_collapse.reporting.reread import COUNT_COLUMNS
 from llm_collapse.tasks.registry import VS_INTERACTION, metric_info
 
 ALPHA = 0.05
@@ -61,8 +62,6 @@ KINDS: dict[str, str] = {
     "same items where the run stored no paired row)",
 }
 """Short name of each test (as printed in cells) -> its legend line."""
-
-_COUNTS = ("n11", "n10", "n01", "n00")
 
 
 def _float(row: pd.Series, key: str) -> float:
@@ -89,17 +88,18 @@ def paired_test(row: pd.Series) -> Contrast | None:
     value, n = float(row["value"]), int(row.get("n", 0))
     low, high = float(row["ci_low"]), float(row["ci_high"])
     p = float(row.get("p_value", math.nan))
-    counts = [_float(row, key) for key in _COUNTS]
+    counts = [_float(row, key) for key in COUNT_COLUMNS]
     if all(math.isfinite(c) for c in counts):
         return binary_from_counts(tuple(int(c) for c in counts))
     if math.isfinite(p):
         metric = str(row.get("metric", ""))
-        if not metric_info(metric.split("_vs_", 1)[0]).proportion:
-            return t_from_p(value, p, n, low, high)
-        kind = "sign-flip" if metric.endswith(VS_INTERACTION) else "McNemar"
+        continuous = not metric_info(metric.split("_vs_", 1)[0]).proportion
+        kind = "paired t" if continuous else "sign-flip" if metric.endswith(VS_INTERACTION) else "McNemar"
         se, df = _float(row, "se"), _float(row, "df")
-        if math.isfinite(se):
+        if math.isfinite(se):  # read on loading (`llm_collapse.reporting.reread`)
             return Contrast(value, low, high, n, kind, p, se, df if math.isfinite(df) else math.inf)
+        if continuous:
+            return t_from_p(value, p, n, low, high)
         return Contrast(value, low, high, n, kind, p)
     return _wald(value, _se(row), "paired Wald", n)
 
@@ -145,7 +145,7 @@ class Verdict:
     q: float = math.nan
 
 
-def _equivalence_testable(metric: str, test: Contrast) -> bool:
+def equivalence_testable(metric: str, test: Contrast) -> bool:
     """Whether ``test`` can place a change of ``metric`` within a margin. Not a 0/1 metric's zero-width interval
     without its paired table: the paired bootstrap that runs before 2026-12-05 stored gives [0, 0] whenever no
     item is discordant, which says nothing about how far apart two accuracies on a few items may be (0 of 24
@@ -168,7 +168,7 @@ def holm_verdicts(
     ]
     equivalence = holm_adjust(
         [
-            test.equivalence_p(m) if m is not None and _equivalence_testable(metric, test) else np.nan
+            test.equivalence_p(m) if m is not None and equivalence_testable(metric, test) else np.nan
             for (metric, _, test), m in zip(changes, margin_of, strict=True)
         ]
     )
@@ -212,13 +212,11 @@ def read_changes(
             cells.append(f"{number} (untested)")
         elif verdict.kind == "survives":
             words = judge(metric, delta) or ("higher" if delta > 0 else "lower")
-            cells.append(f"{number} ({words}; {test.test}, Holm p{_p_text(verdict.p)})")
+            cells.append(f"{number} ({words}; {test.test}, Holm p{p_text(verdict.p)})")
         elif verdict.kind == "equivalent":
-            cells.append(
-                f"{number} (equivalent within ±{verdict.margin:g}; TOST, Holm p{_p_text(verdict.q)})"
-            )
+            cells.append(f"{number} (equivalent within ±{verdict.margin:g}; TOST, Holm p{p_text(verdict.q)})")
         else:
-            cells.append(f"{number} ({verdict.kind}; {test.test}, Holm p{_p_text(verdict.p)})")
+            cells.append(f"{number} ({verdict.kind}; {test.test}, Holm p{p_text(verdict.p)})")
     return cells
 
 
@@ -229,7 +227,7 @@ def mark_survivors(rows: list[pd.Series]) -> list[bool]:
     return [bool(math.isfinite(p) and p <= ALPHA) for p in adjusted]
 
 
-def _p_text(p: float) -> str:
+def p_text(p: float) -> str:
     return "<0.001" if p < 0.001 else f"={p:.3f}"
 
 

@@ -98,9 +98,9 @@ def summary_legend(families: str) -> list:
 
 
 SWEEP_INTRO = (
-    "**Every value of each sweep** (the trend rows above; each cell the method x length interaction at that value, "
-    "its verdict in the same family: yes, opposite, ≈ equivalent within the margin, ? inconclusive; below the "
-    "identity value a claim asks for less collapse, above it for more):"
+    "**Every value of each sweep** (the trend rows above; each cell the claim's contrast at that value, its verdict "
+    "in the same family: yes, opposite, ≈ equivalent within the margin, ? inconclusive; below the identity value "
+    "a value asks what its claim states, above it the opposite):"
 )
 
 

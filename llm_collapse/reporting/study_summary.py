@@ -41,10 +41,9 @@ from llm_collapse.reporting.item_contrasts import (
     combine,
     contrast_terms,
     merged,
-    shortest_length,
     trend_terms,
 )
-from llm_collapse.reporting.significance import ALPHA, paired_test
+from llm_collapse.reporting.significance import ALPHA, equivalence_testable, p_text, paired_test
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
 from llm_collapse.run.results import ITEMS_FILE
 from llm_collapse.tasks.registry import metric_info
@@ -52,11 +51,11 @@ from llm_collapse.tasks.registry import metric_info
 ANSWERS_FILE = "answers.csv"
 ANSWER_COLUMNS = (
     "question", "claim", "kind", "run", "model", "method", "metric", "length", "depth", "layer", "parameter",
-    "value", "versus", "direction", "verdict", "estimate", "ci_low", "ci_high", "n", "test", "p", "p_holm",
+    "value", "sweep", "versus", "direction", "verdict", "estimate", "ci_low", "ci_high", "n", "test", "p", "p_holm",
     "p_equivalence", "p_equivalence_holm", "family", "margin", "margin_reason", "declared", "per_item",
 )  # fmt: skip
 """The columns of ``answers.csv``: ``kind`` (`llm_collapse.reporting.answer_spec.KINDS`); ``parameter`` and
-``value`` of a sweep's value rows; ``versus`` the run/model/method a versus row subtracts; p and p_holm the
+``value`` of a sweep's value rows, ``sweep`` the claim of the sweep a value or trend row belongs to; ``versus`` the run/model/method a versus row subtracts; p and p_holm the
 difference test's, p_equivalence(_holm) the TOST's (NaN without a margin or where the difference survives);
 ``per_item``: the answer's run kept items.parquet."""
 VERDICTS = {
@@ -87,8 +86,9 @@ class _Runs:
             self._loaded[run] = (results, [c for c in claims or [] if isinstance(c, dict)])
         return self._loaded[run]
 
-    def row(self, answer: Answer) -> pd.Series:
-        """The one results row an answer cites (``error`` where there is none or several)."""
+    def row(self, answer: Answer, *, missing_ok: bool = False) -> pd.Series | None:
+        """The one results row an answer cites (``error`` where there is none or several; None where there is none
+        and ``missing_ok``: a run's declared claim on a cell the run could not measure reads untested)."""
         frame, _ = self.load(answer.run)
         match = frame[
             (frame["model"] == answer.model)
@@ -103,6 +103,8 @@ class _Runs:
             )
             & (frame["layer"].isna() if answer.layer is None else frame["layer"] == answer.layer)
         ]
+        if len(match) == 0 and missing_ok:
+            return None
         if len(match) != 1:
             raise self.error(
                 f"answer {answer.label}: {len(match)} rows in {answer.run}/results.parquet, need exactly 1"
@@ -122,7 +124,9 @@ def read_family(answers: list[Answer], contrasts: list[Contrast | None]) -> list
     """Verdict, p, Holm p and the TOST's per answer of one family (module docstring)."""
     p_holm = holm_adjust([c.p if c is not None else np.nan for c in contrasts])
     p_eq = [
-        c.equivalence_p(a.margin) if c is not None and a.margin is not None and not p <= ALPHA else math.nan
+        c.equivalence_p(a.margin)
+        if c is not None and a.margin is not None and not p <= ALPHA and equivalence_testable(a.metric, c)
+        else math.nan
         for a, c, p in zip(answers, contrasts, p_holm, strict=True)
     ]
     eq_holm = holm_adjust(p_eq)
@@ -149,16 +153,19 @@ def _direction(answer: Answer, estimate: float) -> str:
 
 
 def answers_frame(
-    root: Path, claims: list[tuple[str, str, Answer]], error: type[Exception]
+    root: Path, claims: list[tuple[str, str, Answer]], error: type[Exception], *, untested: bool = False
 ) -> pd.DataFrame | None:
     """One row per ``(question, family, answer)``, `ANSWER_COLUMNS`, each answer's run a folder under ``root``
-    (None without claims)."""
+    (None without claims). A claim whose row the run lacks is ``error``, or with ``untested`` (a run's own
+    declared claims) inconclusive with no test."""
     if not claims:
         return None
     runs, items = _Runs(root, error), Items(root)
-    rows = [None if answer.reads_items else runs.row(answer) for *_, answer in claims]
+    rows = [None if answer.reads_items else runs.row(answer, missing_ok=untested) for *_, answer in claims]
     contrasts = [
-        items_contrast(items, answer, error) if row is None else paired_test(row)
+        items_contrast(items, answer, error)
+        if answer.reads_items
+        else (None if row is None else paired_test(row))
         for (*_, answer), row in zip(claims, rows, strict=True)
     ]
     read: list[dict | None] = [None] * len(claims)
@@ -169,7 +176,9 @@ def answers_frame(
             read[i] = reading
     out = []
     for (question, family, answer), row, contrast, reading in zip(claims, rows, contrasts, read, strict=True):
-        estimate = float(row["value"]) if contrast is None else contrast.estimate
+        estimate = (
+            contrast.estimate if contrast is not None else (math.nan if row is None else float(row["value"]))
+        )
         out.append(
             dict(
                 question=question,
@@ -184,13 +193,14 @@ def answers_frame(
                 layer=math.nan if answer.layer is None else answer.layer,
                 parameter=answer.parameter,
                 value=answer.sweep[0][1] if answer.kind == "value" else math.nan,
+                sweep=answer.sweep_claim,
                 versus="/".join(answer.versus) if answer.versus else "",
                 direction=answer.asks,
                 verdict=reading["verdict"],
                 estimate=estimate,
                 ci_low=math.nan if contrast is None else contrast.low,
                 ci_high=math.nan if contrast is None else contrast.high,
-                n=int(row["n"]) if row is not None else contrast.n,
+                n=int(row["n"]) if row is not None else (contrast.n if contrast is not None else 0),
                 test="" if contrast is None else contrast.test,
                 p=math.nan if contrast is None else contrast.p,
                 p_holm=reading["p_holm"],
@@ -212,7 +222,7 @@ def items_contrast(items: Items, answer: Answer, error: type[Exception]) -> Cont
     quantity, _, rest = answer.metric.partition("_vs_")
     suffix = "_vs_" + rest
     cell = Cell(answer.run, answer.model, answer.method, answer.task, answer.length, answer.depth)
-    shortest = shortest_length(items, cell, quantity)
+    shortest = items.shortest_length(cell, quantity)
     if answer.layer is not None or shortest is None:
         raise error(
             f"answer {answer.label}: {answer.run}/items.parquet has no per-item {quantity} to compute it from"
@@ -224,7 +234,7 @@ def items_contrast(items: Items, answer: Answer, error: type[Exception]) -> Cont
     else:
         run, model, method = answer.versus
         other = Cell(run, model, method, answer.task, answer.length, answer.depth)
-        other_shortest = shortest_length(items, other, quantity)
+        other_shortest = items.shortest_length(other, quantity)
         if other_shortest is None:
             raise error(
                 f"answer {answer.label}: {run}/items.parquet has no per-item {quantity} of {model}/{method}"
@@ -259,9 +269,9 @@ def answers_table(frame: pd.DataFrame, *, linked: bool = True) -> Table:
         equivalent = row.verdict == "equivalent"
         p = row.p_equivalence_holm if equivalent else row.p_holm
         test = (
-            f"TOST, Holm p{_p(p)}"
+            f"TOST, Holm p{p_text(p)}"
             if equivalent
-            else (f"{row.test}, Holm p{_p(p)}" if row.test else "untested")
+            else (f"{row.test}, Holm p{p_text(p)}" if row.test else "untested")
         )
         if linked:  # run ids stay in answers.csv; the table links each row's run report
             source = f"[report]({row.run}/report.md)"
@@ -309,40 +319,32 @@ def families_text(frame: pd.DataFrame) -> str:
     return "; ".join(f"{family} ({count})" for family, count in counts.items())
 
 
-def _p(p: float) -> str:
-    return "<0.001" if p < 0.001 else f"={p:.3f}"
-
-
 SWEEP_SYMBOLS = {"yes": "yes", "opposite": "opposite", "equivalent": "≈", "inconclusive": "?"}
 """How a sweep table's cell names its value's verdict."""
 
 
 def sweep_table(frame: pd.DataFrame) -> Table | None:
-    """Every value of every sweep: one line per swept claim, one column per parameter value, each cell the
-    estimate with its verdict (None without sweeps)."""
+    """Every value of every sweep: one line per swept claim (``answers.csv``'s ``sweep`` column), one column per
+    parameter value, each cell the value row's estimate with its verdict (None without sweeps)."""
     values = frame[frame["kind"] == "value"]
     if values.empty:
         return None
-    columns = sorted(values["value"].unique())
+    parameters = sorted(values["parameter"].unique())
+    columns = sorted({(p, v) for p, v in zip(values["parameter"], values["value"], strict=True)})
     body = []
-    for trend in frame[frame["kind"] == "trend"].itertuples(index=False):
-        base = trend.claim.split(": trend per unit decrease", 1)[0]
-        mine = values[values["claim"].str.startswith(base + " (") & (values["question"] == trend.question)]
-        digits = metric_info(trend.metric.split("/", 1)[1]).digits
+    for (question, claim), rows in values.groupby(["question", "sweep"], sort=False):
+        digits = metric_info(rows["metric"].iloc[0].split("/", 1)[1]).digits
         cells = []
-        for value in columns:
-            hit = mine[mine["value"] == value]
-            if hit.empty:
-                cells.append("—")
-            else:
-                row = hit.iloc[0]
-                cells.append(f"{row.estimate:+.{digits}f} ({SWEEP_SYMBOLS[row.verdict]})")
-        body.append((trend.question, base, *cells))
-    headers = (
-        "question",
-        "claim (interaction at each value)",
-        *(f"{trend.parameter} {v:g}" for v in columns),
+        for parameter, value in columns:
+            hit = rows[(rows["parameter"] == parameter) & (rows["value"] == value)]
+            row = hit.iloc[0] if len(hit) else None
+            cells.append("—" if row is None else f"{row.estimate:+.{digits}f} ({SWEEP_SYMBOLS[row.verdict]})")
+        body.append((question, claim, *cells))
+    label = (lambda p, v: f"{v:g}") if len(parameters) == 1 else (lambda p, v: f"{p} {v:g}")
+    title = (
+        f"claim (its contrast at each {parameters[0]})" if len(parameters) == 1 else "claim (at each value)"
     )
+    headers = ("question", title, *(label(p, v) for p, v in columns))
     return Table(headers, tuple(body), (False, False, *([True] * len(columns))))
 
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import math
 
+from llm_collapse.utils.yamlfile import short_repr
+
 ASKS = ("more collapse", "less collapse", "better", "worse", "more drift", "less drift", "higher", "lower")
 """The directions a claim may ask for (``higher``/``lower`` for metrics without a collapse or quality direction)."""
 CLAIM_KEYS = ("claim", "metric", "method", "length", "asks")
@@ -65,24 +67,30 @@ def read_claim(
         raise error(f"{where}: {', '.join(strings)} must be non-empty strings, {example}")
     task, _, metric = value["metric"].partition("/")
     if not (task and metric and "_vs_" in metric):
-        raise error(f"{where} metric {value['metric']!r} must be 'task/<paired metric>', {example}")
+        raise error(f"{where} metric {short_repr(value['metric'])} must be 'task/<paired metric>', {example}")
     if isinstance(value["length"], bool) or not isinstance(value["length"], int) or value["length"] < 1:
-        raise error(f"{where} length {value['length']!r} must be a positive integer, {example}")
+        raise error(f"{where} length {short_repr(value['length'])} must be a positive integer, {example}")
     if value["asks"] not in ASKS:
-        raise error(f"{where} asks {value['asks']!r} is not one of {', '.join(ASKS)}")
+        raise error(f"{where} asks {short_repr(value['asks'])} is not one of {', '.join(ASKS)}")
     layer = value.get("layer")
     if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int) or layer < 0):
-        raise error(f"{where} layer {layer!r} must be a non-negative integer (a layer index), {example}")
+        raise error(
+            f"{where} layer {short_repr(layer)} must be a non-negative integer (a layer index), {example}"
+        )
     depth = value.get("depth")
     if depth is not None and (
         isinstance(depth, bool) or not isinstance(depth, int | float) or not 0 <= depth <= 1
     ):
-        raise error(f"{where} depth {depth!r} must be a number from 0 (start) to 1 (end), {example}")
+        raise error(
+            f"{where} depth {short_repr(depth)} must be a number from 0 (start) to 1 (end), {example}"
+        )
     margin, reason = value.get("margin"), value.get("margin_reason")
     if margin is not None and (
         isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 < margin < math.inf
     ):
-        raise error(f"{where} margin {margin!r} must be a positive number on the metric's scale, {example}")
+        raise error(
+            f"{where} margin {short_repr(margin)} must be a positive number on the metric's scale, {example}"
+        )
     if (margin is None) != (reason is None) or (
         reason is not None and not (isinstance(reason, str) and reason.strip())
     ):
@@ -115,11 +123,11 @@ def check_claims(claims: list, *, models: list[str], slug_of: dict[str, str], ta
         method = slug_of.get(claim["method"], claim["method"])
         if method not in slugs:
             raise error(
-                f"{where} method {claim['method']!r} is not in --methods {list(slug_of)}; name one of them"
+                f"{where} method {short_repr(claim['method'])} is not in --methods {list(slug_of)}; name one of them"
             )
         if claim["task"] not in tasks:
             raise error(
-                f"{where} metric {claim['task']}/{claim['metric']}: task {claim['task']!r} is not in --tasks {tasks}"
+                f"{where} metric {claim['task']}/{claim['metric']}: task {short_repr(claim['task'])} is not in --tasks {tasks}"
             )
         if claim["length"] not in lengths:
             raise error(f"{where} length {claim['length']} is not in --lengths {lengths}; name one of them")
@@ -128,7 +136,7 @@ def check_claims(claims: list, *, models: list[str], slug_of: dict[str, str], ta
             raise error(f"{where} needs a model: the run has several --models {models}")
         model = model or models[0]
         if model not in models:
-            raise error(f"{where} model {model!r} is not in --models {models}")
+            raise error(f"{where} model {short_repr(model)} is not in --models {models}")
         normalised = {
             "claim": " ".join(claim["claim"].split()), "metric": f"{claim['task']}/{claim['metric']}",
             "model": model, "method": method, "length": claim["length"], "asks": claim["asks"],

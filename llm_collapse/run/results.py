@@ -82,7 +82,7 @@ def write_items(rows: list[dict], out_dir: Path) -> None:
 ITEMS_FILE = "items.parquet"
 ITEM_KEYS: tuple[str, ...] = ("model", "method", "task", "corpus", "length", "depth", "layer", "item")
 """The columns of ``items.parquet`` that name an item's row; every other column is a per-item quantity."""
-REPORT_FILES: tuple[str, ...] = ("report.md", "report.html", "figures")
+REPORT_FILES: tuple[str, ...] = ("report.md", "report.html", "answers.csv", "figures")
 
 
 def remove_report(out_dir: Path) -> None:

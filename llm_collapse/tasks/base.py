@@ -199,9 +199,9 @@ def contrast_rows(
     statistics one per layer (`paired_t_contrast`: t interval; a bootstrap before 2026-12-06). Bins absent
     from either side are skipped.
     """
-    from llm_collapse.metrics.collapse import centroid_distance, mean_pairwise_cosine
-    from llm_collapse.metrics.proportions import newcombe_paired_interval
-    from llm_collapse.metrics.stats import mcnemar_exact_p, paired_jackknife_ci
+    from llm_collapse.metrics.collapse import centroid_distance
+    from llm_collapse.metrics.contrasts import paired_binary
+    from llm_collapse.metrics.stats import paired_jackknife_ci
     from llm_collapse.run.results import result_row
 
     rows = []
@@ -221,12 +221,11 @@ def contrast_rows(
         if items[key].per_layer:
             rows += _per_layer_contrasts(row, items[key].metric + suffix, mine, theirs)
         elif items[key].metric == EMBEDDINGS:
-            for name, statistic in (
-                ("pairwise_cosine", mean_pairwise_cosine),
-                ("centroid_distance", centroid_distance),
-            ):
-                point, low, high = paired_jackknife_ci(mine, theirs, statistic)
-                rows.append(result_row(**row, metric=name + suffix, value=point, ci=(low, high)))
+            cosine = _paired_cosine_jackknife(mine, theirs)  # O(n d): delete-one values from per-item terms
+            rows.append(result_row(**row, metric="pairwise_cosine" + suffix, value=cosine.estimate,
+                                   ci=(cosine.low, cosine.high)))  # fmt: skip
+            point, low, high = paired_jackknife_ci(mine, theirs, centroid_distance)
+            rows.append(result_row(**row, metric="centroid_distance" + suffix, value=point, ci=(low, high)))
             if items[key].reference is not None and base[key].reference is not None:
                 for contrast in (
                     _global_distance_contrast(items[key], base[key]),
@@ -239,14 +238,29 @@ def contrast_rows(
             metric = items[key].metric + suffix
             rows.append(result_row(**row, metric=metric, value=point, ci=(low, high), p_value=p_value))
         else:  # 0/1 outcomes: Newcombe's interval (a bootstrap's can exclude 0 where McNemar cannot reject)
-            point, low, high = newcombe_paired_interval(mine, theirs)
-            p_value = mcnemar_exact_p(mine, theirs)
+            c = paired_binary(mine, theirs)
             rows.append(
                 result_row(
-                    **row, metric=items[key].metric + suffix, value=point, ci=(low, high), p_value=p_value
+                    **row,
+                    metric=items[key].metric + suffix,
+                    value=c.estimate,
+                    ci=(c.low, c.high),
+                    p_value=c.p,
                 )
             )
     return rows
+
+
+def _paired_cosine_jackknife(mine: np.ndarray, theirs: np.ndarray):
+    """The paired delete-one jackknife of ``mean_pairwise_cosine(mine) - mean_pairwise_cosine(theirs)`` from each
+    item's mean cosine to the others (`llm_collapse.metrics.contrasts.pairwise_cosine_leave_one_out`): the
+    interval `paired_jackknife_ci` gives, in O(n d) instead of O(n^2 d)."""
+    from llm_collapse.metrics.contrasts import jackknife_from_leave_one_out, pairwise_cosine_leave_one_out
+    from llm_collapse.tasks.items import embedding_quantities
+
+    a, loo_a = pairwise_cosine_leave_one_out(embedding_quantities(mine, None)["pairwise_cosine"])
+    b, loo_b = pairwise_cosine_leave_one_out(embedding_quantities(theirs, None)["pairwise_cosine"])
+    return jackknife_from_leave_one_out(a - b, loo_a - loo_b)
 
 
 def _per_layer_contrasts(row: dict, metric: str, mine: np.ndarray, theirs: np.ndarray) -> list[dict]:

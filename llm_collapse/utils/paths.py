@@ -88,13 +88,13 @@ _FS_IOC_GETFLAGS = 0x80086601  # linux/fs.h, the flags lsattr shows
 _LOCKED_FLAGS = 0x10 | 0x20  # FS_IMMUTABLE_FL, FS_APPEND_FL: no rename or unlink, even as root
 
 
-def check_replaceable(folder: str | Path, *, what: str) -> None:
+def check_replaceable(folder: str | Path, *, what: str, names: tuple[str, ...] = RUN_FILES) -> None:
     """Raises `OutputError` when a file a run or report replaces in ``folder`` cannot be replaced, before any work:
     one of `RUN_FILES` that is a folder, ``figures`` that is a file, either marked immutable or append-only
     (``chattr +i``/``+a``), or a ``figures`` folder this process may not move (it is moved aside, which needs
-    write permission on it)."""
+    write permission on it). ``names``: the files the command replaces (a report: `llm_collapse.run.results.REPORT_FILES`)."""
     folder = Path(folder)
-    for name in (*RUN_FILES, "figures"):
+    for name in (*names, "figures"):
         path = folder / name
         if not path.exists() or path.is_symlink():
             continue

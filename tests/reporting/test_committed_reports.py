@@ -32,13 +32,16 @@ def test_committed_study_report_rebuilds_identically(tmp_path):
 
     study = REPORTS / "study"
     copy = tmp_path / "study"
-    shutil.copytree(study, copy, ignore=shutil.ignore_patterns("report.md", "report.html"))
+    shutil.copytree(study, copy, ignore=shutil.ignore_patterns("report.md", "report.html", "answers.csv"))
     out = build_study(copy, REPORTS.parent / "experiments" / "study" / "questions.yaml")
 
     def rebuilt(kind: str) -> str:  # the report names its root in the rebuild command
         return out[kind].read_text().replace(copy.as_posix(), "reports/study")
 
     assert rebuilt("md") == (study / "report.md").read_text()
+    assert (
+        rebuilt("csv") == (study / "answers.csv").read_text()
+    )  # every number of the answers, from today's code
     page = (study / "report.html").read_text()
     assert rebuilt("html") == page
     srcs = re.findall(r'<img src="([^"]+)"', page)

@@ -85,7 +85,7 @@ def test_the_sweep_table_shows_every_value_row_of_answers_csv():
     text = (STUDY / "report.md").read_text()
     table = text.split("**Every value of each sweep**", 1)[1].split("\n\n")[1].splitlines()
     header = [c.strip() for c in table[0].strip("|").split(" | ")]
-    values = [float(h.split(" ")[1]) for h in header[2:]]
+    values = [float(h.split(" ")[-1]) for h in header[2:]]
     cells = 0
     for line in table[2:]:
         question, claim, *rest = (c.strip() for c in line.strip("|").split(" | "))

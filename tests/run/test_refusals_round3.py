@@ -252,25 +252,32 @@ def _chattr(flag: str, path: Path) -> None:
         pytest.skip("chattr is not available on this file system")
 
 
-@pytest.mark.parametrize(("name", "setup"), [("run.json", "folder"), ("figures", "file"), ("results.parquet", "+i"),
-                                             ("figures", "+i")])  # fmt: skip
-def test_19_report_refuses_a_file_it_cannot_replace_before_reading(tmp_path, capsys, name, setup):
+@pytest.mark.parametrize(
+    ("command", "name", "setup"),
+    [("report", "report.md", "folder"), ("report", "figures", "file"), ("report", "report.html", "+i"),
+     ("report", "figures", "+i"), ("recompute", "run.json", "folder"), ("recompute", "results.parquet", "+i")],
+)  # fmt: skip
+def test_19_a_file_the_command_cannot_replace_is_refused_before_any_work(
+    tmp_path, capsys, command, name, setup
+):
+    """A report replaces its own files (report.md/html, answers.csv, figures/), a recompute every run file too;
+    a folder where a file goes, a file where figures/ goes or an immutable one is one line before any work."""
     pytest.importorskip("seaborn")
     run = _run(tmp_path)
     target = run / name
     if setup == "folder":
-        target.unlink()
+        target.unlink(missing_ok=True)
         target.mkdir()
     elif setup == "file":
         target.write_text("not a folder")
     else:
-        target.mkdir(exist_ok=True) if name == "figures" else None
+        target.mkdir(exist_ok=True) if name == "figures" else target.write_text("old")
         _chattr(setup, target)
     try:
-        assert report_main([str(run)]) == 2
+        assert report_main(["--recompute", str(run)] if command == "recompute" else [str(run)]) == 2
         err = one_line(capsys)
         assert str(target) in err and ("cannot replace" in err or "cannot be replaced" in err), err
-        assert not (run / "report.md").exists()
+        assert not (run / "report.md").is_file()
     finally:
         if setup.startswith("+"):
             _chattr("-i", target)
