@@ -115,6 +115,16 @@ def global_centroid_distance(X: np.ndarray, global_centroid: np.ndarray, label: 
     return float(np.linalg.norm(U - g, axis=1).mean())
 
 
+def per_item_pairwise_cosine(X: np.ndarray) -> np.ndarray:
+    """Each item's mean cosine to the other items of its group, (n, d) -> (n,) (NaN for a lone item): their mean is
+    `mean_pairwise_cosine`, and they give its delete-one values (`llm_collapse.metrics.contrasts`)."""
+    U = normalize_rows(np.asarray(X, dtype=np.float64))
+    n = U.shape[0]
+    if n < 2:
+        return np.full(n, np.nan)
+    return (U @ U.sum(axis=0) - np.einsum("ij,ij->i", U, U)) / (n - 1)
+
+
 def mean_pairwise_cosine(X: np.ndarray, chunk_size: int = 65536, label: str | None = None) -> float:
     """Mean cosine over the n(n-1) ordered off-diagonal pairs, in O(n d) time and O(chunk_size d) memory.
 

@@ -255,11 +255,11 @@ def _paired_cosine_jackknife(mine: np.ndarray, theirs: np.ndarray):
     """The paired delete-one jackknife of ``mean_pairwise_cosine(mine) - mean_pairwise_cosine(theirs)`` from each
     item's mean cosine to the others (`llm_collapse.metrics.contrasts.pairwise_cosine_leave_one_out`): the
     interval `paired_jackknife_ci` gives, in O(n d) instead of O(n^2 d)."""
+    from llm_collapse.metrics.collapse import per_item_pairwise_cosine
     from llm_collapse.metrics.contrasts import jackknife_from_leave_one_out, pairwise_cosine_leave_one_out
-    from llm_collapse.tasks.items import embedding_quantities
 
-    a, loo_a = pairwise_cosine_leave_one_out(embedding_quantities(mine, None)["pairwise_cosine"])
-    b, loo_b = pairwise_cosine_leave_one_out(embedding_quantities(theirs, None)["pairwise_cosine"])
+    a, loo_a = pairwise_cosine_leave_one_out(per_item_pairwise_cosine(mine))
+    b, loo_b = pairwise_cosine_leave_one_out(per_item_pairwise_cosine(theirs))
     return jackknife_from_leave_one_out(a - b, loo_a - loo_b)
 
 

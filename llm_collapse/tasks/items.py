@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from llm_collapse.metrics.collapse import normalize_rows
+from llm_collapse.metrics.collapse import normalize_rows, per_item_pairwise_cosine
 from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, PairedKey, paired_task
 
 
@@ -71,10 +71,8 @@ def embedding_quantities(X: np.ndarray, reference: np.ndarray | None) -> dict[st
     lengths (absent without one); the ``*_sq_*`` columns: their squares.
     """
     U = normalize_rows(np.asarray(X, dtype=np.float64))
-    n = U.shape[0]
-    sums = U @ U.sum(axis=0) - np.einsum("ij,ij->i", U, U)  # (n,) sum of cosines to the others
     out = {
-        "pairwise_cosine": sums / (n - 1) if n > 1 else np.full(n, math.nan),
+        "pairwise_cosine": per_item_pairwise_cosine(U),
         "centroid_distance": np.linalg.norm(U - U.mean(axis=0, keepdims=True), axis=1),
     }
     out["within_length_sq_spread"] = out["centroid_distance"] ** 2
