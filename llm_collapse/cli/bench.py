@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from llm_collapse.bench.config import QUICK, BenchConfig
+from llm_collapse.bench.config import QUICK, BenchConfig, check_inputs
 from llm_collapse.cli.common import ArgumentParser, run_command
 from llm_collapse.errors import UserError
 
@@ -200,11 +200,14 @@ def _device_check(args: argparse.Namespace, command: str) -> int:
 def _bench(args: argparse.Namespace, command: str) -> int:
     from llm_collapse.bench.render import fmt_status
     from llm_collapse.bench.run import run_bench
+    from llm_collapse.utils.logs import held_logs
 
-    try:
-        config = config_from_args(args)
-    except ValueError as err:
-        raise UserError(str(err)) from None
+    with held_logs():  # a refusal is one line: checked before the first log line and any work
+        try:
+            config = config_from_args(args)
+            check_inputs(config)
+        except ValueError as err:
+            raise UserError(str(err)) from None
     result = run_bench(config, command=command)
     out = Path(config.out)
     _say(f"wrote {out / 'bench.md'} and {out / 'bench.json'}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from llm_collapse.cli.report import main as report_main
@@ -104,6 +105,33 @@ def test_22_the_device_check_refuses_a_bad_device_or_out_before_its_checks(tmp_p
     start = time.perf_counter()
     assert bench_main(argv) == 2
     assert message in one_line(capsys) and time.perf_counter() - start < 10
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        (["--models", "nosuch"], "Unknown embedder 'nosuch'"),
+        (["--long-model", "nosuch"], "Unknown embedder 'nosuch'"),
+        (["--out", "{file}/sub"], "cannot be created"),
+        (["--vllm-python", "{file}/python"], "is not a file"),
+    ],
+)
+def test_a_bench_refusal_is_one_line_with_no_log_line_or_work_before_it(
+    tmp_path, capsys, caplog, words, message
+):
+    """The smaller defect "a refusal preceded by an INFO line is two lines": the bench logged its dtype and timed
+    a matmul peak (and, for --long-model, ran every section) before refusing a model name."""
+    import logging
+    import time
+
+    from llm_collapse.cli.bench import main as bench_main
+
+    (tmp_path / "file").write_text("x")
+    caplog.set_level(logging.INFO, logger="llm_collapse")
+    start = time.perf_counter()
+    assert bench_main(["--quick", *(w.format(file=tmp_path / "file") for w in words)]) == 2
+    assert message in one_line(capsys) and time.perf_counter() - start < 10
+    assert not [r for r in caplog.records if r.name.startswith("llm_collapse")], caplog.text
 
 
 # --- 5. all-but-the-top's D against the texts it is fitted on -------------------------------------------------
@@ -400,3 +428,11 @@ def test_a_full_disk_at_the_final_write_leaves_no_half_set_of_files_and_the_reru
     assert (read_marker(out) or {}).get("state") != "complete"
     monkeypatch.setattr(runner, "write_items", real)
     assert run_compare(out, **flags) == 0 and (out / "run.json").is_file()
+    fresh = (
+        tmp_path / "fresh"
+    )  # the same run into a new folder (its embeddings from the cache, as the rerun's)
+    assert run_compare(fresh, **flags) == 0
+    for name in ("results.parquet", "items.parquet"):
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(out / name), pd.read_parquet(fresh / name), check_exact=True
+        )

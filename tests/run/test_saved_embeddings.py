@@ -299,11 +299,13 @@ def test_an_empty_damaged_or_deep_file_is_one_line_never_a_traceback(runs, tmp_p
 def test_an_interrupted_recompute_leaves_the_marker_saying_so_and_a_rerun_completes(
     runs, tmp_path, monkeypatch
 ):
-    """Issue 61: an interrupted recompute removed the run's report while the marker still said complete."""
+    """Issue 61: an interrupted recompute removed the run's report while the marker still said complete. The rerun's
+    results equal the run's own, exactly (float32 vectors)."""
     import llm_collapse.reporting as reporting
     from llm_collapse.run.directory import MARKER
 
-    run_dir = _copy(runs, "float16", tmp_path)
+    run_dir = _copy(runs, "float32", tmp_path)
+    fresh = [pd.read_parquet(run_dir / name) for name in ("results.parquet", "items.parquet")]
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -317,3 +319,7 @@ def test_an_interrupted_recompute_leaves_the_marker_saying_so_and_a_rerun_comple
         json.loads((run_dir / MARKER).read_text())["state"] == "complete"
         and (run_dir / "report.md").is_file()
     )
+    for name, table in zip(
+        ("results.parquet", "items.parquet"), fresh, strict=True
+    ):  # what the run itself wrote
+        pd.testing.assert_frame_equal(pd.read_parquet(run_dir / name), table, check_exact=True)
