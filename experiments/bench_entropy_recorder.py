@@ -17,7 +17,7 @@ import time
 import torch
 
 from llm_collapse.metrics.attention import attendable
-from llm_collapse.metrics.layerwise import _CHUNK, _entropy
+from llm_collapse.tasks.layer_probe import _CHUNK, _entropy
 
 HEADS, KV_HEADS, HEAD_DIM, WINDOW = 4, 1, 256, 512
 

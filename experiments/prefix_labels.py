@@ -42,9 +42,9 @@ from llm_collapse.backends.weights import resolve_weights
 from llm_collapse.data import load_corpus
 from llm_collapse.data.corpora import paragraphs
 from llm_collapse.metrics.stats import mcnemar_exact_p
+from llm_collapse.records.results import ITEMS_FILE
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.inputs import build_inputs
-from llm_collapse.run.results import ITEMS_FILE
 from llm_collapse.tasks.base import BASE_METHOD
 
 

@@ -1,6 +1,6 @@
 """`UserError`: the one base class of every error a user can fix by changing the command or its inputs.
 
-Command lines catch exactly this class (`llm_collapse.cli.common.run_command`) and print its message as one
+Command lines catch exactly this class (`llm_collapse.utils.commands.run_command`) and print its message as one
 line with exit code 2; anything else is a bug and keeps its traceback. Subclasses also derive from the
 builtin their callers historically caught (``ValueError``, ``KeyError``...), so library users are unaffected.
 """

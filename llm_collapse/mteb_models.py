@@ -117,7 +117,7 @@ def load_model(
 
 def main(argv: list[str] | None = None) -> int:
     """mteb's command line (``run``, ``available_tasks``...) with the package's models registered."""
-    from llm_collapse.cli.common import run_command
+    from llm_collapse.utils.commands import run_command
 
     def body() -> int:
         from mteb.cli.build_cli import build_cli

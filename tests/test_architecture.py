@@ -94,13 +94,30 @@ def test_a_cycle_through_function_level_imports_is_found(tmp_path):
     assert import_cycles(package) == []
 
 
+MODEL_LAYERS = (
+    "embedder",
+    "load",
+    "backends",
+    "adapters",
+    "interventions",
+    "prefix",
+    "cache",
+    "models.nv_embed",
+)
+
+
 @pytest.mark.parametrize(
     ("lower", "upper"),
     [("llm_collapse.cost", "llm_collapse.run"), ("llm_collapse.cost", "llm_collapse.bench"),
-     ("llm_collapse.run", "llm_collapse.bench")],
+     ("llm_collapse.run", "llm_collapse.bench"), ("llm_collapse.tasks", "llm_collapse.run"),
+     ("llm_collapse.records", "llm_collapse.run"), ("llm_collapse.reporting", "llm_collapse.run"),
+     ("llm_collapse.bench", "llm_collapse.cli"),
+     *(("llm_collapse.metrics", f"llm_collapse.{layer}") for layer in (*MODEL_LAYERS, "tasks", "run"))],
 )  # fmt: skip
 def test_layers_import_only_downwards(lower, upper):
-    """cost/ lies below both run/ and bench/, and run/ does not reach into bench/ (any import, any level)."""
+    """cost/ lies below both run/ and bench/; run/ does not reach into bench/; tasks see a cell and its settings,
+    never the run; the run's files (records/) are below the run and its reports; metrics are pure arrays and
+    import nothing that loads or drives a model (any import, any level)."""
     hits = [
         f"{name} imports {target}"
         for name, path in MODULES.items()
@@ -109,6 +126,24 @@ def test_layers_import_only_downwards(lower, upper):
         if target == upper or target.startswith(upper + ".")
     ]
     assert not hits, "\n".join(hits)
+
+
+def _folder(module: str) -> str:
+    """The folder (or top-level module) a module belongs to: ``llm_collapse.run.config`` -> ``run``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_no_two_folders_import_each_other():
+    """Layers, not tangles: where folder A imports folder B (any module, any level), B imports nothing of A."""
+    edges: dict[tuple[str, str], str] = {}
+    for name, path in MODULES.items():
+        for target in _imports(name, path, MODULES):
+            pair = (_folder(name), _folder(target))
+            if pair[0] != pair[1] and target != "llm_collapse":
+                edges.setdefault(pair, f"{name} imports {target}")
+    two_way = [f"{edges[a, b]}; {edges[b, a]}" for a, b in sorted(edges) if a < b and (b, a) in edges]
+    assert not two_way, "\n".join(two_way)
 
 
 def _sources() -> list[tuple[str, str]]:

@@ -51,7 +51,7 @@ def test_a_closed_pipe_ends_the_command_without_a_traceback():
     import sys
 
     body = (
-        "import sys\nfrom llm_collapse.cli.common import run_command\n"
+        "import sys\nfrom llm_collapse.utils.commands import run_command\n"
         "def body():\n    raise BrokenPipeError\n"
         "sys.exit(run_command(body))"
     )

@@ -96,7 +96,7 @@ def test_run_json_names_the_cpu_kind():
     import re
     from pathlib import Path
 
-    from llm_collapse.run.results import environment
+    from llm_collapse.records.results import environment
 
     hardware = environment()["hardware"]
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_collapse.cost.flops import FlopModel, backbone_linear_params, latent_pooler_linear_params
+from llm_collapse.models.flops import FlopModel, backbone_linear_params, latent_pooler_linear_params
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ _LAZY = {
     **dict.fromkeys(
         ("Target", "contention", "evaluate_targets", "replica_targets"), "llm_collapse.bench.targets"
     ),
-    **dict.fromkeys(("ENCODER_TYPES", "FlopModel", "model_flops"), "llm_collapse.cost.flops"),
+    **dict.fromkeys(("ENCODER_TYPES", "FlopModel", "model_flops"), "llm_collapse.models.flops"),
     "matmul_peak": "llm_collapse.cost.rate",
 }
 

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from llm_collapse.cli.bench import main
+from llm_collapse.bench.cli import main
 
 sys.exit(main())

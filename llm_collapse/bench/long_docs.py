@@ -14,8 +14,8 @@ from pathlib import Path
 
 from llm_collapse.bench.config import VLLM_NOT_INSTALLED, BenchConfig
 from llm_collapse.bench.corpus import long_document
-from llm_collapse.cost.flops import FlopModel
 from llm_collapse.cost.timing import RssPoller, maxrss_bytes, timed
+from llm_collapse.models.flops import FlopModel
 
 logger = logging.getLogger("llm_collapse.bench")
 

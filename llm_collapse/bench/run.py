@@ -30,7 +30,7 @@ def run_bench(config: BenchConfig, *, command: str = "python -m llm_collapse.ben
     import llm_collapse as lc
     from llm_collapse.backends.device import dtype_name, resolve_dtype
     from llm_collapse.data import load_corpus
-    from llm_collapse.run.results import environment
+    from llm_collapse.records.results import environment
     from llm_collapse.utils.files import atomic_write, write_json
 
     started = time.perf_counter()

@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 
 from llm_collapse.bench.config import SIDES, ST_BATCH_SIZE, BenchConfig
 from llm_collapse.bench.corpus import exact_length_texts, mixed_texts
-from llm_collapse.cost.flops import FlopModel
 from llm_collapse.cost.timing import timed
+from llm_collapse.models.flops import FlopModel
 from llm_collapse.utils.optional import package_version
 
 logger = logging.getLogger("llm_collapse.bench")

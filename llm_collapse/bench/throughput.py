@@ -22,10 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
     from pathlib import Path
 
-    from llm_collapse.cli.common import run_command, say, setup_logging
     from llm_collapse.run.config import CompareConfig
     from llm_collapse.run.plan import plan
     from llm_collapse.run.runner import run_comparison
+    from llm_collapse.utils.commands import run_command, say, setup_logging
     from llm_collapse.utils.paths import cache_root
 
     parser = argparse.ArgumentParser(prog="python -m llm_collapse.bench.throughput", description=main.__doc__)

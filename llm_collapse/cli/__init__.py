@@ -1,7 +1,7 @@
 """The command lines: ``llm-collapse COMMAND ...`` (console script) or ``python -m llm_collapse.COMMAND ...``.
 
-Each command is a thin module here: it parses arguments, sets up logging (`common.setup_logging`) and runs its
-body under `common.run_command`, which turns a `llm_collapse.errors.UserError` into one line on stderr with
+Each command is a thin module here (the benchmark's is `llm_collapse.bench.cli`): it parses arguments, sets up
+logging (`llm_collapse.utils.commands.setup_logging`) and runs its body under `run_command`, which turns a `llm_collapse.errors.UserError` into one line on stderr with
 exit code 2 and Ctrl-C into one line with exit code 130. The work itself is library code (`llm_collapse.run`,
 `llm_collapse.reporting`, `llm_collapse.bench`).
 
@@ -17,7 +17,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from llm_collapse.cli.common import BAD_INPUT, run_command, say
+from llm_collapse.utils.commands import BAD_INPUT, run_command, say
 
 COMMANDS: dict[str, str] = {
     "compare": "models x interventions x tasks x lengths -> results and a report",
@@ -28,7 +28,10 @@ COMMANDS: dict[str, str] = {
     "list": "the models, methods, tasks or corpora a run accepts, one line each",
 }
 
-_MODULES = {"list": "catalog"}  # a module named `list` would shadow the builtin in this package's namespace
+_MODULES = {
+    "list": "llm_collapse.cli.catalog",  # a module named `list` would shadow the builtin in this namespace
+    "bench": "llm_collapse.bench.cli",  # the benchmark's command lives with it, so bench/ imports nothing of cli/
+}
 
 PROG = "llm-collapse"
 
@@ -57,8 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             error=True,
         )
         return BAD_INPUT
-    module = _MODULES.get(command, command)
-    return importlib.import_module(f"llm_collapse.cli.{module}").main(rest, prog=f"{PROG} {command}")
+    return importlib.import_module(command_module(command)).main(rest, prog=f"{PROG} {command}")
+
+
+def command_module(command: str) -> str:
+    """The module of ``llm-collapse COMMAND``, whose ``main(argv, prog=...)`` runs it."""
+    return _MODULES.get(command, f"llm_collapse.cli.{command}")
 
 
 def _about(flag: str) -> int:

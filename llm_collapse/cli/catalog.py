@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llm_collapse.cli.common import ArgumentParser, run_command, say
+from llm_collapse.utils.commands import ArgumentParser, run_command, say
 
 PROG = "llm-collapse list"
 WHAT = ("models", "methods", "tasks", "corpora")

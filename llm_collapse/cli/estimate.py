@@ -14,7 +14,6 @@ import argparse
 import logging
 from pathlib import Path
 
-from llm_collapse.cli.common import ArgumentParser, run_command, say, setup_logging
 from llm_collapse.cost.estimate import (
     DEFAULT_GPU_GIB,
     DEFAULT_HBM_TBS,
@@ -25,10 +24,19 @@ from llm_collapse.cost.estimate import (
     to_markdown,
 )
 from llm_collapse.run.config import CompareConfig, add_arguments, cli_values
+from llm_collapse.utils.commands import ArgumentParser, run_command, say, setup_logging
 from llm_collapse.utils.files import write_text
 from llm_collapse.utils.paths import check_writable_file
 
 PROG = "python -m llm_collapse.estimate"
+
+
+ASSUMPTION_FLAGS = (
+    ("--tflops", DEFAULT_TFLOPS, "sustained bf16 TFLOP/s assumed"),
+    ("--hbm-tbs", DEFAULT_HBM_TBS, "sustained HBM TB/s assumed"),
+    ("--gpu-gib", DEFAULT_GPU_GIB, "GPU memory in GiB to check against"),
+    ("--overhead-gib", DEFAULT_OVERHEAD_GIB, "fixed memory overhead in GiB"),
+)
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -39,30 +47,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     add_arguments(parser)
     parser.add_argument("--config", help="YAML file of a comparison (what compare --config reads)")
-    parser.add_argument(
-        "--tflops",
-        type=float,
-        default=DEFAULT_TFLOPS,
-        help=f"sustained bf16 TFLOP/s assumed (default: {DEFAULT_TFLOPS:g})",
-    )
-    parser.add_argument(
-        "--hbm-tbs",
-        type=float,
-        default=DEFAULT_HBM_TBS,
-        help=f"sustained HBM TB/s assumed (default: {DEFAULT_HBM_TBS:g})",
-    )
-    parser.add_argument(
-        "--gpu-gib",
-        type=float,
-        default=DEFAULT_GPU_GIB,
-        help=f"GPU memory in GiB to check against (default: {DEFAULT_GPU_GIB:g})",
-    )
-    parser.add_argument(
-        "--overhead-gib",
-        type=float,
-        default=DEFAULT_OVERHEAD_GIB,
-        help=f"fixed memory overhead in GiB (default: {DEFAULT_OVERHEAD_GIB:g})",
-    )
+    for flag, default, what in ASSUMPTION_FLAGS:
+        parser.add_argument(flag, type=float, default=default, help=f"{what} (default: {default:g})")
     parser.add_argument(
         "--softcap-attention",
         default="fused",

@@ -18,9 +18,9 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from llm_collapse.cli.common import ArgumentParser, run_command, say, setup_logging
 from llm_collapse.errors import UserError, disk_full
-from llm_collapse.run.results import REPORT_FILES
+from llm_collapse.records.results import REPORT_FILES
+from llm_collapse.utils.commands import ArgumentParser, run_command, say, setup_logging
 from llm_collapse.utils.paths import check_replaceable, check_writable_dir
 
 PROG = "python -m llm_collapse.report"

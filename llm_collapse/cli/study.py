@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from llm_collapse.cli.common import ArgumentParser, run_command, say, setup_logging
+from llm_collapse.utils.commands import ArgumentParser, run_command, say, setup_logging
 from llm_collapse.utils.paths import PROJECT_ROOT, check_writable_dir, display_path
 
 DEFAULT_QUESTIONS = PROJECT_ROOT / "experiments" / "study" / "questions.yaml"

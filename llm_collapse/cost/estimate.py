@@ -14,7 +14,7 @@ Decisions
     * Dimensions come from the published ``config.json`` files (each catalog spec's ``published``),
       not from the tiny test replicas in `llm_collapse.testing.checkpoints`, which keep the layout but shrink
       every size. A model without an entry is refused (exit 2) rather than guessed.
-    * Model FLOPs per text follow `llm_collapse.cost.flops.FlopModel` (the one FLOP formula of the package):
+    * Model FLOPs per text follow `llm_collapse.models.flops.FlopModel` (the one FLOP formula of the package):
       ``2 x linear params x n`` plus ``4 x heads x head_dim x pairs`` per layer, where ``pairs`` is
       ``n (n + 1) / 2`` for a causal layer, ``sum_i min(i + 1, window)`` for a sliding-window layer and
       ``n^2`` for a bidirectional one (NV-Embed). NV-Embed adds its latent-attention pooler: the per-token

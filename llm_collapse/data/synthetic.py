@@ -15,7 +15,7 @@ differ:
 * Sizes: LongEmbed has 100 documents and 50 queries per length (`LONGEMBED_DOCS`, `LONGEMBED_QUERIES`;
   ``compare --retrieval-docs 100 --retrieval-queries 50``). The default here is `SWEEP_DOCS` documents
   and as many queries, sized for a 256..32768 sweep of gemma3-270m on a CPU: the FLOP model
-  (`llm_collapse.cost.flops.FlopModel`, 14.2 TFLOP for one 32k text) puts the eight lengths of one document
+  (`llm_collapse.models.flops.FlopModel`, 14.2 TFLOP for one 32k text) puts the eight lengths of one document
   slot at 1.68 x a 32k text, i.e. ~151 s at the measured 90 s per 32k text (bf16, AMX), ~278 s in fp32
   without bf16 (165 s per 32k text). 24 slots: ~60 min per task and method (fp32: ~1.9 h); LongEmbed's
   100 would take ~4.2 h (~7.7 h). Queries cost ~nothing (one sentence), so every document is queried:

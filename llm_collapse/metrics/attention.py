@@ -1,6 +1,6 @@
 """Which keys a query may attend to, and the entropy of attention rows: the one implementation of each.
 
-Used by `metrics.layerwise` (entropy recorded from logits), `attention_entropy` (entropy of given
+Used by `tasks.layer_probe` (entropy recorded from logits), `attention_entropy` (entropy of given
 probability maps), SelfExtend and the ``chunked`` attention backend (masks when the model passed no 4D mask).
 
 Attendable keys of query row i (its key position q_i) for key j::

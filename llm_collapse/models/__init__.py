@@ -1,7 +1,8 @@
 """Native re-implementations of embedding models whose published remote code does not run on transformers 5.
 
 Each module here builds on transformers' own classes (so ``from_pretrained`` keeps sharding, dtype, device maps and
-quantisation) and never executes code from a checkpoint folder. ``nv_embed`` holds nvidia/NV-Embed-v2.
+quantisation) and never executes code from a checkpoint folder. ``nv_embed`` holds nvidia/NV-Embed-v2; ``flops``
+is the one FLOP formula of a transformer config (`FlopModel`); ``structure`` finds a model's layers.
 """
 
 from __future__ import annotations

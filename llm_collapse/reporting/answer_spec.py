@@ -2,7 +2,7 @@
 
 An ``answer`` row names the paired row that tests a claim (run, model, method, ``task/<paired metric>``, length,
 optionally layer and depth), the direction that means "yes" (``asks``) and optionally the equivalence ``margin``
-with its ``margin_reason`` (`llm_collapse.run.claims.read_claim` checks them). Two more kinds read what no stored
+with its ``margin_reason`` (`llm_collapse.records.claims.read_claim` checks them). Two more kinds read what no stored
 row holds, from the runs' ``items.parquet`` (`llm_collapse.reporting.item_contrasts`):
 
 - ``sweep: {parameter: tau, identity: 1, values: {tempscale-0.5: 0.5, ...}}`` in place of ``method``: the
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from llm_collapse.records.claims import read_claim
 from llm_collapse.reporting.tables import length_text
-from llm_collapse.run.claims import read_claim
 
 ANSWER_KEYS = ("claim", "run", "model", "method", "metric", "length", "asks")
 OPTIONAL_KEYS = ("layer", "depth", "margin", "margin_reason")
@@ -106,7 +106,7 @@ def parse_answers(value: object, where: str, error: type[Exception]) -> tuple[An
 
 
 def parse_answer(value: object, where: str, error: type[Exception]) -> Answer:
-    """One ``answer`` mapping (`llm_collapse.run.claims.read_claim` with the cited run and model); every problem
+    """One ``answer`` mapping (`llm_collapse.records.claims.read_claim` with the cited run and model); every problem
     is one ``error`` line naming ``where``."""
     claim = read_claim(
         value, f"{where} answer", error, required=ANSWER_KEYS, optional=OPTIONAL_KEYS, example=EXAMPLE
@@ -129,7 +129,7 @@ def parse_answer(value: object, where: str, error: type[Exception]) -> Answer:
 
 def answers_of_run(run: str, claims: list) -> list[tuple[str, str, Answer]]:
     """``(question, family, answer)`` per claim a run declared (run.json ``config.claims``, normalised by
-    `llm_collapse.run.claims.check_claims`); the question column is the claim's family."""
+    `llm_collapse.records.claims.check_claims`); the question column is the claim's family."""
     out = []
     for claim in claims:
         task, _, metric = claim["metric"].partition("/")

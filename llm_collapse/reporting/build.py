@@ -465,44 +465,33 @@ def _tiny_caveats(data: ReportData) -> list[str]:
 
 def _truncation_caveats(data: ReportData) -> list[str]:
     lines = []
-    multi = len(data.runs) > 1
-    for model in data.models:
-        for run, record in data.model_records(model):
-            if record is None:
+    for prefix, model, record in data.recorded_models():
+        truncated, n_texts = record.truncated, record.n_texts
+        for method in sorted_methods(truncated):
+            count = truncated[method]
+            if count <= 0:
                 continue
-            truncated = record.truncated
-            n_texts = record.n_texts
-            for method in sorted_methods(truncated):
-                count = truncated[method]
-                if count <= 0:
-                    continue
-                max_length = record.token_caps.get(method, record.describe.get("max_length"))
-                of = f" of {n_texts}" if n_texts is not None else ""
-                cap = f" to max_length {max_length}" if max_length is not None else ""
-                prefix = f"[{run.label}] " if multi else ""
-                lines.append(f"{prefix}Truncation: {model} / `{method}`: {count}{of} texts truncated{cap}.")
+            max_length = record.token_caps.get(method, record.describe.get("max_length"))
+            of = f" of {n_texts}" if n_texts is not None else ""
+            cap = f" to max_length {max_length}" if max_length is not None else ""
+            lines.append(f"{prefix}Truncation: {model} / `{method}`: {count}{of} texts truncated{cap}.")
     return lines
 
 
 def _skipped_caveats(data: ReportData) -> list[str]:
     """Methods the runner could not apply (``not_applicable``) and OOM retries, per model."""
     lines = []
-    multi = len(data.runs) > 1
-    for model in data.models:
-        for run, record in data.model_records(model):
-            if record is None:
-                continue
-            prefix = f"[{run.label}] " if multi else ""
-            skipped = record.not_applicable
-            for what in sorted(skipped):
-                lines.append(f"{prefix}Not measured: {model} / `{what}`: {skipped[what]}")
-            for what, retries in sorted(record.oom_retries.items()):
-                count = len(retries) if isinstance(retries, list) else retries
-                if count > 0:
-                    last = f"; last: {retries[-1]}" if isinstance(retries, list) else ""
-                    lines.append(
-                        f"{prefix}Out-of-memory retries: {model} / `{what}`: {count} (smaller batches{last})."
-                    )
+    for prefix, model, record in data.recorded_models():
+        skipped = record.not_applicable
+        for what in sorted(skipped):
+            lines.append(f"{prefix}Not measured: {model} / `{what}`: {skipped[what]}")
+        for what, retries in sorted(record.oom_retries.items()):
+            count = len(retries) if isinstance(retries, list) else retries
+            if count > 0:
+                last = f"; last: {retries[-1]}" if isinstance(retries, list) else ""
+                lines.append(
+                    f"{prefix}Out-of-memory retries: {model} / `{what}`: {count} (smaller batches{last})."
+                )
     return lines
 
 

@@ -12,7 +12,7 @@ Decisions:
 - Rows are unique on `KEY_COLUMNS` within one run; a duplicate is a `SchemaError` because every plot and
   table would otherwise silently average it away.
 - A missing ``run.json`` is tolerated (the report says so in its caveats); an unreadable one is an error.
-  It is read by `llm_collapse.run.record.RunRecord`, typed field by typed field (an entry of the wrong type
+  It is read by `llm_collapse.records.record.RunRecord`, typed field by typed field (an entry of the wrong type
   reads as its default): bad metadata never crashes a report, and the report reads attributes.
 - Merging runs adds two columns: ``run`` (the run label, the directory name, made unique) and
   ``source_model`` (the model name as written). When the same key (model, method, task, ...) is measured
@@ -36,9 +36,9 @@ import numpy as np
 import pandas as pd
 
 from llm_collapse.errors import UserError
+from llm_collapse.records.record import RUN_FILE, ModelRecord, RunRecord, RunRecordError
+from llm_collapse.records.results import COLUMNS, ITEMS_FILE, OPTIONAL_COLUMNS
 from llm_collapse.reporting.reread import reread
-from llm_collapse.run.record import RUN_FILE, ModelRecord, RunRecord, RunRecordError
-from llm_collapse.run.results import COLUMNS, ITEMS_FILE, OPTIONAL_COLUMNS
 
 # Metric labels, directions, paired contrasts and the headline metrics live in the task registry; the
 # reporting code reads them here.
@@ -67,7 +67,7 @@ STRING_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "metric"
 FLOAT_COLUMNS: tuple[str, ...] = ("depth", "layer", "value", "ci_low", "ci_high", "p_value")
 INT_COLUMNS: tuple[str, ...] = ("length", "n")
 RESULT_COLUMNS: tuple[str, ...] = (
-    COLUMNS  # the writer's schema (llm_collapse.run.results): one source of truth
+    COLUMNS  # the writer's schema (llm_collapse.records.results): one source of truth
 )
 KEY_COLUMNS: tuple[str, ...] = ("model", "method", "task", "corpus", "length", "depth", "layer", "metric")
 
@@ -144,6 +144,17 @@ class ReportData:
     def model_records(self, model: str) -> list[tuple[RunInfo, ModelRecord | None]]:
         """``run.json`` entries of a display model (None where a run has none), one per run it comes from."""
         return [(run, run.model_record(name)) for run, name in self.model_sources(model)]
+
+    def recorded_models(self) -> list[tuple[str, str, ModelRecord]]:
+        """Every display model's ``run.json`` entries as ``(prefix, model, record)``, where ``prefix`` names the run
+        (``"[label] "``) when the report merges several; runs without an entry are left out."""
+        multi = len(self.runs) > 1
+        return [
+            (f"[{run.label}] " if multi else "", model, record)
+            for model in self.models
+            for run, record in self.model_records(model)
+            if record is not None
+        ]
 
     def is_tiny(self, model: str) -> bool:
         """Whether any run marks this model ``tiny_random``."""

@@ -32,7 +32,7 @@ from llm_collapse.metrics.contrasts import (
     pairwise_cosine_leave_one_out,
     spread_leave_one_out,
 )
-from llm_collapse.run.results import ITEMS_FILE
+from llm_collapse.records.results import ITEMS_FILE
 from llm_collapse.tasks.registry import VS_BASE, VS_INTERACTION, VS_SHORTEST, metric_info
 
 SET_LEVEL = {

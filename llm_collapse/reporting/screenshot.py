@@ -12,8 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from llm_collapse.cli.common import ArgumentParser, run_command, say, setup_logging
 from llm_collapse.errors import UserError
+from llm_collapse.utils.commands import ArgumentParser, run_command, say, setup_logging
 from llm_collapse.utils.paths import check_writable_dir
 
 PROG = "python -m llm_collapse.reporting.screenshot"

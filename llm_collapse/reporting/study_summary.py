@@ -3,7 +3,7 @@
 A question's ``answer`` (in the questions file; a mapping, or a list of them) states one ``claim`` in a few words
 and names the paired row that tests it: the run, model, method, metric (a ``*_vs_shortest``, ``*_vs_base``,
 ``*_vs_base_vs_shortest`` or ``*_vs_reference`` row: the same items on both sides), length, the direction that
-means "yes" (``asks``: one of `llm_collapse.run.claims.ASKS`; ``higher``/``lower`` for a metric without a collapse or quality
+means "yes" (``asks``: one of `llm_collapse.records.claims.ASKS`; ``higher``/``lower`` for a metric without a collapse or quality
 direction), and optionally ``layer``, ``depth`` (0 the start of the document, 1 its end) and the equivalence
 ``margin`` with its ``margin_reason``. A claim the cited run declared in its config before it ran (the run's
 ``claims``, recorded in run.json) is *declared*; any other is *exploratory*, and the table says so.
@@ -33,6 +33,7 @@ import pandas as pd
 
 from llm_collapse.metrics.contrasts import Contrast
 from llm_collapse.metrics.stats import holm_adjust
+from llm_collapse.records.results import ITEMS_FILE
 from llm_collapse.reporting.answer_spec import Answer
 from llm_collapse.reporting.frames import load_run
 from llm_collapse.reporting.item_contrasts import (
@@ -45,7 +46,6 @@ from llm_collapse.reporting.item_contrasts import (
 )
 from llm_collapse.reporting.significance import ALPHA, equivalence_testable, p_text, paired_test
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
-from llm_collapse.run.results import ITEMS_FILE
 from llm_collapse.tasks.registry import metric_info
 
 ANSWERS_FILE = "answers.csv"

@@ -5,7 +5,8 @@
 - `inputs`: the texts every model sees, built once under the first model's tokenizer.
 - `models`: loading a model as a run needs it.
 - `runner`: the loop; `distributed`: each rank embeds its share into the cache first.
-- `directory`: the output folder and its run marker; `results` / `record`: results.parquet/csv and run.json.
+- `directory`: the output folder and its run marker; the files it writes are `llm_collapse.records`'.
 - `saved_embeddings`: ``--save-embeddings`` (embeddings.npz); `replay`: what ``report --recompute`` runs on.
-- `plan` (``--dry-run``) and `estimate` (GPU time and memory by counting).
+- `plan` (``--dry-run``) and `estimate` (GPU time and memory by counting); `claims` of a config are
+  `llm_collapse.records.claims`.
 """

@@ -25,10 +25,11 @@ from llm_collapse.data.synthetic import MAX_DOCUMENTS
 from llm_collapse.errors import UserError
 from llm_collapse.interventions import parse_interventions
 from llm_collapse.pooling import POOLINGS
-from llm_collapse.run.claims import check_claims
+from llm_collapse.records.claims import check_claims
 from llm_collapse.run.saved_embeddings import EMBEDDING_DTYPES
 from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
 from llm_collapse.tasks.registry import RUNNABLE, tasks_with
+from llm_collapse.tasks.settings import TaskSettings
 from llm_collapse.utils.types import matches
 from llm_collapse.utils.yamlfile import read_yaml_mapping, short_repr, type_name
 
@@ -206,7 +207,7 @@ class CompareConfig:
         metadata={
             "help": "claims the run tests, declared before it runs (--config only: a list of {claim, metric, "
             "method, length, asks, margin, margin_reason}); run.json records them and the report opens with "
-            "their verdicts (llm_collapse.run.claims)",
+            "their verdicts (llm_collapse.records.claims)",
             "yaml_only": True,
         },
     )
@@ -466,6 +467,19 @@ class CompareConfig:
     def knn_label(self) -> str | None:
         return self.label or DEFAULT_LABELS.get(self.corpus)
 
+    def task_settings(self) -> TaskSettings:
+        """What the tasks read of this configuration."""
+        return TaskSettings(
+            corpus=self.corpus,
+            seed=self.seed,
+            batch_size=self.batch_size,
+            tasks=tuple(self.tasks),
+            knn_label=self.knn_label,
+            retrieval_pool=self.retrieval_pool,
+            layerwise_per_bin=self.layerwise_per_bin,
+            quants=tuple(self.quants or ()),
+        )
+
     def run_id(self) -> str:
         """Hash of everything that defines the results (not where they go).
 
@@ -567,9 +581,18 @@ _MUST = {
     "str | None": "a string (or null for the default)",
     "dict[str, str]": "a mapping of strings, e.g. {name: path} or {method: control}",
     "dict[str, float]": "a mapping of metric names to numbers, e.g. {pairwise_cosine: 0.01}",
-    "list[dict]": "a list of mappings, one per claim (llm_collapse.run.claims)",
+    "list[dict]": "a list of mappings, one per claim (llm_collapse.records.claims)",
 }
 _EXAMPLES = {"models": "minilm", "methods": "base", "tasks": "collapse"}
+
+
+_REPEATED_FLAGS = {
+    "model_paths": ("--model-path", "NAME=PATH"),
+    "controls": ("--control", "METHOD=CONTROL"),
+    "margins": ("--margin", "METRIC=MARGIN"),
+    "embedder_specs": ("--embedder-spec", "FILE"),
+}
+"""Mapping and list fields given one value per flag, the flag named in the singular."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -579,22 +602,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             continue
         flag = "--" + f.name.replace("_", "-")
         help_text = _help(f)
-        if f.name == "model_paths":
-            parser.add_argument(
-                "--model-path", dest="model_paths", action="append", metavar="NAME=PATH", help=help_text
-            )
-        elif f.name == "controls":
-            parser.add_argument(
-                "--control", dest="controls", action="append", metavar="METHOD=CONTROL", help=help_text
-            )
-        elif f.name == "margins":
-            parser.add_argument(
-                "--margin", dest="margins", action="append", metavar="METRIC=MARGIN", help=help_text
-            )
-        elif f.name == "embedder_specs":
-            parser.add_argument(
-                "--embedder-spec", dest="embedder_specs", action="append", metavar="FILE", help=help_text
-            )
+        if f.name in _REPEATED_FLAGS:
+            repeated, metavar = _REPEATED_FLAGS[f.name]
+            parser.add_argument(repeated, dest=f.name, action="append", metavar=metavar, help=help_text)
         elif f.name == "quant":
             parser.add_argument(flag, dest=f.name, help=help_text)
         elif f.name == "save_embeddings":

@@ -32,7 +32,6 @@ from typing import Any
 from llm_collapse.adapters import resolve_spec
 from llm_collapse.backends.device import resolve_device, resolve_dtype
 from llm_collapse.backends.weights import load_config, resolve_weights
-from llm_collapse.cost.flops import FlopModel
 from llm_collapse.cost.rate import planning_gflops
 from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
@@ -46,6 +45,7 @@ from llm_collapse.interventions import (
 from llm_collapse.interventions.posthoc import split_posthoc
 from llm_collapse.interventions.rope import rotary_modules
 from llm_collapse.models import text_config
+from llm_collapse.models.flops import FlopModel
 from llm_collapse.prefix import prefix_groups, prefix_sharing
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.preflight import check_posthoc

@@ -29,9 +29,9 @@ from llm_collapse.embedder import Embedder
 from llm_collapse.errors import UserError
 from llm_collapse.interventions import NotApplicable, Stack, parse_interventions
 from llm_collapse.interventions.posthoc import split_posthoc
+from llm_collapse.records.record import ModelRecord, RunRecord, whole_number
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.models import model_weights
-from llm_collapse.run.record import ModelRecord, RunRecord, whole_number
 from llm_collapse.run.saved_embeddings import EMBEDDINGS_FILE
 from llm_collapse.tasks.registry import TASKS
 from llm_collapse.utils.logs import held_logs

@@ -33,7 +33,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -43,15 +43,15 @@ from llm_collapse.errors import DiskFullError, disk_full
 from llm_collapse.interventions import InterventionError, NotApplicable, Stack, parse_interventions
 from llm_collapse.interventions.posthoc import TASKS as POSTHOC_TASKS
 from llm_collapse.interventions.posthoc import split_posthoc
+from llm_collapse.records.record import InputsRecord, ModelRecord, RunRecord
+from llm_collapse.records.results import environment, remove_report, write_items, write_results
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.directory import claim_run_dir, open_run_dir
 from llm_collapse.run.distributed import embed_share, world
 from llm_collapse.run.inputs import build_inputs
 from llm_collapse.run.models import load_for_run, reference_tokenizer
 from llm_collapse.run.preflight import CORPUS_TASKS, check_corpus, check_packages, check_posthoc, preflight
-from llm_collapse.run.record import InputsRecord, ModelRecord, RunRecord
 from llm_collapse.run.replay import recomputable_run, replay_embedder
-from llm_collapse.run.results import environment, remove_report, write_items, write_results
 from llm_collapse.run.saved_embeddings import EMBEDDINGS_FILE, SavedEmbeddings
 from llm_collapse.tasks.base import (
     BASE_METHOD,
@@ -158,6 +158,11 @@ def recompute_comparison(run_dir: Path | str, *, report: bool = True) -> Path:
         ):  # interrupted: the marker no longer says complete
             _write_files(run_dir, state, record, report=report)
     return run_dir
+
+
+def _variant_loader(model_name: str, config: CompareConfig) -> Callable[[str, str], object]:
+    """The quantization task's variants: ``model_name`` loaded as this run loads it, with ``quant`` and ``dtype``."""
+    return lambda quant, dtype: load_for_run(model_name, replace(config, quant=quant, dtype=dtype))
 
 
 @contextlib.contextmanager
@@ -372,12 +377,13 @@ def _run_cell(
             embedder,
             model_name,
             whole.slug,
-            config,
+            config.task_settings(),
             inputs,
             cache,
             overwrite=overwrite,
             posthoc=posthoc,
             saved=saved,
+            load_variant=None if replaying else _variant_loader(model_name, config),
         )
         nested = length_paired_tasks(inputs.design) & set(config.tasks)
         if (

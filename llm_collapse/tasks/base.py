@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,8 +21,8 @@ import torch
 
 from llm_collapse.cache import EmbeddingCache, encode_cached, text_hash
 from llm_collapse.embedder import Embedder
-from llm_collapse.run.config import CompareConfig
 from llm_collapse.tasks.registry import VS_BASE, VS_SHORTEST
+from llm_collapse.tasks.settings import TaskSettings
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class TaskContext:
         embedder: The loaded embedder, with the method's interventions applied.
         model: Model name as given in the config.
         method: Intervention slug.
-        config: The run's configuration.
+        config: The run's settings that tasks read (`TaskSettings`).
         inputs: Shared inputs (`llm_collapse.run.inputs.RunInputs`): the same texts for every model.
         cache: Embedding cache for this embedder state.
         overwrite: Recompute every embedding once in this cell instead of reading the cache.
@@ -90,12 +91,14 @@ class TaskContext:
         saved: `llm_collapse.run.saved_embeddings.SavedEmbeddings`: every vector `encode` embeds is kept there
             (``--save-embeddings``), or, where it was read from a run, served from there instead (a recompute:
             no model runs); the vectors before any post-hoc transform.
+        load_variant: ``(quant, dtype) -> Embedder``: the cell's model loaded again as the run would load it
+            with that quantization (the quantization task's variants); None where no model loads (a recompute).
     """
 
     embedder: Embedder
     model: str
     method: str
-    config: CompareConfig
+    config: TaskSettings
     inputs: object
     cache: EmbeddingCache | None
     overwrite: bool = False
@@ -108,12 +111,13 @@ class TaskContext:
         None  # `llm_collapse.interventions.posthoc.PostHoc`: transforms what encode returns
     )
     saved: object | None = None
+    load_variant: Callable[[str, str], Embedder] | None = None
 
     def __post_init__(self) -> None:
         self.batch_size = self.batch_size or self.config.batch_size
 
     def row(self, **kwargs) -> dict:
-        from llm_collapse.run.results import result_row
+        from llm_collapse.records.results import result_row
 
         return result_row(model=self.model, method=self.method, corpus=self.config.corpus, **kwargs)
 
@@ -202,7 +206,7 @@ def contrast_rows(
     from llm_collapse.metrics.collapse import centroid_distance
     from llm_collapse.metrics.contrasts import paired_binary
     from llm_collapse.metrics.stats import paired_jackknife_ci
-    from llm_collapse.run.results import result_row
+    from llm_collapse.records.results import result_row
 
     rows = []
     for key in sorted(items, key=lambda k: (k[0], k[1], -1.0 if k[2] is None else k[2])):
@@ -265,7 +269,7 @@ def _paired_cosine_jackknife(mine: np.ndarray, theirs: np.ndarray):
 
 def _per_layer_contrasts(row: dict, metric: str, mine: np.ndarray, theirs: np.ndarray) -> list[dict]:
     """One paired row per layer column of (n, layers) statistics; items NaN on either side are left out."""
-    from llm_collapse.run.results import result_row
+    from llm_collapse.records.results import result_row
 
     rows = []
     for layer in range(mine.shape[1]):

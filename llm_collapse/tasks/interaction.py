@@ -51,7 +51,7 @@ def interaction_rows(
 ) -> list[dict]:
     """``*_vs_base_vs_shortest`` rows of one method against ``base``, for the ``tasks`` whose items are the
     same at every length (`llm_collapse.tasks.registry.length_paired_tasks`)."""
-    from llm_collapse.run.results import result_row
+    from llm_collapse.records.results import result_row
 
     shortest: dict[tuple[str, float | None], int] = {}
     for name, length, depth in items:

@@ -1,5 +1,5 @@
 """The low-pass view: per-layer high-frequency energy ratio and attention entropy by length bin, from the
-same forward pass as the embeddings (`llm_collapse.metrics.layerwise`), on ``layerwise_per_bin`` texts per bin
+same forward pass as the embeddings (`llm_collapse.tasks.layer_probe`), on ``layerwise_per_bin`` texts per bin
 (in the prefix design the same documents at every length, one forward per document where sharing is exact).
 
 The per-text statistics of each bin go to ``ctx.paired`` (per layer), so the runner writes paired
@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from llm_collapse.metrics.hidden import length_free_hf_ratio
-from llm_collapse.metrics.layerwise import measure_layers
 from llm_collapse.metrics.stats import bootstrap_ci
 from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key
+from llm_collapse.tasks.layer_probe import measure_layers
 
 
 def run_layerwise(ctx: TaskContext) -> list[dict]:

@@ -22,7 +22,8 @@ Decisions:
 - Only under ``base``: any other method raises `NotApplicable` (recorded in run.json); drift is a property
   of the unintervened model. The config refuses the task without ``base``, with ``--quant`` (the reference
   must be unquantized) and on vLLM (no bitsandbytes there).
-- Variants load with `load_for_run` on a copy of the config (``quant=q``, ``dtype`` = the reference's
+- Variants load through the cell's ``load_variant`` (the run's `load_for_run` on a copy of its config: ``quant=q``,
+  ``dtype`` = the reference's
   resolved dtype, used as compute dtype): same weights path, pooling and batch size, and the reference's
   max_length, so they tokenise and truncate exactly as it does. One variant is in memory at a time, beside
   the reference; each is freed (and the CUDA cache emptied) before the next loads.
@@ -44,7 +45,6 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from dataclasses import replace
 
 import numpy as np
 
@@ -96,12 +96,10 @@ def _variant_rows(
     ctx: TaskContext, quant: str, dtype: str, groups: dict, reference: np.ndarray
 ) -> list[dict]:
     """Loads one variant, embeds the texts and returns its rows (holding no reference to it afterwards)."""
-    from llm_collapse.run.models import load_for_run
-
     method = method_name(quant)
     clock = time.perf_counter()
     try:
-        variant = load_for_run(ctx.model, replace(ctx.config, quant=quant, dtype=dtype))
+        variant = ctx.load_variant(quant, dtype)
     except ImportError as err:
         ctx.record.setdefault("not_applicable", {})[method] = str(err)
         logger.warning("%s x %s: not applicable: %s", ctx.model, method, err)

@@ -40,37 +40,22 @@ from transformers import (
     MistralModel,
 )
 
-from llm_collapse.backends.weights import TINY_RANDOM_MARKER, is_tiny_random
 from llm_collapse.testing.qwen_checkpoints import save_tiny_gte_qwen2, save_tiny_qwen3_embedding
 from llm_collapse.testing.random_weights import init_tensor as _init_tensor
 from llm_collapse.testing.random_weights import meta_shapes as _meta_shapes
 from llm_collapse.testing.random_weights import prepare_folder as _prepare
-from llm_collapse.testing.random_weights import save_random_hf_model as _save_hf_model
+from llm_collapse.testing.random_weights import write_checkpoint
 from llm_collapse.testing.random_weights import write_json as _write_json
 from llm_collapse.testing.tokenizers import build_gemma_tokenizer, build_llama_tokenizer, save_tokenizer
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "NV_EMBED_FF_KEY_STYLES",
-    "TINY_BUILDERS",
-    "TINY_LAYOUT_OF",
-    "TINY_RANDOM_MARKER",
-    "is_tiny_random",
-    "nv_embed_expected_keys",
-    "save_tiny_bge_gemma2",
-    "save_tiny_e5_mistral",
-    "save_tiny_gemma3",
-    "save_tiny_gte_qwen2",
-    "save_tiny_mistral_instruct",
-    "save_tiny_nv_embed",
-    "save_tiny_qwen3_embedding",
-]
-
 NV_EMBED_FF_KEY_STYLES: tuple[str, ...] = ("net.0", "net.0.proj")
 """Spellings of NV-Embed's first feed-forward projection: published / third-party."""
 
 BGE_GEMMA2_EXTRA_TOKENS: tuple[str, ...] = ("<instruct>", "<query>")
+
+_MISTRAL_INIT = {"norm_center": 1.0, "embed_std": 1.0}  # Mistral's RMSNorm multiplies by weight (centre 1)
 
 _BGE_QK_SCALE = 6.0
 
@@ -248,44 +233,32 @@ def save_tiny_e5_mistral(path: str | Path, *, seed: int = 0, **overrides: Any) -
     The tokenizer's ``tokenizer.json`` adds only ``<s>`` while ``tokenizer_config.json``
     says ``add_eos_token: true`` and ``pad_token: "</s>"``, as in the published repository.
 
-    Args:
-        path: Output folder.
-        seed: Seed of every tensor.
-        **overrides: ``MistralConfig`` fields.
-
-    Returns:
-        The folder.
+    ``overrides``: ``MistralConfig`` fields (a builder's signature: `TINY_BUILDERS`); returns the folder.
     """
-    out = _prepare(path)
     tokenizer = build_llama_tokenizer(add_bos=True, add_eos=False)
     tokenizer.pad_token = "</s>"
     config = MistralConfig(
         **{**_TINY_MISTRAL, "vocab_size": len(tokenizer), "pad_token_id": 2, "use_cache": False, **overrides}
     )
-    _save_hf_model(MistralModel, config, out, seed=seed, norm_center=1.0, embed_std=1.0)
-    save_tokenizer(tokenizer, out, add_eos_token=True)
-    logger.info("wrote tiny e5-mistral-7b-instruct to %s", out)
-    return out
+    return write_checkpoint(
+        path,
+        MistralModel,
+        config,
+        tokenizer,
+        seed=seed,
+        tokenizer_config={"add_eos_token": True},
+        **_MISTRAL_INIT,
+    )
 
 
 def save_tiny_mistral_instruct(path: str | Path, *, seed: int = 0, **overrides: Any) -> Path:
     """Write a tiny mistralai/Mistral-7B-Instruct-v0.1 replica (``MistralForCausalLM``).
 
-    Args:
-        path: Output folder.
-        seed: Seed of every tensor.
-        **overrides: ``MistralConfig`` fields.
-
-    Returns:
-        The folder.
+    ``overrides``: ``MistralConfig`` fields (a builder's signature: `TINY_BUILDERS`); returns the folder.
     """
-    out = _prepare(path)
     tokenizer = build_llama_tokenizer(add_bos=True, add_eos=False)
     config = MistralConfig(**{**_TINY_MISTRAL, "vocab_size": len(tokenizer), **overrides})
-    _save_hf_model(MistralForCausalLM, config, out, seed=seed, norm_center=1.0, embed_std=1.0)
-    save_tokenizer(tokenizer, out)
-    logger.info("wrote tiny Mistral-7B-Instruct-v0.1 to %s", out)
-    return out
+    return write_checkpoint(path, MistralForCausalLM, config, tokenizer, seed=seed, **_MISTRAL_INIT)
 
 
 # ----------------------------------------------------------------------------- Gemma family
@@ -306,7 +279,6 @@ def save_tiny_bge_gemma2(
     Returns:
         The folder.
     """
-    out = _prepare(path)
     tokenizer = build_gemma_tokenizer(extra_special_tokens=BGE_GEMMA2_EXTRA_TOKENS, model_max_length=8192)
     fields: dict[str, Any] = {
         "vocab_size": len(tokenizer),
@@ -330,18 +302,9 @@ def save_tiny_bge_gemma2(
     }
     fields.setdefault("query_pre_attn_scalar", fields["head_dim"])
     config = Gemma2Config(**fields)
-    _save_hf_model(
-        Gemma2Model,
-        config,
-        out,
-        seed=seed,
-        norm_center=0.0,
-        embed_std=1.0 / math.sqrt(config.hidden_size),
-        qk_scale=qk_scale,
+    return write_checkpoint(
+        path, Gemma2Model, config, tokenizer, seed=seed, **_gemma_init(config), qk_scale=qk_scale
     )
-    save_tokenizer(tokenizer, out)
-    logger.info("wrote tiny bge-multilingual-gemma2 to %s", out)
-    return out
 
 
 def save_tiny_gemma3(path: str | Path, *, seed: int = 0, **overrides: Any) -> Path:
@@ -350,15 +313,8 @@ def save_tiny_gemma3(path: str | Path, *, seed: int = 0, **overrides: Any) -> Pa
     Six layers give the published 5 sliding : 1 full pattern; the sliding window is 16
     tokens so tests can exceed it.
 
-    Args:
-        path: Output folder.
-        seed: Seed of every tensor.
-        **overrides: ``Gemma3TextConfig`` fields.
-
-    Returns:
-        The folder.
+    ``overrides``: ``Gemma3TextConfig`` fields (a builder's signature: `TINY_BUILDERS`); returns the folder.
     """
-    out = _prepare(path)
     tokenizer = build_gemma_tokenizer(model_max_length=32768)
     fields: dict[str, Any] = {
         "vocab_size": len(tokenizer),
@@ -384,17 +340,12 @@ def save_tiny_gemma3(path: str | Path, *, seed: int = 0, **overrides: Any) -> Pa
     }
     fields.setdefault("query_pre_attn_scalar", fields["head_dim"])
     config = Gemma3TextConfig(**fields)
-    _save_hf_model(
-        Gemma3ForCausalLM,
-        config,
-        out,
-        seed=seed,
-        norm_center=0.0,
-        embed_std=1.0 / math.sqrt(config.hidden_size),
-    )
-    save_tokenizer(tokenizer, out)
-    logger.info("wrote tiny gemma-3-270m to %s", out)
-    return out
+    return write_checkpoint(path, Gemma3ForCausalLM, config, tokenizer, seed=seed, **_gemma_init(config))
+
+
+def _gemma_init(config) -> dict[str, float]:
+    """Gemma's RMSNorm multiplies by ``1 + weight`` (centre 0); embeddings are scaled by sqrt(hidden) on input."""
+    return {"norm_center": 0.0, "embed_std": 1.0 / math.sqrt(config.hidden_size)}
 
 
 TINY_BUILDERS: dict[str, Callable[..., Path]] = {

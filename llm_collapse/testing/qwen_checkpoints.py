@@ -20,18 +20,13 @@ depend on either (AutoModel loads both key layouts; the EOS is named in the spec
 
 from __future__ import annotations
 
-import json
-import logging
 from pathlib import Path
 from typing import Any
 
 from transformers import Qwen2Config, Qwen2Model, Qwen3Config, Qwen3Model
 
 from llm_collapse.testing.qwen_tokenizer import build_qwen_tokenizer
-from llm_collapse.testing.random_weights import prepare_folder, save_random_hf_model, write_json
-from llm_collapse.testing.tokenizers import save_tokenizer
-
-logger = logging.getLogger(__name__)
+from llm_collapse.testing.random_weights import write_checkpoint
 
 __all__ = ["save_tiny_gte_qwen2", "save_tiny_qwen3_embedding"]
 
@@ -47,6 +42,7 @@ _TINY_QWEN: dict[str, Any] = {
     "use_sliding_window": False,
     "sliding_window": None,
 }
+_INIT = {"norm_center": 1.0, "embed_std": 1.0}  # Qwen's RMSNorm multiplies by weight (centre 1)
 _GTE_AUTO_MAP = {
     "AutoModel": "modeling_qwen.Qwen2Model",
     "AutoModelForCausalLM": "modeling_qwen.Qwen2ForCausalLM",
@@ -60,13 +56,7 @@ _GTE_TOKENIZER_AUTO_MAP = {
 def save_tiny_qwen3_embedding(path: str | Path, *, seed: int = 0, **overrides: Any) -> Path:
     """Write a tiny Qwen/Qwen3-Embedding replica (one layout serves 0.6B, 4B and 8B).
 
-    Args:
-        path: Output folder.
-        seed: Seed of every tensor.
-        **overrides: ``Qwen3Config`` fields.
-
-    Returns:
-        The folder.
+    ``overrides``: ``Qwen3Config`` fields (a builder's signature: `TINY_BUILDERS`); returns the folder.
     """
     tokenizer = build_qwen_tokenizer(append_eos=True, eos_token="<|im_end|>", model_max_length=32768)
     fields = {
@@ -75,45 +65,41 @@ def save_tiny_qwen3_embedding(path: str | Path, *, seed: int = 0, **overrides: A
         "tie_word_embeddings": True,
         "attention_bias": False,
     }
-    out = _save(path, Qwen3Model, Qwen3Config, tokenizer, seed, {**fields, **overrides})
-    _edit_config(out, architectures=["Qwen3ForCausalLM"])
-    save_tokenizer(tokenizer, out)
-    logger.info("wrote tiny Qwen3-Embedding to %s", out)
-    return out
+    config = _config(Qwen3Config, tokenizer, {**fields, **overrides})
+    return write_checkpoint(
+        path,
+        Qwen3Model,
+        config,
+        tokenizer,
+        seed=seed,
+        config_edits={"architectures": ["Qwen3ForCausalLM"]},
+        **_INIT,
+    )
 
 
 def save_tiny_gte_qwen2(path: str | Path, *, seed: int = 0, **overrides: Any) -> Path:
     """Write a tiny Alibaba-NLP/gte-Qwen2-7B-instruct replica (``Qwen2Model``).
 
-    Args:
-        path: Output folder.
-        seed: Seed of every tensor.
-        **overrides: ``Qwen2Config`` fields.
-
-    Returns:
-        The folder.
+    ``overrides``: ``Qwen2Config`` fields (a builder's signature: `TINY_BUILDERS`); returns the folder.
     """
     tokenizer = build_qwen_tokenizer(append_eos=False, eos_token="<|endoftext|>", model_max_length=32768)
     fields = {"max_position_embeddings": 131072, "max_window_layers": 28, "tie_word_embeddings": False}
-    out = _save(path, Qwen2Model, Qwen2Config, tokenizer, seed, {**fields, **overrides})
-    _edit_config(out, architectures=["Qwen2Model"], auto_map=_GTE_AUTO_MAP)
-    save_tokenizer(tokenizer, out, add_eos_token=True, auto_map=_GTE_TOKENIZER_AUTO_MAP)
-    logger.info("wrote tiny gte-Qwen2-7B-instruct to %s", out)
-    return out
+    config = _config(Qwen2Config, tokenizer, {**fields, **overrides})
+    return write_checkpoint(
+        path,
+        Qwen2Model,
+        config,
+        tokenizer,
+        seed=seed,
+        config_edits={"architectures": ["Qwen2Model"], "auto_map": _GTE_AUTO_MAP},
+        tokenizer_config={"add_eos_token": True, "auto_map": _GTE_TOKENIZER_AUTO_MAP},
+        **_INIT,
+    )
 
 
-def _save(path, model_cls, config_cls, tokenizer, seed: int, fields: dict[str, Any]) -> Path:
-    """Seeded random base-model weights in a prepared folder; ``<|endoftext|>`` is the bos/eos id."""
-    out = prepare_folder(path)
+def _config(config_cls, tokenizer, fields: dict[str, Any]):
+    """The tiny Qwen config; ``<|endoftext|>`` is the bos/eos id."""
     eod = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    config = config_cls(
+    return config_cls(
         **{**_TINY_QWEN, "vocab_size": len(tokenizer), "bos_token_id": eod, "eos_token_id": eod, **fields}
     )
-    save_random_hf_model(model_cls, config, out, seed=seed, norm_center=1.0, embed_std=1.0)
-    return out
-
-
-def _edit_config(out: Path, **values: Any) -> None:
-    """Sets published ``config.json`` keys that ``save_pretrained`` of the base model does not write."""
-    config = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    write_json(out / "config.json", {**config, **values})

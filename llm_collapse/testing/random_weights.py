@@ -14,6 +14,7 @@ Decisions and gotchas:
 from __future__ import annotations
 
 import json
+import logging
 import math
 import zlib
 from collections.abc import Mapping
@@ -24,6 +25,8 @@ import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
 from llm_collapse.backends.weights import TINY_RANDOM_MARKER
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "BIAS_STD",
@@ -136,4 +139,30 @@ def prepare_folder(path: str | Path) -> Path:
     (out / TINY_RANDOM_MARKER).write_text(
         "Random weights built by llm_collapse.testing; not a trained model.\n"
     )
+    return out
+
+
+def write_checkpoint(
+    path: str | Path,
+    model_cls: type[PreTrainedModel],
+    config: PretrainedConfig,
+    tokenizer,
+    *,
+    seed: int,
+    tokenizer_config: Mapping[str, Any] | None = None,
+    config_edits: Mapping[str, Any] | None = None,
+    **init_kwargs: Any,
+) -> Path:
+    """The one writer of a tiny checkpoint: a prepared folder, seeded random weights (`save_random_hf_model`),
+    the published ``config.json`` keys ``save_pretrained`` does not write (``config_edits``), the tokenizer
+    (``tokenizer_config``: extra ``tokenizer_config.json`` keys). Returns the folder."""
+    from llm_collapse.testing.tokenizers import save_tokenizer
+
+    out = prepare_folder(path)
+    save_random_hf_model(model_cls, config, out, seed=seed, **init_kwargs)
+    if config_edits:
+        written = json.loads((out / "config.json").read_text(encoding="utf-8"))
+        write_json(out / "config.json", {**written, **config_edits})
+    save_tokenizer(tokenizer, out, **(tokenizer_config or {}))
+    logger.info("wrote a tiny %s (%s) to %s", model_cls.__name__, config.model_type, out)
     return out

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llm_collapse.records.record import RUN_FILE
 from llm_collapse.reporting.frames import (
     RESULT_COLUMNS,
     RESULTS_CSV,
@@ -19,7 +20,6 @@ from llm_collapse.reporting.frames import (
     sort_results,
     sorted_methods,
 )
-from llm_collapse.run.record import RUN_FILE
 
 SYNTHETIC_MODELS: tuple[str, ...] = ("synth-decoder", "synth-encoder")
 SYNTHETIC_METHODS: tuple[str, ...] = ("base", "tempscale-0.8", "tempscale-0.9")

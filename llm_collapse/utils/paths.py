@@ -92,7 +92,7 @@ def check_replaceable(folder: str | Path, *, what: str, names: tuple[str, ...] =
     """Raises `OutputError` when a file a run or report replaces in ``folder`` cannot be replaced, before any work:
     one of `RUN_FILES` that is a folder, ``figures`` that is a file, either marked immutable or append-only
     (``chattr +i``/``+a``), or a ``figures`` folder this process may not move (it is moved aside, which needs
-    write permission on it). ``names``: the files the command replaces (a report: `llm_collapse.run.results.REPORT_FILES`)."""
+    write permission on it). ``names``: the files the command replaces (a report: `llm_collapse.records.results.REPORT_FILES`)."""
     folder = Path(folder)
     for name in (*names, "figures"):
         path = folder / name

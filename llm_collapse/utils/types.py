@@ -1,7 +1,7 @@
 """Whether a value read from a user's or a run's file has the type a dataclass field declares.
 
 The one check behind `CompareConfig`'s YAML values (`llm_collapse.run.config.check_types`), ``run.json``'s
-typed fields (`llm_collapse.run.record`) and embedder spec files (`llm_collapse.adapters.spec_file`): field
+typed fields (`llm_collapse.records.record`) and embedder spec files (`llm_collapse.adapters.spec_file`): field
 annotations are strings (``from __future__ import annotations``), so it reads those. Strict on purpose: a bool is not an int, ``"8"`` is not an int.
 """
 

@@ -222,7 +222,7 @@ def test_vllm_mapping_of_what_vllm_expresses(configs):
 
 
 def test_layerwise_under_selfextend_is_not_applicable(tiny_e5_dir):
-    from llm_collapse.metrics.layerwise import measure_layers
+    from llm_collapse.tasks.layer_probe import measure_layers
 
     embedder = load_embedder("e5-mistral", path=tiny_e5_dir, dtype="fp32", device="cpu")
     with embedder.intervene("selfextend:4:8"):

@@ -34,8 +34,8 @@ from llm_collapse.backends.fused_attention import (
     fused_attention_forward,
     fused_mask,
 )
-from llm_collapse.metrics import layerwise
-from llm_collapse.metrics.layerwise import measure_layers
+from llm_collapse.tasks import layer_probe as layerwise
+from llm_collapse.tasks.layer_probe import measure_layers
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 

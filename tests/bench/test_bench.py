@@ -8,7 +8,7 @@ import json
 import pytest
 
 from llm_collapse import bench
-from llm_collapse.cli.bench import main as bench_main
+from llm_collapse.bench.cli import main as bench_main
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ import torch
 from transformers import Gemma2Config, MistralConfig
 
 from llm_collapse.adapters import resolve_spec
+from llm_collapse.bench.cli import main
 from llm_collapse.bench.device_check import DeviceCheckConfig, fit_layer_cost, run_device_check
 from llm_collapse.bench.device_pairs import mixed_lengths
 from llm_collapse.bench.device_replicas import replica_fields
-from llm_collapse.cli.bench import main
 
 
 def test_fit_recovers_per_layer_and_fixed_cost():

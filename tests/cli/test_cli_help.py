@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from llm_collapse.cli import COMMANDS, main
+from llm_collapse.cli import COMMANDS, command_module, main
 from llm_collapse.data import CORPORA
 
 # the commands that also run as ``python -m llm_collapse.<command>``
@@ -52,7 +52,7 @@ def test_usage_and_errors_name_the_console_command(command, capsys):
 
 @pytest.mark.parametrize("command", MODULE_COMMANDS)
 def test_usage_names_the_module_when_run_as_one(command, capsys):
-    run = importlib.import_module(f"llm_collapse.cli.{command}").main
+    run = importlib.import_module(command_module(command)).main
     assert _help(capsys, ["--help"], run).startswith(f"usage: python -m llm_collapse.{command} ")
 
 

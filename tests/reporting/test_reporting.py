@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 
 from llm_collapse.cli.report import main as report_main
+from llm_collapse.records.results import result_row
 from llm_collapse.reporting import SchemaError, build_report, figures, load_runs
 from llm_collapse.reporting.build import report_markdown
 from llm_collapse.reporting.figures import MethodStyles
 from llm_collapse.reporting.frames import HEADLINE, RESULT_COLUMNS, overall_rows, validate_results
 from llm_collapse.reporting.tables import Table, inline_html
-from llm_collapse.run.results import result_row
 from llm_collapse.tasks.registry import TASKS
 from llm_collapse.testing.synthetic_runs import synthetic_results, write_synthetic_run
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from llm_collapse.backends.hf import HFBackend
-from llm_collapse.run.results import COLUMNS
+from llm_collapse.records.results import COLUMNS
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from llm_collapse import data
-from llm_collapse.cli import _MODULES, COMMANDS
+from llm_collapse.cli import COMMANDS, command_module
 from llm_collapse.cli import main as console_main
 from llm_collapse.cli.study import main as study_main
 from llm_collapse.reporting.study import StudyError, load_questions
@@ -214,9 +214,9 @@ def test_every_command_names_itself_as_invoked(tmp_path, capsys, monkeypatch, co
     assert f"(see llm-collapse {command} --help)" in _one_error_line(capsys)
     assert _exit_code(console_main, [command, "--help"]) == 0
     assert capsys.readouterr().out.startswith(f"usage: llm-collapse {command} ")
-    if command in _MODULES:  # `llm-collapse list` only: a module `llm_collapse.list` would shadow the builtin
+    if command == "list":  # no `python -m llm_collapse.list`: a module `list` would shadow the builtin
         return
-    module = importlib.import_module(f"llm_collapse.cli.{command}")
+    module = importlib.import_module(command_module(command))
     assert _exit_code(module.main, ["--no-such-flag"]) == 2
     assert f"(see python -m llm_collapse.{command} --help)" in _one_error_line(capsys)
     assert list(tmp_path.iterdir()) == []

@@ -98,7 +98,7 @@ def test_4_a_malformed_device_index_is_refused_before_any_work(run_compare, tmp_
 def test_22_the_device_check_refuses_a_bad_device_or_out_before_its_checks(tmp_path, capsys, words, message):
     import time
 
-    from llm_collapse.cli.bench import main as bench_main
+    from llm_collapse.bench.cli import main as bench_main
 
     (tmp_path / "file").write_text("x")
     argv = ["--device-check", "--quick", *(w.format(file=tmp_path / "file") for w in words)]
@@ -124,7 +124,7 @@ def test_a_bench_refusal_is_one_line_with_no_log_line_or_work_before_it(
     import logging
     import time
 
-    from llm_collapse.cli.bench import main as bench_main
+    from llm_collapse.bench.cli import main as bench_main
 
     (tmp_path / "file").write_text("x")
     caplog.set_level(logging.INFO, logger="llm_collapse")
@@ -365,7 +365,7 @@ def test_a_staging_folder_a_killed_report_left_is_removed_by_the_next_report(tmp
 def test_quick_is_not_suggested_when_it_was_given(capsys):
     import torch
 
-    from llm_collapse.cli.bench import main as bench_main
+    from llm_collapse.bench.cli import main as bench_main
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device")

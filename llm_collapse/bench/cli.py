@@ -16,8 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from llm_collapse.bench.config import QUICK, BenchConfig, check_inputs
-from llm_collapse.cli.common import ArgumentParser, run_command
 from llm_collapse.errors import UserError
+from llm_collapse.utils.commands import ArgumentParser, run_command
 
 
 def _csv(kind: Callable[[str], object]) -> Callable[[str], tuple]:

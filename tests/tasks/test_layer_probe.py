@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from llm_collapse.metrics import layerwise
-from llm_collapse.metrics.layerwise import measure_layers
+from llm_collapse.tasks import layer_probe as layerwise
+from llm_collapse.tasks.layer_probe import measure_layers
 
 TEXTS = [
     "the grass is green and the sky is blue " * 3,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_collapse.run.record import InputsRecord, ModelRecord, RunRecord
+from llm_collapse.records.record import InputsRecord, ModelRecord, RunRecord
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = sorted(REPO.glob("reports/**/run.json"))
@@ -17,7 +17,7 @@ COMMITTED = sorted(REPO.glob("reports/**/run.json"))
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.parent.name)
 def test_every_committed_run_json_reads_typed_and_writes_back_the_same(path, caplog):
     data = json.loads(path.read_text())
-    with caplog.at_level(logging.WARNING, logger="llm_collapse.run.record"):
+    with caplog.at_level(logging.WARNING, logger="llm_collapse.records.record"):
         record = RunRecord.from_json(data, source=str(path))
     assert caplog.records == []
     assert isinstance(record.inputs, InputsRecord) and all(
@@ -45,7 +45,7 @@ def test_a_field_of_the_wrong_type_reads_as_its_default_and_bad_entries_are_drop
             "n": "not a mapping",
         },
     }
-    with caplog.at_level(logging.WARNING, logger="llm_collapse.run.record"):
+    with caplog.at_level(logging.WARNING, logger="llm_collapse.records.record"):
         record = RunRecord.from_json(data, source="run.json")
     assert record.settings.seed == 3 and record.settings.retrieval_docs is None  # "3" is a whole number
     assert record.inputs.design is None and record.inputs.prefix_docs == 12
