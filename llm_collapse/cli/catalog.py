@@ -45,12 +45,9 @@ def _lines(what: str) -> list[tuple[str, str]]:
             ("hf:<folder>", "a Hugging Face model folder (pooled as sentence-transformers would)"),
         ]
     if what == "methods":
-        from llm_collapse.interventions.parse import METHODS, method_usages
+        from llm_collapse.interventions.parse import method_usages
 
-        usages = method_usages()
-        return [
-            (usages[name][0], usages[name][1]) if name in usages else (name, "") for name in METHODS.names()
-        ]
+        return list(method_usages().values())
     if what == "tasks":
         from llm_collapse.tasks.registry import TASKS
 

@@ -64,10 +64,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from llm_collapse.adapters.dims import PublishedDims
 from llm_collapse.errors import UserError
 from llm_collapse.utils.markdown import markdown_table
+
+if TYPE_CHECKING:
+    from llm_collapse.interventions import Method
 
 logger = logging.getLogger(__name__)
 
@@ -296,13 +300,11 @@ def peak_bytes(
 # ------------------------------------------------------------------------------------------- a run
 
 
-def _method_effect(method: str, dims: PublishedDims) -> tuple[bool, bool, bool]:
-    """(applicable, window_off, selfextend) for a method spec such as ``ntk:1e5+window:off``, read from the
-    parsed interventions: a LongEmbed preset switches the window off where there is one (``"window"`` among its
+def _method_effect(method: Method, dims: PublishedDims) -> tuple[bool, bool, bool]:
+    """(applicable, window_off, selfextend) of a method such as ``ntk:1e5+window:off``, read from its
+    interventions: a LongEmbed preset switches the window off where there is one (``"window"`` among its
     `Intervention.kinds`) and ``longembed-se`` replaces attention like SelfExtend."""
-    from llm_collapse.interventions import parse_interventions
-
-    parts = parse_interventions(method).parts
+    parts = method.stack.parts
     explicit_off = any(p.kind == "window" for p in parts)  # window:off alone needs a window to act on
     preset_off = any(p.kind != "window" and "window" in p.kinds for p in parts)
     selfextend = any(p.replaces_attention for p in parts)
@@ -369,7 +371,7 @@ def estimate(config, assumptions: Assumptions | None = None) -> Estimate:
     texts, queries, layerwise = _texts_per_length(config)
     result = Estimate(config.to_dict(), assumptions, (texts, queries, layerwise))
     for plan in plans:
-        effects = [_method_effect(m, plan.dims) for m in config.methods]
+        effects = [_method_effect(m, plan.dims) for m in config.parsed_methods()]
         for method, (applicable, _, _) in zip(config.methods, effects, strict=True):
             if not applicable:
                 result.notes.append(f"{plan.name} x {method}: not applicable (no sliding window), not costed")

@@ -21,7 +21,7 @@ from llm_collapse.interventions.base import (
     Stack,
     VLLMSettings,
 )
-from llm_collapse.interventions.parse import METHODS, parse_interventions
+from llm_collapse.interventions.parse import METHODS, Method, parse_interventions, parse_method
 
 if TYPE_CHECKING:
     from llm_collapse.interventions.rope import NTK, DynamicNTK, PositionInterpolation, YaRN
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "METHODS",
+    "Method",
     "NTK",
     "DynamicNTK",
     "Intervention",
@@ -45,6 +46,7 @@ __all__ = [
     "VLLMSettings",
     "YaRN",
     "parse_interventions",
+    "parse_method",
 ]
 
 

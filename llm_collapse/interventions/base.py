@@ -34,6 +34,11 @@ ONE_PER_STACK: tuple[str, ...] = ("rope", "window", "extension")
 """Kinds a `Stack` holds at most one intervention of (two would act on the same thing)."""
 
 
+POSTHOC_KIND = "posthoc"
+"""`Intervention.kind` of the post-hoc transforms (`llm_collapse.interventions.posthoc.PostHoc`): they change
+the vectors, not the model (`llm_collapse.interventions.parse.Method` splits them off)."""
+
+
 class InterventionError(UserError, ValueError):
     """An intervention that cannot apply (bad value, unsupported architecture, nothing to act on)."""
 

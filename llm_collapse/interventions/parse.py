@@ -1,50 +1,58 @@
 """CLI-friendly intervention specs: ``base``, ``tempscale:0.8``, ``ntk:1e5+window:off``, ...
 
-Grammar: parts joined with ``+``; each part is ``method[:arg[:arg...]]``. Methods and their arguments:
-
-==================================  ===========================================================
-``base``                            no intervention
-``tempscale:TAU[:after][:TYPE]``    constant temperature (``after``: after Gemma 2's softcap; ``TYPE``:
-                                    only layers of that ``config.layer_types`` entry, e.g. ``full_attention``)
-``tempscale-log[:L0]``              tau(L) = 1 / max(1, log_L0 L); L0 defaults to the trained length
-``ntk:THETA``                       RoPE base override (``ntk:1e5``)
-``dynamic:FACTOR[:TRAINED]``        dynamic NTK with the trained length set explicitly
-``yarn:FACTOR[:ORIG][:af1]``        YaRN; ``afX`` sets its attention factor (``af1``: no hidden temperature)
-``pi:FACTOR``                       linear position interpolation (every text)
-``selfextend:G:W``                  SelfExtend, group size G, neighbour window W
-``window:off``                      switch the sliding window off (``window:keep`` is the default, a no-op)
-``layer0``                          control: the model's pooling of its input embeddings, no layers at all
-``posthoc:center|abtt[:D]|whiten``  transform the finished embeddings (`llm_collapse.interventions.posthoc`)
-``longembed-ntk:THETA[:L0|nolog]``  LongEmbed's NTK run: ``ntk`` + its log factor + window off
-``longembed-se:G:W[:L0]``           LongEmbed's SelfExtend run: grouping past L0 + its log factor + window off
-``longembed-pi:S[:L0]``             LongEmbed's PI run: original positions up to L0, PI beyond + window off
-``ape-gp:S[:L0]``                   absolute positions (BERT) to S x L0 tokens: grouped positions
-``ape-rp:S[:L0]``                   absolute positions to S x L0 tokens: recurrent (p mod L0)
-``ape-pi:S[:L0]``                   absolute positions to S x L0 tokens: interpolated (p / S)
-``pcw:S[:L0]``                      texts to S x L0 tokens: the mean of L0-token chunk embeddings
-==================================  ===========================================================
+Grammar: parts joined with ``+``; each part is ``method[:arg[:arg...]]``. Each method is registered once,
+with its parser, usage and description (`register_method`; the built-ins at the end of this module), which
+``llm-collapse list methods`` prints and the parser reads: a new method is a class and one `register_method`
+call beside it (docs/contributing.md).
 
 The ``longembed-*`` presets are described in `llm_collapse.interventions.longembed`; ``ape-*`` and ``pcw``
 (LongEmbed's methods for absolute-position encoders) in `llm_collapse.interventions.absolute` and
 `llm_collapse.interventions.pcw`.
 
-Each parser imports its intervention's module when it runs, so `METHODS` (``llm-collapse list methods``)
-loads without torch or transformers.
+Each built-in parser imports its intervention's module when it runs, so `METHODS` (``llm-collapse list
+methods``) loads without torch or transformers.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from llm_collapse.interventions.base import Intervention, InterventionError, Stack, format_number
+from llm_collapse.interventions.base import (
+    POSTHOC_KIND,
+    Intervention,
+    InterventionError,
+    Stack,
+    format_number,
+)
 from llm_collapse.registry import Registry, UnknownNameError
 
 if TYPE_CHECKING:
     from llm_collapse.interventions.tempscale import TempScale
 
-METHODS: Registry[Callable[[list[str]], Intervention | None]] = Registry("method")
+
+@dataclass(frozen=True)
+class MethodSyntax:
+    """How one method is written: its parser (the ``:``-separated arguments -> an `Intervention`, or None for a
+    part that changes nothing), its usage and a one-line description (``llm-collapse list methods``)."""
+
+    parse: Callable[[list[str]], Intervention | None]
+    usage: str
+    description: str
+
+
+METHODS: Registry[MethodSyntax] = Registry("method")
+
+
+def register_method(
+    name: str, parse: Callable[[list[str]], Intervention | None], *, usage: str, description: str
+) -> MethodSyntax:
+    """Makes ``name[:args]`` a method of ``--methods``, `Embedder.intervene` and the mteb wrapper; ``parse`` gets
+    the arguments as strings and raises `InterventionError` (one line: what was wrong, what is allowed) for bad
+    ones. The intervention's ``slug`` must name it uniquely: it keys the cache, the rows and the reports."""
+    return METHODS.register(name, MethodSyntax(parse, usage, description))
 
 
 def _number(method: str, name: str, text: str) -> float:
@@ -227,43 +235,42 @@ def _base(args: list[str]) -> None:
     return None
 
 
-for _name, _parser in [
-    ("base", _base),
-    ("tempscale", _tempscale),
-    ("tempscale-log", _tempscale_log),
-    ("ntk", _ntk),
-    ("dynamic", _dynamic),
-    ("yarn", _yarn),
-    ("pi", _pi),
-    ("selfextend", _selfextend),
-    ("window", _window),
-    ("longembed-ntk", _longembed_ntk),
-    ("longembed-se", _longembed_se),
-    ("longembed-pi", _longembed_pi),
-    ("ape-gp", _absolute("ape-gp")),
-    ("ape-rp", _absolute("ape-rp")),
-    ("ape-pi", _absolute("ape-pi")),
-    ("pcw", _absolute("pcw")),
-    ("layer0", _layer0),
-    ("posthoc", _posthoc),
-]:
-    METHODS.register(_name, _parser)
+for _name, _parser, _usage, _description in [
+    ("base", _base, "base", "no intervention"),
+    ("tempscale", _tempscale, "tempscale:TAU[:after][:TYPE]",
+     "constant temperature (after: after Gemma 2's softcap; TYPE: only layers of that config.layer_types entry, "
+     "e.g. full_attention)"),
+    ("tempscale-log", _tempscale_log, "tempscale-log[:L0]",
+     "tau(L) = 1 / max(1, log_L0 L); L0 defaults to the trained length"),
+    ("ntk", _ntk, "ntk:THETA", "RoPE base override (ntk:1e5)"),
+    ("dynamic", _dynamic, "dynamic:FACTOR[:TRAINED]", "dynamic NTK with the trained length set explicitly"),
+    ("yarn", _yarn, "yarn:FACTOR[:ORIG][:af1]",
+     "YaRN; afX sets its attention factor (af1: no hidden temperature)"),
+    ("pi", _pi, "pi:FACTOR", "linear position interpolation (every text)"),
+    ("selfextend", _selfextend, "selfextend:G:W", "SelfExtend, group size G, neighbour window W"),
+    ("window", _window, "window:off", "switch the sliding window off (window:keep is the default, a no-op)"),
+    ("longembed-ntk", _longembed_ntk, "longembed-ntk:THETA[:L0|nolog]",
+     "LongEmbed's NTK run: ntk + its log factor + window off"),
+    ("longembed-se", _longembed_se, "longembed-se:G:W[:L0]",
+     "LongEmbed's SelfExtend run: grouping past L0 + its log factor + window off"),
+    ("longembed-pi", _longembed_pi, "longembed-pi:S[:L0]",
+     "LongEmbed's PI run: original positions up to L0, PI beyond + window off"),
+    ("ape-gp", _absolute("ape-gp"), "ape-gp:S[:L0]",
+     "absolute positions (BERT) to S x L0 tokens: grouped positions"),
+    ("ape-rp", _absolute("ape-rp"), "ape-rp:S[:L0]", "absolute positions to S x L0 tokens: recurrent (p mod L0)"),
+    ("ape-pi", _absolute("ape-pi"), "ape-pi:S[:L0]",
+     "absolute positions to S x L0 tokens: interpolated (p / S)"),
+    ("pcw", _absolute("pcw"), "pcw:S[:L0]", "texts to S x L0 tokens: the mean of L0-token chunk embeddings"),
+    ("layer0", _layer0, "layer0", "control: the model's pooling of its input embeddings, no layers at all"),
+    ("posthoc", _posthoc, "posthoc:center|abtt[:D]|whiten",
+     "transform the finished embeddings (llm_collapse.interventions.posthoc)"),
+]:  # fmt: skip
+    register_method(_name, _parser, usage=_usage, description=_description)
 
 
 def method_usages() -> dict[str, tuple[str, str]]:
-    """``{method: (usage, description)}`` from the grammar table of this module's docstring (its one source)."""
-    table = __doc__.split("=\n", 2)[1].split("\n=", 1)[0]
-    usages: dict[str, tuple[str, str]] = {}
-    last = None
-    for line in table.splitlines():
-        usage, _, text = line.partition("  ")
-        if usage.strip():
-            usage = usage.strip().strip("`")
-            last = re.split(r"[:|\[]", usage, maxsplit=1)[0]
-            usages[last] = (usage, text.strip())
-        elif last is not None:
-            usages[last] = (usages[last][0], f"{usages[last][1]} {text.strip()}")
-    return {name: (usage, re.sub(r"``?([^`]+)``?", r"\1", text)) for name, (usage, text) in usages.items()}
+    """``{method: (usage, description)}`` of every registered method, in registration order."""
+    return {name: (METHODS.get(name).usage, METHODS.get(name).description) for name in METHODS.names()}
 
 
 def parse_interventions(text: str | Intervention | list | tuple | None) -> Stack:
@@ -286,13 +293,55 @@ def parse_interventions(text: str | Intervention | list | tuple | None) -> Stack
     for part in text.strip().split("+"):
         method, *args = part.strip().split(":")
         try:
-            parser = METHODS.get(method.strip())
+            parser = METHODS.get(method.strip()).parse
         except UnknownNameError as err:
             raise InterventionError(str(err)) from None
         if (intervention := parser([a.strip() for a in args])) is not None:
             parts.append(intervention)
     check_one_tempscale(parts)
     return Stack(parts)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One ``--methods`` entry, parsed once at the edge (`parse_method`): the text as given, its interventions,
+    and the split a run needs, the parts applied to the model and the post-hoc transform of its vectors (at
+    most one). The run, its plan, the estimate and a recompute carry this; none parses the text again.
+
+    Attributes:
+        text: The entry as the user wrote it (run.json and the run id keep it).
+        stack: Every part, in order; its ``slug`` names the method in rows, caches and reports.
+        model_parts: The parts applied to the model (the post-hoc part left out).
+        posthoc: The post-hoc part (`llm_collapse.interventions.posthoc.PostHoc`), or None.
+    """
+
+    text: str
+    stack: Stack
+    model_parts: tuple[Intervention, ...]
+    posthoc: Intervention | None = None
+
+    @property
+    def slug(self) -> str:
+        return self.stack.slug
+
+    @property
+    def model_stack(self) -> Stack:
+        """What the model runs: the parts without the post-hoc transform (a fresh `Stack` each time)."""
+        return Stack(list(self.model_parts))
+
+    def has(self, kind: str) -> bool:
+        """Whether a part is of this `Intervention.kind` (``"window"``, ``"layer0"``, ``"posthoc"``...)."""
+        return any(part.kind == kind for part in self.stack.parts)
+
+
+def parse_method(text: str) -> Method:
+    """The one place a method's text becomes a `Method`; `InterventionError` (one line) for a bad one."""
+    stack = parse_interventions(text)
+    posthoc = [part for part in stack.parts if part.kind == POSTHOC_KIND]
+    if len(posthoc) > 1:
+        raise InterventionError(f"one post-hoc transform per method, got {'+'.join(p.slug for p in posthoc)}")
+    model_parts = tuple(part for part in stack.parts if part.kind != POSTHOC_KIND)
+    return Method(text, stack, model_parts, posthoc[0] if posthoc else None)
 
 
 def check_one_tempscale(parts: list[Intervention]) -> None:

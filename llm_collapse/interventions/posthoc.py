@@ -24,7 +24,13 @@ import contextlib
 import numpy as np
 from torch import nn
 
-from llm_collapse.interventions.base import Intervention, InterventionError, ModelContext, NotApplicable
+from llm_collapse.interventions.base import (
+    POSTHOC_KIND,
+    Intervention,
+    InterventionError,
+    ModelContext,
+    NotApplicable,
+)
 
 KINDS = ("center", "abtt", "whiten")
 TASKS = ("collapse", "knn")
@@ -36,7 +42,7 @@ MIN_ITEMS = {"center": 2, "abtt": 3, "whiten": 4}
 class PostHoc(Intervention):
     """A transform of finished embeddings reported as a method (module docstring)."""
 
-    kind = "posthoc"
+    kind = POSTHOC_KIND
 
     def __init__(self, name: str, components: int | None = None) -> None:
         if name not in KINDS:
@@ -80,14 +86,6 @@ class PostHoc(Intervention):
         out[~fit] = posthoc.apply_whitening(posthoc.fit_whitening(X[fit]), X[~fit])
         out[fit] = posthoc.apply_whitening(posthoc.fit_whitening(X[~fit]), X[fit])
         return out
-
-
-def split_posthoc(parts: list[Intervention]) -> tuple[list[Intervention], PostHoc | None]:
-    """The model interventions of a stack and its post-hoc part (at most one)."""
-    posthoc = [p for p in parts if isinstance(p, PostHoc)]
-    if len(posthoc) > 1:
-        raise InterventionError(f"one post-hoc transform per method, got {'+'.join(p.slug for p in posthoc)}")
-    return [p for p in parts if not isinstance(p, PostHoc)], (posthoc[0] if posthoc else None)
 
 
 def check_fit(posthoc: PostHoc, n_texts: int, width: int | None, where: str) -> None:

@@ -15,6 +15,7 @@ import platform
 import shutil
 import subprocess
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from llm_collapse.utils.files import atomic_write
@@ -50,6 +51,22 @@ def result_row(
         "depth": float(depth), "layer": float(layer), "metric": metric, "value": float(value),
         "ci_low": float(ci[0]), "ci_high": float(ci[1]), "n": int(n), "p_value": float(p_value),
     }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CellKey:
+    """What every row of one (model, method) cell carries: the model, the method's slug and the corpus."""
+
+    model: str
+    method: str
+    corpus: str
+
+    def fields(self) -> dict[str, str]:
+        """The three as `result_row` keywords."""
+        return {"model": self.model, "method": self.method, "corpus": self.corpus}
+
+    def __str__(self) -> str:
+        return f"{self.model}/{self.method}"
 
 
 def write_results(rows: Iterable[dict], out_dir: Path) -> None:

@@ -85,7 +85,15 @@ EMPTY_WHY = {
     "knn": f"the kNN probe needs at least two label classes and more than k = {KNN_K} labelled texts per length; "
     "raise --max-per-bin or choose a label with two classes in the sample",
 }
-SECTION_TITLES = {**{name: spec.title for name, spec in TASKS.items()}, SWEEP_SECTION: "Temperature sweep"}
+
+
+def section_title(section: str) -> str:
+    """A report section's heading: its task's title (tasks registered later too), or the sweep's."""
+    if section == SWEEP_SECTION:
+        return "Temperature sweep"
+    return TASKS[section].title if section in TASKS else f"Task: {section}"
+
+
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 line-height:1.45;color:#222}
@@ -402,7 +410,7 @@ def task_sections(data: ReportData, figures: Sequence[FigureFile], out_root: Pat
         figs = [f for f in figures if f.section == section]
         if not figs and section == SWEEP_SECTION:
             continue
-        blocks.append(Heading(2, SECTION_TITLES.get(section, f"Task: {section}")))
+        blocks.append(Heading(2, section_title(section)))
         if not figs:
             blocks.append(Paragraph("No figure: the rows this section plots are absent."))
         for fig in figs:

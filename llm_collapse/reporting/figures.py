@@ -109,7 +109,6 @@ TITLE_SIZE = 12  # pt: matplotlib's "large" at font.size 10, the suptitle's size
 CHAR_WIDTH = 0.55  # average glyph width of DejaVu Sans in em (measured on the labels), to wrap text to inches
 DODGE_LOG2 = 0.12  # how far apart (log2 units) the methods of a one-length panel are drawn
 EMPTY_CELL = "–"
-TASK_ORDER: tuple[str, ...] = tuple(TASKS)
 POSITION_LABELS: dict[float, str] = {0.0: "early", 1.0: "late"}  # depth of a position row -> its name
 _POSITION_DASHES: tuple[tuple[float, ...], ...] = ((), (5.0, 2.0))
 HEATMAP_METRIC = "acc@1"
@@ -370,7 +369,8 @@ def _metric_order(metrics: Iterable[str]) -> list[str]:
 
 def task_order(tasks: Iterable[str]) -> list[str]:
     """Tasks in report order: collapse, knn, passkey, needle, layerwise, then others by name."""
-    return sorted(set(tasks), key=lambda t: (TASK_ORDER.index(t) if t in TASK_ORDER else len(TASK_ORDER), t))
+    order = list(TASKS)  # read now: a task registered after import sorts in its place
+    return sorted(set(tasks), key=lambda t: (order.index(t) if t in order else len(order), t))
 
 
 def chance_levels(data: ReportData, task: str) -> dict[str, list[dict[int, float]]]:
@@ -956,7 +956,7 @@ def make_figures(data: ReportData, fig_dir: Path, *, draw: bool = True) -> list[
             report.md needs, at a fraction of the cost (drawing is most of a report's time).
 
     Returns:
-        The figures in report order (tasks in `TASK_ORDER`, each its kinds in order, then the sweep).
+        The figures in report order (tasks in the registry's order, each its kinds in order, then the sweep).
     """
     if draw:
         fig_dir.mkdir(parents=True, exist_ok=True)

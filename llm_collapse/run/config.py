@@ -23,7 +23,7 @@ from llm_collapse.adapters import register_embedder, resolve_spec
 from llm_collapse.backends import BACKENDS, QUANTIZATIONS
 from llm_collapse.data.synthetic import MAX_DOCUMENTS
 from llm_collapse.errors import UserError
-from llm_collapse.interventions import parse_interventions
+from llm_collapse.interventions import Method, parse_method
 from llm_collapse.pooling import POOLINGS
 from llm_collapse.records.claims import check_claims
 from llm_collapse.run.saved_embeddings import EMBEDDING_DTYPES
@@ -33,8 +33,7 @@ from llm_collapse.tasks.settings import TaskSettings
 from llm_collapse.utils.types import matches
 from llm_collapse.utils.yamlfile import read_yaml_mapping, short_repr, type_name
 
-TASKS: tuple[str, ...] = RUNNABLE
-RETRIEVAL_TASKS = tasks_with(reads_corpus=False)  # the tasks that generate their own documents and queries
+TASKS: list[str] = RUNNABLE  # the registry's list: a task registered later is accepted too
 DESIGNS: tuple[str | None, ...] = (None, "bins", "prefix")  # None: prefix where the corpus allows, else bins
 DEFAULT_LABELS = {"sotu": "party", "movie_reviews": "sentiment", "kjv": "testament"}
 # Options that enter run_id only when set (see run_id); design "bins" counts as unset (it was the default
@@ -264,13 +263,13 @@ class CompareConfig:
             if path_name not in self.models:
                 raise ConfigError(f"--model-path names {path_name!r}, which is not in --models {self.models}")
         slugs: dict[str, str] = {}
-        for method in self.methods:
-            slug = parse_interventions(method).slug  # InterventionError naming the parameter
-            if slug in slugs:
+        for method in self.parsed_methods():  # InterventionError naming the parameter
+            if method.slug in slugs:
                 raise ConfigError(
-                    f"--methods {slugs[slug]!r} and {method!r} are the same intervention ({slug}); list it once"
+                    f"--methods {slugs[method.slug]!r} and {method.text!r} are the same intervention "
+                    f"({method.slug}); list it once"
                 )
-            slugs[slug] = method
+            slugs[method.slug] = method.text
         self._validate_controls({method: slug for slug, method in slugs.items()})
         self._validate_margins()
         self.claims = check_claims(
@@ -346,10 +345,11 @@ class CompareConfig:
     def _validate_task_options(self) -> None:
         """Options that belong to one kind of task: refused without it (they would change the run id and
         nothing else), and checked against what the task can do with them."""
-        retrieval = sorted(RETRIEVAL_TASKS & set(self.tasks))
+        retrieval_tasks = tasks_with(reads_corpus=False)  # they generate their own documents and queries
+        retrieval = sorted(retrieval_tasks & set(self.tasks))
         if self.retrieval_pool is not None and not retrieval:
             raise ConfigError(
-                f"--retrieval-pool applies to the retrieval tasks ({', '.join(sorted(RETRIEVAL_TASKS))}) only; "
+                f"--retrieval-pool applies to the retrieval tasks ({', '.join(sorted(retrieval_tasks))}) only; "
                 "add one to --tasks or drop --retrieval-pool"
             )
         if self.label is not None and "knn" not in self.tasks:
@@ -382,15 +382,15 @@ class CompareConfig:
 
     def _validate_posthoc(self) -> None:
         """A post-hoc method (`llm_collapse.interventions.posthoc`) needs enough texts per length to fit."""
-        from llm_collapse.interventions.posthoc import MIN_ITEMS, split_posthoc
+        from llm_collapse.interventions.posthoc import MIN_ITEMS
 
         per_length = self.prefix_docs or self.max_per_bin
         flag = "--prefix-docs" if self.prefix_docs else "--max-per-bin"
-        for method in self.methods:
-            _, posthoc = split_posthoc(parse_interventions(method).parts)
+        for method in self.parsed_methods():
+            posthoc = method.posthoc
             if posthoc is not None and per_length < MIN_ITEMS[posthoc.name]:
                 raise ConfigError(
-                    f"--methods {method!r}: {posthoc.slug} needs at least {MIN_ITEMS[posthoc.name]} texts per "
+                    f"--methods {method.text!r}: {posthoc.slug} needs at least {MIN_ITEMS[posthoc.name]} texts per "
                     f"length to fit, {flag} gives {per_length}; use {flag} >= {MIN_ITEMS[posthoc.name]}"
                 )
 
@@ -458,7 +458,7 @@ class CompareConfig:
                 f"--tasks quantization loads bitsandbytes variants, which backend {self.backend!r} cannot; "
                 "use --backend hf"
             )
-        if all(parse_interventions(method).slug != "base" for method in self.methods):
+        if all(method.slug != "base" for method in self.parsed_methods()):
             raise ConfigError(
                 "--tasks quantization measures the model without interventions; add base to --methods"
             )
@@ -466,6 +466,11 @@ class CompareConfig:
     @property
     def knn_label(self) -> str | None:
         return self.label or DEFAULT_LABELS.get(self.corpus)
+
+    def parsed_methods(self) -> list[Method]:
+        """``methods`` as typed values (`llm_collapse.interventions.parse_method`, the one parse of a method's
+        text): the run, its plan, checks and estimate read these."""
+        return [parse_method(method) for method in self.methods]
 
     def task_settings(self) -> TaskSettings:
         """What the tasks read of this configuration."""

@@ -38,11 +38,10 @@ from llm_collapse.data.bins import count_tokens
 from llm_collapse.interventions import (
     Intervention,
     InterventionError,
+    Method,
     ModelContext,
     Stack,
-    parse_interventions,
 )
-from llm_collapse.interventions.posthoc import split_posthoc
 from llm_collapse.interventions.rope import rotary_modules
 from llm_collapse.models import text_config
 from llm_collapse.models.flops import FlopModel
@@ -113,13 +112,14 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
     for name, (spec, _) in specs.items():
         config_json = load_config(weights[name])
         copies = spec.input_format.text_copies  # echo and its twice control read the text twice
-        stacks = {method: parse_interventions(method) for method in config.methods}
+        parsed = {method.text: method for method in config.parsed_methods()}
+        stacks = {text: method.stack for text, method in parsed.items()}
         widens = {
             method: bool(config_json.get("sliding_window")) and _switches_window_off(stack)
             for method, stack in stacks.items()
         }
         if config.save_embeddings:
-            lines.append(f"  {name}: {_saved_size(config, stacks, len(texts), config_json)}")
+            lines.append(f"  {name}: {_saved_size(config, parsed, len(texts), config_json)}")
         bare = {method for method, stack in stacks.items() if any(p.kind == "layer0" for p in stack.parts)}
         # a post-hoc method alone transforms base's (cached) vectors; with other parts it embeds like them
         bare |= {
@@ -129,11 +129,11 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
         }
         model = _meta_model(spec, weights[name])
         context = ModelContext(name=name, trained_length=spec.trained_length)
-        skipped = _not_applicable(config.backend, spec, weights[name], stacks, context)
+        skipped = _not_applicable(config.backend, spec, weights[name], parsed, context)
         methods = [m for m in config.methods if m not in skipped]  # what the run embeds on this model
         reads = {method: _reads(stack, model, context) for method, stack in stacks.items()}
         keys = {method: (widens[method], reads[method]) for method in config.methods}
-        plain = (False, _reads(parse_interventions("base"), model, context))
+        plain = (False, _reads(Stack([]), model, context))  # base: no intervention
         lines += [f"  {name}: {line}" for line in _truncation(plain[1].cap, config.lengths)]
         lines += [
             f"  {name} x {method}: not applicable, not run ({why}); run.json and the report say so"
@@ -223,7 +223,7 @@ def _truncation(cap: int | None, lengths: list[int]) -> list[str]:
     ]
 
 
-def _not_applicable(backend: str, spec, weights, stacks: dict[str, Stack], context: ModelContext) -> dict:
+def _not_applicable(backend: str, spec, weights, methods: dict[str, Method], context: ModelContext) -> dict:
     """Method -> why it does not apply to the model, for the methods that do not: the refusal the run meets when
     it enters the method (`Embedder.intervene`: the hf backend enters `Stack.apply`, vLLM folds
     `plan_interventions`; a post-hoc part is split off first, as `llm_collapse.run.runner` does), here on a
@@ -233,15 +233,14 @@ def _not_applicable(backend: str, spec, weights, stacks: dict[str, Stack], conte
     if model is None:  # NV-Embed: decided by the spec alone, and every method here applies to it
         return {}
     refused = {}
-    for method, stack in stacks.items():
-        parts, _ = split_posthoc(stack.parts)
+    for method, parsed in methods.items():
         try:
             if backend == "vllm":
                 from llm_collapse.backends.vllm.plan import plan_interventions
 
-                plan_interventions(Stack(parts), model.config, context)
+                plan_interventions(parsed.model_stack, model.config, context)
             else:
-                with Stack(parts).apply(model, context):
+                with parsed.model_stack.apply(model, context):
                     pass
         except InterventionError as err:
             refused[method] = str(err)
@@ -253,12 +252,10 @@ def _not_applicable(backend: str, spec, weights, stacks: dict[str, Stack], conte
     return refused
 
 
-def _saved_size(config: CompareConfig, stacks: dict, n_texts: int, config_json: dict) -> str:
+def _saved_size(config: CompareConfig, methods: dict[str, Method], n_texts: int, config_json: dict) -> str:
     """What ``--save-embeddings`` writes for one model: a vector per text and method without its post-hoc part
     (a post-hoc transform is refitted from them; `llm_collapse.run.saved_embeddings`)."""
-    embedded = {
-        stack.slug for stack in (Stack([p for p in s.parts if p.kind != "posthoc"]) for s in stacks.values())
-    }
+    embedded = {method.model_stack.slug for method in methods.values()}
     width = int(
         config_json.get("hidden_size") or (config_json.get("text_config") or {}).get("hidden_size") or 0
     )

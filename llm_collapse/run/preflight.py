@@ -30,7 +30,6 @@ from llm_collapse.run.directory import check_run_dir
 from llm_collapse.tasks.registry import tasks_with
 from llm_collapse.utils.paths import cache_root, check_replaceable, check_writable_dir
 
-CORPUS_TASKS = tasks_with(reads_corpus=True)
 # (import name, what needs it, how to install it): core dependencies, and the report's extra when it is built.
 _RUN_PACKAGES = (
     ("pandas", "results", "pip install pandas"),
@@ -64,7 +63,7 @@ def preflight(config: CompareConfig, *, overwrite: bool, report: bool = True) ->
     for name, path in config.model_paths.items():
         check_model_path(name, path)
     check_models(config)
-    return check_corpus(config) if CORPUS_TASKS & set(config.tasks) else None
+    return check_corpus(config) if tasks_with(reads_corpus=True) & set(config.tasks) else None
 
 
 def check_packages(*, report: bool, quantization: bool = False) -> None:
@@ -354,11 +353,9 @@ def check_posthoc(config: CompareConfig, inputs) -> None:
     """Every post-hoc method can be fitted on the run's texts (`llm_collapse.interventions.posthoc.check_fit`),
     checked once the inputs are built and before anything is embedded: the transform sees all of a corpus task's
     texts at once, and all-but-the-top's default D needs each model's width (its config.json, where readable)."""
-    from llm_collapse.interventions import parse_interventions
-    from llm_collapse.interventions.posthoc import check_fit, split_posthoc
+    from llm_collapse.interventions.posthoc import check_fit
 
-    stacks = [(method, split_posthoc(parse_interventions(method).parts)[1]) for method in config.methods]
-    stacks = [(method, posthoc) for method, posthoc in stacks if posthoc is not None]
+    stacks = [(m.text, m.posthoc) for m in config.parsed_methods() if m.posthoc is not None]
     if not stacks or not inputs.binned:
         return
     n_texts = len({t.text for t in inputs.binned})

@@ -27,8 +27,7 @@ from llm_collapse.adapters import EmbedderSpec, resolve_spec
 from llm_collapse.backends.hf import load_tokenizer
 from llm_collapse.embedder import Embedder
 from llm_collapse.errors import UserError
-from llm_collapse.interventions import NotApplicable, Stack, parse_interventions
-from llm_collapse.interventions.posthoc import split_posthoc
+from llm_collapse.interventions import NotApplicable, Stack
 from llm_collapse.records.record import ModelRecord, RunRecord, whole_number
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.models import model_weights
@@ -131,9 +130,9 @@ def replay_embedder(name: str, config: CompareConfig, record: ModelRecord) -> Em
             "rerun the run instead"
         )
     refused = {
-        model_slug(method): record.not_applicable[method]
-        for method in config.methods
-        if method in record.not_applicable
+        method.model_stack.slug: record.not_applicable[method.text]
+        for method in config.parsed_methods()
+        if method.text in record.not_applicable
     }
     directory = model_weights(name, config).directory
     backend = TokenizerOnly(spec, load_tokenizer(directory), model_config(spec, directory), refused)
@@ -150,9 +149,3 @@ def model_config(spec: EmbedderSpec, directory: Path):
     from transformers import AutoConfig
 
     return AutoConfig.from_pretrained(directory, trust_remote_code=False)
-
-
-def model_slug(method: str) -> str:
-    """The slug of the interventions ``method`` applies to the model (its post-hoc part left out)."""
-    parts, _ = split_posthoc(parse_interventions(method).parts)
-    return Stack(parts).slug

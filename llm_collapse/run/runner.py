@@ -40,17 +40,16 @@ from pathlib import Path
 from llm_collapse.backends.weights import is_tiny_random
 from llm_collapse.cache import cache_for
 from llm_collapse.errors import DiskFullError, disk_full
-from llm_collapse.interventions import InterventionError, NotApplicable, Stack, parse_interventions
+from llm_collapse.interventions import InterventionError, Method, NotApplicable
 from llm_collapse.interventions.posthoc import TASKS as POSTHOC_TASKS
-from llm_collapse.interventions.posthoc import split_posthoc
 from llm_collapse.records.record import InputsRecord, ModelRecord, RunRecord
-from llm_collapse.records.results import environment, remove_report, write_items, write_results
+from llm_collapse.records.results import CellKey, environment, remove_report, write_items, write_results
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.directory import claim_run_dir, open_run_dir
 from llm_collapse.run.distributed import embed_share, world
 from llm_collapse.run.inputs import build_inputs
 from llm_collapse.run.models import load_for_run, reference_tokenizer
-from llm_collapse.run.preflight import CORPUS_TASKS, check_corpus, check_packages, check_posthoc, preflight
+from llm_collapse.run.preflight import check_corpus, check_packages, check_posthoc, preflight
 from llm_collapse.run.replay import recomputable_run, replay_embedder
 from llm_collapse.run.saved_embeddings import EMBEDDINGS_FILE, SavedEmbeddings
 from llm_collapse.tasks.base import (
@@ -62,7 +61,7 @@ from llm_collapse.tasks.base import (
 )
 from llm_collapse.tasks.interaction import interaction_rows
 from llm_collapse.tasks.items import item_rows
-from llm_collapse.tasks.registry import TASKS, VS_CONTROL, VS_REFERENCE, length_paired_tasks
+from llm_collapse.tasks.registry import TASKS, VS_CONTROL, VS_REFERENCE, length_paired_tasks, tasks_with
 from llm_collapse.utils.logs import WarningTally, held_logs, tallied_warnings
 from llm_collapse.utils.paths import RUN_FILES, cache_root
 from llm_collapse.utils.progress import RunProgress
@@ -139,7 +138,7 @@ def recompute_comparison(run_dir: Path | str, *, report: bool = True) -> Path:
         with held_logs():  # a refusal is one line, wherever it comes from: nothing is written before the end
             saved = SavedEmbeddings.read(run_dir / EMBEDDINGS_FILE)
             check_packages(report=report)
-            documents = check_corpus(config) if CORPUS_TASKS & set(config.tasks) else None
+            documents = check_corpus(config) if tasks_with(reads_corpus=True) & set(config.tasks) else None
             inputs = build_inputs(config, reference_tokenizer(config), documents)
             models = {name: replay_embedder(name, config, record.model(name)) for name in config.models}
             _run_models(
@@ -207,11 +206,11 @@ def _run_models(
         state.wall_time_s[f"load:{model_name}"] = time.perf_counter() - clock
         paired: dict[str, dict] = {}
         slugs = {}
-        for method in config.methods:
+        for method in config.parsed_methods():
             if tally is not None:
-                tally.where = f"{model_name} x {method}"
-            with progress.cell(model_name, method) if progress is not None else contextlib.nullcontext():
-                slugs[method] = _run_cell(
+                tally.where = f"{model_name} x {method.text}"
+            with progress.cell(model_name, method.text) if progress is not None else contextlib.nullcontext():
+                slugs[method.text] = _run_cell(
                     embedder, model_name, method, config, inputs, state, overwrite, paired, saved
                 )
         state.rows += _contrasts(model_name, config, paired, inputs.design)
@@ -300,8 +299,9 @@ def _contrasts(model_name: str, config: CompareConfig, paired: dict[str, dict], 
     rows, nested = [], length_paired_tasks(design) & set(config.tasks)
     for method, items in paired.items():
         if method != BASE_METHOD:
-            rows += contrast_rows(model_name, method, config.corpus, items, base)
-            rows += interaction_rows(model_name, method, config.corpus, items, base, nested, seed=config.seed)
+            cell = CellKey(model_name, method, config.corpus)
+            rows += contrast_rows(cell, items, base)
+            rows += interaction_rows(cell, items, base, nested, seed=config.seed)
     return rows
 
 
@@ -317,7 +317,7 @@ def _control_contrasts(
             continue
         pairs[mine] = theirs
         rows += contrast_rows(
-            model_name, mine, config.corpus, paired[mine], paired[theirs], suffix=VS_CONTROL
+            CellKey(model_name, mine, config.corpus), paired[mine], paired[theirs], suffix=VS_CONTROL
         )
     if pairs:
         record.controls = pairs
@@ -338,17 +338,16 @@ def _reference_contrasts(
     rows = []
     for method, items in paired.items():
         if method in reference:
-            rows += contrast_rows(
-                model_name, method, config.corpus, items, reference[method], suffix=VS_REFERENCE
-            )
+            cell = CellKey(model_name, method, config.corpus)
+            rows += contrast_rows(cell, items, reference[method], suffix=VS_REFERENCE)
     return rows
 
 
 def _run_cell(
     embedder,
-    model_name,
-    method,
-    config,
+    model_name: str,
+    method: Method,
+    config: CompareConfig,
     inputs,
     state: RunState,
     overwrite: bool,
@@ -357,26 +356,26 @@ def _run_cell(
 ) -> str | None:
     """Runs every task of one (model, method) cell; its per-item data goes to ``paired[slug]``.
 
-    A recompute (``saved.replaying``) reads no cache and leaves ``prefix_sharing`` to the run's record: its
-    embedder has no model to ask. Returns the method's slug, or None where it is not applicable to the model."""
+    The method's model parts are applied for the cell (`Embedder.intervene`, left however the cell ends); its
+    post-hoc part transforms the vectors the tasks get. A recompute (``saved.replaying``) reads no cache and
+    leaves ``prefix_sharing`` to the run's record: its embedder has no model to ask. Returns the method's slug,
+    or None where it is not applicable to the model."""
     replaying = saved is not None and saved.replaying
     record = state.models[model_name]
-    try:
-        whole = parse_interventions(method)
-        parts, posthoc = split_posthoc(whole.parts)  # a post-hoc part transforms the vectors, not the model
-        context = embedder.intervene(Stack(parts))
-        context.__enter__()
-    except InterventionError as err:
-        record.not_applicable[method] = str(err)
-        state.notes.append(f"{model_name} x {method}: not applicable ({err})")
-        logger.warning("%s x %s: not applicable: %s", model_name, method, err)
-        return None
-    try:
+    slug, posthoc = method.slug, method.posthoc
+    with contextlib.ExitStack() as applied:
+        try:
+            applied.enter_context(embedder.intervene(method.model_stack))
+        except InterventionError as err:
+            record.not_applicable[method.text] = str(err)
+            state.notes.append(f"{model_name} x {method.text}: not applicable ({err})")
+            logger.warning("%s x %s: not applicable: %s", model_name, method.text, err)
+            return None
         cache = None if replaying else cache_for(embedder)
         cell = TaskContext(
             embedder,
             model_name,
-            whole.slug,
+            slug,
             config.task_settings(),
             inputs,
             cache,
@@ -389,41 +388,37 @@ def _run_cell(
         if (
             nested and not replaying
         ):  # the prefix design or a -start task: say how their lengths were embedded
-            record.prefix_sharing[whole.slug] = _prefix_path(embedder)
+            record.prefix_sharing[slug] = _prefix_path(embedder)
         for task in config.tasks:
             clock = time.perf_counter()
-            logger.info("%s x %s: %s", model_name, whole.slug, task)
+            logger.info("%s x %s: %s", model_name, slug, task)
             try:
                 if posthoc is not None and task not in POSTHOC_TASKS:
-                    raise NotApplicable(
-                        f"{whole.slug} transforms the texts of {', '.join(POSTHOC_TASKS)} only"
-                    )
+                    raise NotApplicable(f"{slug} transforms the texts of {', '.join(POSTHOC_TASKS)} only")
                 state.rows += TASKS[task].run(cell)
             except NotApplicable as err:  # the task cannot measure this method (layerwise under SelfExtend)
                 stale = [k for k in cell.paired if paired_task(k[0]) == task]  # no rows, so no contrasts
                 for key in stale:
                     del cell.paired[key]
-                record.not_applicable[f"{whole.slug}:{task}"] = str(err)
-                state.notes.append(f"{model_name} x {whole.slug} x {task}: not applicable ({err})")
-            state.wall_time_s[f"{model_name}:{whole.slug}:{task}"] = time.perf_counter() - clock
+                record.not_applicable[f"{slug}:{task}"] = str(err)
+                state.notes.append(f"{model_name} x {slug} x {task}: not applicable ({err})")
+            state.wall_time_s[f"{model_name}:{slug}:{task}"] = time.perf_counter() - clock
         if nested:
-            state.rows += length_contrast_rows(model_name, whole.slug, config.corpus, cell.paired, nested)
-        state.items += item_rows(model_name, whole.slug, config.corpus, cell.paired)
+            state.rows += length_contrast_rows(cell.key, cell.paired, nested)
+        state.items += item_rows(cell.key, cell.paired)
         if paired is not None:
-            paired[whole.slug] = cell.paired
-        record.truncated[whole.slug] = cell.record.get("truncated", 0)
+            paired[slug] = cell.paired
+        record.truncated[slug] = cell.record.get("truncated", 0)
         if embedder.token_cap != embedder.max_length:
-            record.token_caps[whole.slug] = embedder.token_cap
+            record.token_caps[slug] = embedder.token_cap
         # What a task adds to run.json for parts of its work (the quantization task: its variants).
         record.variants.update(cell.record.get("variants", {}))
         for what, why in cell.record.get("not_applicable", {}).items():
             record.not_applicable[what] = why
             state.notes.append(f"{model_name} x {what}: not applicable ({why})")
         if cell.record.get("oom_retries"):
-            record.oom_retries[whole.slug] = cell.record["oom_retries"]
-    finally:
-        context.__exit__(None, None, None)
-    return whole.slug
+            record.oom_retries[slug] = cell.record["oom_retries"]
+    return slug
 
 
 def _prefix_path(embedder) -> str:

@@ -3,6 +3,14 @@ registry (`llm_collapse.tasks.registry.TASKS`) says what each task is called, wr
 
 from __future__ import annotations
 
-from llm_collapse.tasks.registry import METRICS, RUNNABLE, TASKS, MetricInfo, TaskSpec, metric_info
+from llm_collapse.tasks.registry import (
+    METRICS,
+    RUNNABLE,
+    TASKS,
+    MetricInfo,
+    TaskSpec,
+    metric_info,
+    register_task,
+)
 
-__all__ = ["METRICS", "RUNNABLE", "TASKS", "MetricInfo", "TaskSpec", "metric_info"]
+__all__ = ["METRICS", "RUNNABLE", "TASKS", "MetricInfo", "TaskSpec", "metric_info", "register_task"]

@@ -21,6 +21,7 @@ import torch
 
 from llm_collapse.cache import EmbeddingCache, encode_cached, text_hash
 from llm_collapse.embedder import Embedder
+from llm_collapse.records.results import CellKey, result_row
 from llm_collapse.tasks.registry import VS_BASE, VS_SHORTEST
 from llm_collapse.tasks.settings import TaskSettings
 
@@ -116,10 +117,13 @@ class TaskContext:
     def __post_init__(self) -> None:
         self.batch_size = self.batch_size or self.config.batch_size
 
-    def row(self, **kwargs) -> dict:
-        from llm_collapse.records.results import result_row
+    @property
+    def key(self) -> CellKey:
+        """The model, method and corpus every row of this cell carries."""
+        return CellKey(self.model, self.method, self.config.corpus)
 
-        return result_row(model=self.model, method=self.method, corpus=self.config.corpus, **kwargs)
+    def row(self, **kwargs) -> dict:
+        return result_row(**self.key.fields(), **kwargs)
 
     def encode(self, texts: list[str], *, kind: str = "document") -> np.ndarray:
         """Cached encoding; an out-of-memory error halves the batch and token budget and retries (recorded)."""
@@ -182,9 +186,7 @@ class TaskContext:
 
 
 def contrast_rows(
-    model: str,
-    method: str,
-    corpus: str,
+    cell: CellKey,
     items: dict[PairedKey, PairedItems],
     base: dict[PairedKey, PairedItems],
     *,
@@ -206,7 +208,6 @@ def contrast_rows(
     from llm_collapse.metrics.collapse import centroid_distance
     from llm_collapse.metrics.contrasts import paired_binary
     from llm_collapse.metrics.stats import paired_jackknife_ci
-    from llm_collapse.records.results import result_row
 
     rows = []
     for key in sorted(items, key=lambda k: (k[0], k[1], -1.0 if k[2] is None else k[2])):
@@ -215,12 +216,10 @@ def contrast_rows(
         task, length, depth = paired_task(key[0]), key[1], key[2]
         mine, theirs = items[key].values, base[key].values
         if mine.shape[0] != theirs.shape[0]:
-            logger.warning(
-                "%s/%s %s: %d items vs %d for base; no contrast", model, method, key, len(mine), len(theirs)
-            )
+            logger.warning("%s %s: %d items vs %d for base; no contrast", cell, key, len(mine), len(theirs))
             continue
         n = int(mine.shape[0])
-        row = dict(model=model, method=method, task=task, corpus=corpus, length=length, n=n)
+        row = dict(**cell.fields(), task=task, length=length, n=n)
         row["depth"] = math.nan if depth is None else depth
         if items[key].per_layer:
             rows += _per_layer_contrasts(row, items[key].metric + suffix, mine, theirs)
@@ -269,7 +268,6 @@ def _paired_cosine_jackknife(mine: np.ndarray, theirs: np.ndarray):
 
 def _per_layer_contrasts(row: dict, metric: str, mine: np.ndarray, theirs: np.ndarray) -> list[dict]:
     """One paired row per layer column of (n, layers) statistics; items NaN on either side are left out."""
-    from llm_collapse.records.results import result_row
 
     rows = []
     for layer in range(mine.shape[1]):
@@ -327,9 +325,7 @@ def paired_t_contrast(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float
 
 
 def length_contrast_rows(
-    model: str,
-    method: str,
-    corpus: str,
+    cell: CellKey,
     items: dict[PairedKey, PairedItems],
     tasks: set[str] | frozenset[str],
 ) -> list[dict]:
@@ -349,7 +345,7 @@ def length_contrast_rows(
         reference = items[(task, shortest, depth)]
         longer = {(task, n, depth): items[(task, n, depth)] for n in sorted(lengths) if n != shortest}
         base = {key: reference for key in longer}
-        rows += contrast_rows(model, method, corpus, longer, base, suffix=VS_SHORTEST)
+        rows += contrast_rows(cell, longer, base, suffix=VS_SHORTEST)
     return rows
 
 

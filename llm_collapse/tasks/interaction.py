@@ -31,6 +31,7 @@ from llm_collapse.metrics.collapse import centroid_distance, mean_pairwise_cosin
 from llm_collapse.metrics.contrasts import binary_interaction, mean_difference
 from llm_collapse.metrics.decomposition import DECOMPOSITION_KEYS, centroid_decomposition
 from llm_collapse.metrics.stats import jackknife_ci
+from llm_collapse.records.results import CellKey, result_row
 from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, PairedKey, paired_task
 from llm_collapse.tasks.registry import VS_INTERACTION
 
@@ -40,9 +41,7 @@ INTERACTION = VS_INTERACTION
 
 
 def interaction_rows(
-    model: str,
-    method: str,
-    corpus: str,
+    cell: CellKey,
     items: dict[PairedKey, PairedItems],
     base: dict[PairedKey, PairedItems],
     tasks: set[str] | frozenset[str],
@@ -51,8 +50,6 @@ def interaction_rows(
 ) -> list[dict]:
     """``*_vs_base_vs_shortest`` rows of one method against ``base``, for the ``tasks`` whose items are the
     same at every length (`llm_collapse.tasks.registry.length_paired_tasks`)."""
-    from llm_collapse.records.results import result_row
-
     shortest: dict[tuple[str, float | None], int] = {}
     for name, length, depth in items:
         if paired_task(name) in tasks:
@@ -64,12 +61,12 @@ def interaction_rows(
             continue
         short = (name, shortest[(name, depth)], depth)
         cells = [items.get(key), base.get(key), items.get(short), base.get(short)]
-        if not _same_items(cells, f"{model}/{method} {key}"):
+        if not _same_items(cells, f"{cell} {key}"):
             continue
-        cell = dict(model=model, method=method, task=paired_task(name), corpus=corpus, length=length,
-                    depth=math.nan if depth is None else depth, n=len(cells[0].values))  # fmt: skip
+        row = dict(**cell.fields(), task=paired_task(name), length=length,
+                   depth=math.nan if depth is None else depth, n=len(cells[0].values))  # fmt: skip
         for part in _interactions(cells, seed):
-            rows.append(result_row(**{**cell, **part}))  # a per-layer part counts its own items
+            rows.append(result_row(**{**row, **part}))  # a per-layer part counts its own items
     return rows
 
 

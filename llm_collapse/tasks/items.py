@@ -26,10 +26,11 @@ import math
 import numpy as np
 
 from llm_collapse.metrics.collapse import normalize_rows, per_item_pairwise_cosine
+from llm_collapse.records.results import CellKey
 from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, PairedKey, paired_task
 
 
-def item_rows(model: str, method: str, corpus: str, paired: dict[PairedKey, PairedItems]) -> list[dict]:
+def item_rows(cell: CellKey, paired: dict[PairedKey, PairedItems]) -> list[dict]:
     """Per-item rows of one (model, method) cell, one per (task, length, depth, layer, item).
 
     Bins whose items carry no ids are left out (a task that keeps none).
@@ -40,7 +41,7 @@ def item_rows(model: str, method: str, corpus: str, paired: dict[PairedKey, Pair
             continue
         if len(items.ids) != len(items.values):
             raise ValueError(f"{name} at {length}: {len(items.ids)} ids for {len(items.values)} items")
-        base = dict(model=model, method=method, task=paired_task(name), corpus=corpus, length=int(length),
+        base = dict(**cell.fields(), task=paired_task(name), length=int(length),
                     depth=math.nan if depth is None else float(depth))  # fmt: skip
         for layer, columns in _quantities(items):
             for i, item in enumerate(items.ids):

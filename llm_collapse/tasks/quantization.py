@@ -126,10 +126,9 @@ def _variant_rows(
         )
         start += n
         rows.append(cell.row(task=TASK, length=length, metric=metric, value=point, ci=(low, high), n=n))
-    corpus = ctx.config.corpus
-    rows += contrast_rows(ctx.model, method, corpus, cell.paired, base_items)
+    rows += contrast_rows(cell.key, cell.paired, base_items)
     nested = length_paired_tasks(ctx.inputs.design) & {"collapse", TASK}
-    rows += length_contrast_rows(ctx.model, method, corpus, cell.paired, nested)
+    rows += length_contrast_rows(cell.key, cell.paired, nested)
     for retry in cell.record.get("oom_retries", []):
         ctx.record.setdefault("oom_retries", []).append(f"{method}: {retry}")
     ctx.record.setdefault("variants", {})[method] = {

@@ -5,7 +5,8 @@ metrics and report section, in one place. The configuration (`llm_collapse.run.c
 
 Runners are named as ``module:function`` and imported on first use, so reading the registry (the reporting
 code does) imports no model code. Adding a task: write its runner (``(TaskContext) -> list of result
-rows``), register a `TaskSpec` here with its metrics, and the command line, figures and report pick it up.
+rows``) and call `register_task` with its `TaskSpec` and metrics (a built-in is a `TaskSpec` in `TASKS`); the
+command line, figures and report pick it up (docs/contributing.md).
 """
 
 from __future__ import annotations
@@ -160,12 +161,10 @@ TASKS: dict[str, TaskSpec] = {
 }  # fmt: skip
 """Every task, in report order."""
 
-RUNNABLE: tuple[str, ...] = tuple(name for name, spec in TASKS.items() if spec.runner is not None)
-"""The tasks ``--tasks`` accepts."""
+RUNNABLE: list[str] = [name for name, spec in TASKS.items() if spec.runner is not None]
+"""The tasks ``--tasks`` accepts (`register_task` adds to it in place)."""
 
-HEADLINE: tuple[tuple[str, str], ...] = tuple(
-    (name, metric) for name, spec in TASKS.items() for metric in spec.headline
-)
+HEADLINE: list[tuple[str, str]] = [(name, metric) for name, spec in TASKS.items() for metric in spec.headline]
 """The (task, metric) pairs of the summary table and the temperature sweep, in this order (tasks in report
 order, each task's `TaskSpec.headline` in its order)."""
 
@@ -218,25 +217,58 @@ METRICS: dict[str, MetricInfo] = {
 }
 """Every metric a task writes, in figure order; then their paired contrasts (added below)."""
 
-PAIRED_METRICS: tuple[str, ...] = tuple(name for name, info in METRICS.items() if info.paired)
-# A difference keeps its metric's direction (a positive pairwise-cosine difference = more collapse than base).
-METRICS.update(
-    {
+PAIRED_METRICS: list[str] = [name for name, info in METRICS.items() if info.paired]
+_CONTRASTS = (
+    (VS_BASE, "base"),
+    (VS_SHORTEST, "shortest length"),
+    (VS_INTERACTION, "base, change from the shortest length"),
+    (VS_REFERENCE, "reference model"),
+    (VS_CONTROL, "matched control"),
+)
+
+
+def _contrast_infos(metrics: list[str]) -> dict[str, MetricInfo]:
+    """The paired contrasts' labels: a difference keeps its metric's direction (a positive pairwise-cosine
+    difference = more collapse than base)."""
+    return {
         f"{metric}{suffix}": MetricInfo(
             f"{METRICS[metric].label} − {what} (paired)",
             METRICS[metric].direction,
             digits=METRICS[metric].digits,
         )
-        for suffix, what in (
-            (VS_BASE, "base"),
-            (VS_SHORTEST, "shortest length"),
-            (VS_INTERACTION, "base, change from the shortest length"),
-            (VS_REFERENCE, "reference model"),
-            (VS_CONTROL, "matched control"),
-        )
-        for metric in PAIRED_METRICS
+        for suffix, what in _CONTRASTS
+        for metric in metrics
     }
-)
+
+
+METRICS.update(_contrast_infos(PAIRED_METRICS))
+
+
+def register_task(spec: TaskSpec, metrics: dict[str, MetricInfo] | None = None) -> TaskSpec:
+    """Adds a task after the built-ins: ``--tasks``, the runner, figures and report pick it up. ``metrics``:
+    its new metrics' labels and directions (a paired one also gets its ``*_vs_base``... contrasts' labels).
+
+    Its runner (``"module:function"``) takes a `llm_collapse.tasks.base.TaskContext` and returns result rows
+    (``ctx.row(task=..., length=..., metric=..., value=..., n=...)``). A task that reads the run's corpus texts
+    (``reads_corpus=True``) needs nothing else; one that generates its own inputs also needs its builder in
+    `llm_collapse.run.inputs` and its cost in `llm_collapse.run.plan` (docs/contributing.md).
+    """
+    if spec.name in TASKS:
+        raise ValueError(f"task {spec.name!r} is already registered; give the task another name")
+    new = dict(metrics or {})
+    if taken := sorted(set(new) & set(METRICS)):
+        raise ValueError(f"task {spec.name}: metrics {taken} are already registered; name them differently")
+    if unknown := sorted(set(spec.metrics) - set(METRICS) - set(new)):
+        raise ValueError(f"task {spec.name}: metrics {unknown} have no MetricInfo; pass them in metrics=")
+    METRICS.update(new)
+    paired = [name for name, info in new.items() if info.paired]
+    PAIRED_METRICS.extend(paired)
+    METRICS.update(_contrast_infos(paired))
+    TASKS[spec.name] = spec
+    if spec.runner is not None:
+        RUNNABLE.append(spec.name)
+    HEADLINE.extend((spec.name, metric) for metric in spec.headline)
+    return spec
 
 
 def metric_info(metric: str) -> MetricInfo:

@@ -10,6 +10,7 @@ import pytest
 from scipy.stats import permutation_test
 
 from llm_collapse.metrics.contrasts import sign_flip_p
+from llm_collapse.records.results import CellKey
 from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, paired_key
 from llm_collapse.tasks.interaction import INTERACTION, interaction_rows
 
@@ -38,7 +39,7 @@ def _cells(rng, n=6, d=4):
 
 def test_interaction_rows_equal_the_difference_of_differences():
     cells = _cells(np.random.default_rng(1))
-    rows = interaction_rows("x", "m", "c", cells["m"], cells["b"], {"collapse", "knn"})
+    rows = interaction_rows(CellKey("x", "m", "c"), cells["m"], cells["b"], {"collapse", "knn"})
     got = {r["metric"]: r for r in rows}
     assert {r["length"] for r in rows} == {64}  # the shortest length has none
 
@@ -63,7 +64,7 @@ def test_cells_with_other_items_get_no_row(caplog):
     cells = _cells(np.random.default_rng(2))
     old = cells["b"][("knn", 64, None)]
     cells["b"][("knn", 64, None)] = PairedItems(old.metric, old.values, ids=tuple(reversed(old.ids)))
-    rows = interaction_rows("x", "m", "c", cells["m"], cells["b"], {"knn"})
+    rows = interaction_rows(CellKey("x", "m", "c"), cells["m"], cells["b"], {"knn"})
     assert rows == [] and "other items" in caplog.text
 
 
@@ -105,8 +106,10 @@ def test_every_verdict_of_a_run_is_the_same_under_20_seeds():
     cells = _cells(rng, n=40, d=8)
     readings = set()
     for seed in range(20):
-        rows = interaction_rows("x", "m", "c", cells["m"], cells["b"], {"collapse", "knn"}, seed=seed)
-        rows += contrast_rows("x", "m", "c", cells["m"], cells["b"])
+        rows = interaction_rows(
+            CellKey("x", "m", "c"), cells["m"], cells["b"], {"collapse", "knn"}, seed=seed
+        )
+        rows += contrast_rows(CellKey("x", "m", "c"), cells["m"], cells["b"])
         frame = pd.DataFrame(rows)
         tests = [(r.metric.split("_vs_")[0], r.value, paired_test(r)) for _, r in frame.iterrows()]
         readings.add(tuple((v.kind, round(v.p, 12)) for v in holm_verdicts(tests)))

@@ -16,6 +16,7 @@ from llm_collapse.data.corpora import MOVIE_REVIEWS_DEFAULT, MOVIE_REVIEWS_ENV
 from llm_collapse.errors import UserError
 from llm_collapse.metrics.probes import knn_correct
 from llm_collapse.metrics.proportions import wilson_interval
+from llm_collapse.records.results import CellKey
 from llm_collapse.run.inputs import RunInputs
 from llm_collapse.tasks.base import (
     VS_BASE,
@@ -145,11 +146,11 @@ def test_cross_probe_contrasts_keep_the_knn_task():
     cross = {paired_key("knn", n, metric=CROSS): PairedItems(CROSS, np.array([1, 1, 0, 0])) for n in (32, 64)}
     base = {**within, **cross}
     method = {key: PairedItems(item.metric, 1 - item.values) for key, item in base.items()}
-    rows = contrast_rows("m", "tempscale-0.8", "c", method, base)
+    rows = contrast_rows(CellKey("m", "tempscale-0.8", "c"), method, base)
     assert {(r["task"], r["metric"], r["length"]) for r in rows} == {
         ("knn", metric + VS_BASE, n) for metric in (WITHIN, CROSS) for n in (32, 64)
     }
-    by_length = length_contrast_rows("m", "base", "c", base, {"knn"})
+    by_length = length_contrast_rows(CellKey("m", "base", "c"), base, {"knn"})
     assert {(r["task"], r["metric"], r["length"]) for r in by_length} == {
         ("knn", WITHIN + VS_SHORTEST, 64),
         ("knn", CROSS + VS_SHORTEST, 64),

@@ -20,6 +20,7 @@ from llm_collapse.metrics.stats import (
     paired_pairwise_cosine_ci,
     pairwise_cosine_ci,
 )
+from llm_collapse.records.results import CellKey
 from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, contrast_rows, paired_key
 from llm_collapse.tasks.knn import knn_correct
 
@@ -120,14 +121,14 @@ def test_contrast_rows_skip_missing_and_mismatched_bins():
         paired_key("passkey", 32, 0.3): PairedItems("acc@1", np.array([0, 0, 1])),
         paired_key("knn", 32): PairedItems("knn_accuracy", np.array([1, 1, 0])),  # other items: skipped
     }
-    rows = {r["metric"]: r for r in contrast_rows("m", "tempscale-0.5", "sotu", mine, base)}
+    rows = {r["metric"]: r for r in contrast_rows(CellKey("m", "tempscale-0.5", "sotu"), mine, base)}
     assert set(rows) == {"pairwise_cosine_vs_base", "centroid_distance_vs_base", "acc@1_vs_base"}
     assert rows["acc@1_vs_base"]["value"] == pytest.approx(1 / 3)
     assert rows["acc@1_vs_base"]["depth"] == 0.3 and rows["acc@1_vs_base"]["n"] == 3
     assert math.isnan(rows["pairwise_cosine_vs_base"]["depth"])
     assert rows["acc@1_vs_base"]["p_value"] == 1.0  # one discordant pair: the exact McNemar p is 1
     assert math.isnan(rows["pairwise_cosine_vs_base"]["p_value"])  # no test for geometry contrasts
-    assert contrast_rows("m", "x", "sotu", mine, {}) == []
+    assert contrast_rows(CellKey("m", "x", "sotu"), mine, {}) == []
 
 
 # ------------------------------------------------------------------------------------ end to end
@@ -219,7 +220,7 @@ def test_length_contrasts_pair_each_length_with_the_shortest():
     items = {paired_key("collapse", n): PairedItems(EMBEDDINGS, X[n]) for n in X}
     items |= {paired_key("passkey", n, 0.5): PairedItems("acc@1", hits[n]) for n in hits}
     items[paired_key("other", 16)] = PairedItems("acc@1", hits[16])  # a task not nested: no rows
-    rows = pd.DataFrame(length_contrast_rows("m", "base", "c", items, {"collapse", "passkey"}))
+    rows = pd.DataFrame(length_contrast_rows(CellKey("m", "base", "c"), items, {"collapse", "passkey"}))
     assert set(rows.metric) == {
         "pairwise_cosine_vs_shortest",
         "centroid_distance_vs_shortest",
@@ -274,7 +275,7 @@ def test_global_centroid_distance_contrast_is_the_mean_of_per_item_differences()
     X = {n: normalize_rows(rng.normal(size=(10, 6)) + 0.2 * n) for n in (8, 16)}
     c = normalize_rows(np.concatenate(list(X.values()))).mean(0)
     items = {paired_key("collapse", n): PairedItems(EMBEDDINGS, X[n], reference=c) for n in X}
-    rows = pd.DataFrame(length_contrast_rows("m", "base", "c", items, {"collapse"}))
+    rows = pd.DataFrame(length_contrast_rows(CellKey("m", "base", "c"), items, {"collapse"}))
     row = rows[rows.metric == "global_centroid_distance_vs_shortest"].iloc[0]
     d16 = [np.linalg.norm(x - c) for x in normalize_rows(X[16])]
     d8 = [np.linalg.norm(x - c) for x in normalize_rows(X[8])]
@@ -293,7 +294,7 @@ def test_contrast_rows_of_0_1_outcomes_carry_newcombes_interval_and_the_exact_mc
     theirs = np.array([1] * 7 + [0] * 13, dtype=float)
     key = paired_key("passkey", 512)
     (row,) = contrast_rows(
-        "m", "t", "c", {key: PairedItems("acc@1", mine)}, {key: PairedItems("acc@1", theirs)}
+        CellKey("m", "t", "c"), {key: PairedItems("acc@1", mine)}, {key: PairedItems("acc@1", theirs)}
     )
     assert (row["value"], row["ci_low"], row["ci_high"]) == newcombe_paired_interval(mine, theirs)
     assert row["ci_low"] == pytest.approx(0.0001, abs=5e-5) and row["ci_high"] == pytest.approx(
