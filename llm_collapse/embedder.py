@@ -31,6 +31,7 @@ from llm_collapse.interventions import (
     Stack,
     parse_interventions,
 )
+from llm_collapse.interventions.base import InputEmbedding
 from llm_collapse.pooling import pool
 from llm_collapse.prefix import PrefixSharing, pool_prefixes, prefix_sharing, sharing_groups
 from llm_collapse.utils import progress
@@ -304,7 +305,7 @@ class Embedder:
         if batch_size is not None:
             check_count("batch_size", batch_size)
         pooled_backend = self.backend.returns_pooled
-        own = next((p for p in self.active_interventions if p.embeds_inputs), None)  # PCW: its own forwards
+        own = next((p for p in self.active_interventions if isinstance(p, InputEmbedding)), None)  # PCW
         if output_hidden_states and own is not None:
             raise NotApplicable(f"{own.slug} embeds a text from several forwards: it has no hidden states")
         if output_hidden_states and pooled_backend:

@@ -91,12 +91,9 @@ def _replica_row(r: dict) -> list:
     ]
 
 
-def render_markdown(result: dict) -> str:
-    """``bench.md``: command, environment, targets, throughput, agreement, FLOP/s, long documents."""
-    env = result["environment"]
-    peaks = result["peak"]
-    dtype = result["settings"]["dtype_resolved"]  # every section's dtype, the one the peak is measured in
-    lines = [
+def _header(result: dict) -> list[str]:
+    """The command, wall time, settings and any contention warning."""
+    return [
         "# llm_collapse benchmark",
         "",
         "## Command",
@@ -109,6 +106,13 @@ def render_markdown(result: dict) -> str:
         "",
         *_contention_warning(result),
         "",
+    ]
+
+
+def _environment_section(result: dict) -> list[str]:
+    """Commit, hardware and versions."""
+    env = result["environment"]
+    return [
         "## Environment",
         "",
         f"- git commit: `{env.get('git_commit')}`",
@@ -116,6 +120,12 @@ def render_markdown(result: dict) -> str:
         f"- versions: `{json.dumps(env.get('versions'), sort_keys=True)}`",
         f"- sentence-transformers: `{result['versions'].get('sentence-transformers')}`",
         "",
+    ]
+
+
+def _targets_section(result: dict) -> list[str]:
+    """Each target, its threshold, the measurement and whether it is met."""
+    return [
         "## Targets",
         "",
         _table(
@@ -123,6 +133,14 @@ def render_markdown(result: dict) -> str:
             [[t["name"], t["threshold"], t["measured"], fmt_status(t["met"])] for t in result["targets"]],
         ),
         "",
+    ]
+
+
+def _peak_section(result: dict) -> list[str]:
+    """The matmul peak in the run's dtype, at the start and the end."""
+    peaks = result["peak"]
+    dtype = result["settings"]["dtype_resolved"]
+    return [
         "## Matmul peak",
         "",
         f"Measured in the run's dtype ({dtype}) only, at the start and at the end of the run; the *of {dtype} "
@@ -156,6 +174,13 @@ def render_markdown(result: dict) -> str:
             ],
         ),
         "",
+    ]
+
+
+def _throughput_section(result: dict) -> list[str]:
+    """The three sides on the length-mixed corpus, their ratios and settings."""
+    dtype = result["settings"]["dtype_resolved"]
+    return [
         "## Throughput on the length-mixed corpus",
         "",
         "Same texts, same weights, dtype, attention implementation and token cap on every side; each side warmed "
@@ -199,6 +224,12 @@ def render_markdown(result: dict) -> str:
             for r in result["throughput"]
         ),
         "",
+    ]
+
+
+def _agreement_section(result: dict) -> list[str]:
+    """Cosine agreement between the sides."""
+    return [
         "## Agreement (cosine on the benchmark texts)",
         "",
         _table(
@@ -216,6 +247,13 @@ def render_markdown(result: dict) -> str:
             ],
         ),
         "",
+    ]
+
+
+def _flops_section(result: dict) -> list[str]:
+    """Model FLOP/s at fixed lengths."""
+    dtype = result["settings"]["dtype_resolved"]
+    return [
         "## Model FLOP/s at fixed lengths (Embedder.encode, batched)",
         "",
         _table(
@@ -246,6 +284,13 @@ def render_markdown(result: dict) -> str:
             ],
         ),
         "",
+    ]
+
+
+def _long_documents_section(result: dict) -> list[str]:
+    """One long document per length, in a fresh process."""
+    dtype = result["settings"]["dtype_resolved"]
+    return [
         "## Long documents (one document, batch 1, fresh process per length)",
         "",
         _table(
@@ -265,30 +310,39 @@ def render_markdown(result: dict) -> str:
             [_long_document_row(r) for r in result["long_documents"]],
         ),
     ]
-    if result.get("replica_documents"):
-        lines += [
-            "",
-            "## Long documents on tiny replicas (memory growth with length)",
-            "",
-            "Random-weight replicas in the published layouts (`llm_collapse.bench.replicas`): widths are tiny, "
-            "masks and attention shapes are the real ones, so RSS growth shows whether memory is linear in length.",
-            "",
-            _table(
-                [
-                    "model",
-                    "attention",
-                    "tokens",
-                    "seconds",
-                    "tokens/s",
-                    "peak RSS GiB",
-                    "growth over loaded model GiB",
-                    "other processes (cores)",
-                    "status",
-                ],
-                [_replica_row(r) for r in result["replica_documents"]],
-            ),
-        ]
-    lines += [
+
+
+def _replica_section(result: dict) -> list[str]:
+    """Memory growth with length on the tiny replicas (none when the section was skipped)."""
+    if not result.get("replica_documents"):
+        return []
+    return [
+        "",
+        "## Long documents on tiny replicas (memory growth with length)",
+        "",
+        "Random-weight replicas in the published layouts (`llm_collapse.bench.replicas`): widths are tiny, "
+        "masks and attention shapes are the real ones, so RSS growth shows whether memory is linear in length.",
+        "",
+        _table(
+            [
+                "model",
+                "attention",
+                "tokens",
+                "seconds",
+                "tokens/s",
+                "peak RSS GiB",
+                "growth over loaded model GiB",
+                "other processes (cores)",
+                "status",
+            ],
+            [_replica_row(r) for r in result["replica_documents"]],
+        ),
+    ]
+
+
+def _notes(result: dict) -> list[str]:
+    """How to read the contention column, the memory and the peak."""
+    return [
         "",
         "## Notes",
         "",
@@ -303,4 +357,20 @@ def render_markdown(result: dict) -> str:
         "FLOPs overestimate the work or the peak was measured under load.",
         "",
     ]
-    return "\n".join(lines)
+
+
+def render_markdown(result: dict) -> str:
+    """``bench.md``: command, environment, targets, throughput, agreement, FLOP/s, long documents."""
+    sections = (
+        _header,
+        _environment_section,
+        _targets_section,
+        _peak_section,
+        _throughput_section,
+        _agreement_section,
+        _flops_section,
+        _long_documents_section,
+        _replica_section,
+        _notes,
+    )
+    return "\n".join(line for section in sections for line in section(result))

@@ -19,7 +19,8 @@ import argparse
 import logging
 import os
 
-from llm_collapse.run.config import CompareConfig, add_arguments, cli_values
+from llm_collapse.run.arguments import add_arguments, cli_values
+from llm_collapse.run.config import CompareConfig
 from llm_collapse.utils.commands import ArgumentParser, run_command, say, setup_logging
 from llm_collapse.utils.logs import held_logs
 

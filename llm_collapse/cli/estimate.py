@@ -23,7 +23,8 @@ from llm_collapse.cost.estimate import (
     estimate,
     to_markdown,
 )
-from llm_collapse.run.config import CompareConfig, add_arguments, cli_values
+from llm_collapse.run.arguments import add_arguments, cli_values
+from llm_collapse.run.config import CompareConfig
 from llm_collapse.utils.commands import ArgumentParser, run_command, say, setup_logging
 from llm_collapse.utils.files import write_text
 from llm_collapse.utils.paths import check_writable_file

@@ -90,9 +90,6 @@ class Intervention:
     #: True when the intervention computes attention itself (SelfExtend): it must be entered before any
     #: intervention that wraps the attention function, so `Stack` enters it first.
     replaces_attention: bool = False
-    #: True when it embeds each input itself from forwards of its own (PCW's chunks): `Embedder` then takes
-    #: each batch's pooled vectors from `embed_inputs` instead of one forward per input.
-    embeds_inputs: bool = False
 
     @property
     def slug(self) -> str:
@@ -141,20 +138,25 @@ class Intervention:
         ``base`` truncates at the position table (`llm_collapse.interventions.absolute`)."""
         return None
 
-    def forward_lengths(self, tokens: int, config, context: ModelContext) -> list[int]:
-        """The lengths of the forwards that embed one input of ``tokens`` tokens (what ``--dry-run`` costs):
-        one of ``tokens`` by default; PCW: its chunks."""
-        return [tokens]
-
-    def embed_inputs(self, embedder, items: list[EncodedText]) -> torch.Tensor:
-        """Pooled, unnormalised float32 vectors (len(items), d) of ``items``, where `embeds_inputs` is set."""
-        raise NotImplementedError(f"{self.slug} runs inside the model's forward; it does not embed inputs")
-
     def describe(self) -> dict:
         return {"slug": self.slug, "kind": self.kind, **self.params()}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.slug})"
+
+
+class InputEmbedding(Intervention):
+    """An intervention that embeds each input itself, from forwards of its own (PCW's chunks): `Embedder` takes
+    each batch's pooled vectors from `embed_inputs` instead of one forward per input, and ``--dry-run`` costs
+    its `forward_lengths`. Every other intervention changes the one forward of an input."""
+
+    def forward_lengths(self, tokens: int, config, context: ModelContext) -> list[int]:
+        """The lengths of the forwards that embed one input of ``tokens`` tokens."""
+        raise NotImplementedError
+
+    def embed_inputs(self, embedder, items: list[EncodedText]) -> torch.Tensor:
+        """Pooled, unnormalised float32 vectors (len(items), d) of ``items``."""
+        raise NotImplementedError
 
 
 def check_positive_finite(name: str, value: float, *, minimum: float = 0.0, inclusive: bool = False) -> float:

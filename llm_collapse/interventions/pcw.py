@@ -29,7 +29,7 @@ Where ours differs, and why:
   larger pooled norm weighs more).
 
 Mechanism: the model is not touched. While ``pcw`` is active `Embedder` takes each batch's pooled vectors from
-`ChunkedAverage.embed_inputs` (`Intervention.embeds_inputs`), which runs the chunks in length-sorted batches under
+`ChunkedAverage.embed_inputs` (an `InputEmbedding`), which runs the chunks in length-sorted batches under
 the embedder's token budget and averages them; `Embedder` normalises as always. No prefix sharing (a text's
 vector is no function of its prefix's states), and no hidden states (there is no forward of the whole text).
 """
@@ -46,7 +46,7 @@ from torch import nn
 from llm_collapse.adapters.inputs import EncodedText
 from llm_collapse.batching import plan_batches
 from llm_collapse.interventions.absolute import AbsoluteExtension
-from llm_collapse.interventions.base import ModelContext, NotApplicable
+from llm_collapse.interventions.base import InputEmbedding, ModelContext, NotApplicable
 from llm_collapse.pooling import pool
 
 logger = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def special_frame(tokenizer) -> tuple[tuple[int, ...], tuple[int, ...]]:
     raise NotApplicable("pcw: the tokenizer's special tokens do not frame the text; cannot chunk its inputs")
 
 
-class ChunkedAverage(AbsoluteExtension):
+class ChunkedAverage(AbsoluteExtension, InputEmbedding):
     """``pcw:S[:L0]``: the mean of L0-token chunk embeddings, normalised (module docstring).
 
     Args:
@@ -82,7 +82,6 @@ class ChunkedAverage(AbsoluteExtension):
     """
 
     method = "pcw"
-    embeds_inputs = True
 
     def params(self) -> dict:
         return {

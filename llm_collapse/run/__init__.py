@@ -1,12 +1,12 @@
 """A comparison run: configuration, checks, inputs, the loop over models x methods x tasks, and its files.
 
-- `config`: `CompareConfig` (command line > YAML > defaults) and its value checks.
+- `config`: `CompareConfig` (command line > YAML > defaults) and its value checks; `arguments`: its flags.
 - `preflight`: what the values point at (folders, paths, packages, corpus), before any model loads.
 - `inputs`: the texts every model sees, built once under the first model's tokenizer.
 - `models`: loading a model as a run needs it.
 - `runner`: the loop; `distributed`: each rank embeds its share into the cache first.
 - `directory`: the output folder and its run marker; the files it writes are `llm_collapse.records`'.
 - `saved_embeddings`: ``--save-embeddings`` (embeddings.npz); `replay`: what ``report --recompute`` runs on.
-- `plan` (``--dry-run``) and `estimate` (GPU time and memory by counting); `claims` of a config are
-  `llm_collapse.records.claims`.
+- `plan` (``--dry-run``); the GPU estimate is `llm_collapse.cost.estimate`, and a config's declared claims
+  are read by `llm_collapse.records.claims`.
 """

@@ -11,7 +11,6 @@ stays fast.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -228,15 +227,38 @@ class CompareConfig:
     def validate(self) -> CompareConfig:
         """Checks every value that needs no file, model or package; raises a one-line `UserError`.
 
-        Environment checks (paths, writable folders, installed backends, corpus contents) are in
+        The checks run in this order, so the first problem of a command line is the one reported. Environment
+        checks (paths, writable folders, installed backends, corpus contents) are in
         `llm_collapse.run.preflight`, which runs before any model loads.
         """
         check_types(vars(self), source="configuration")
-        for spec_file in self.embedder_specs or []:
-            register_embedder(spec_file)  # SpecError: one line naming the file, the key and what is allowed
+        self._register_spec_files()
         for name in ("models", "methods", "tasks"):
             if not getattr(self, name):
                 raise ConfigError(f"--{name} is empty; name at least one (e.g. --{name} {_EXAMPLES[name]})")
+        self._validate_models()
+        slug_of = self._validate_methods()
+        self._validate_controls(slug_of)
+        self._validate_margins()
+        self.claims = check_claims(
+            self.claims, models=self.models, slug_of=slug_of, tasks=self.tasks, lengths=self.lengths,
+            error=ConfigError,
+        )  # fmt: skip
+        self._validate_tasks_and_corpus()
+        self._validate_runtime()
+        self._validate_sizes()
+        self.lengths = sorted(set(self.lengths))
+        return self
+
+    def _register_spec_files(self) -> None:
+        """Registers each ``--embedder-spec`` file (`llm_collapse.adapters.register_embedder`), so the models it
+        defines resolve in the checks that follow; a bad file is a `SpecError`, one line naming the file, the
+        key and what is allowed. Registering the same file again is a no-op."""
+        for spec_file in self.embedder_specs or []:
+            register_embedder(spec_file)
+
+    def _validate_models(self) -> None:
+        """Every model resolves and is named once; ``reference_model`` and ``model_paths`` name models of the run."""
         canonical = {}
         for name in self.models:
             try:
@@ -262,6 +284,10 @@ class CompareConfig:
         for path_name in self.model_paths:
             if path_name not in self.models:
                 raise ConfigError(f"--model-path names {path_name!r}, which is not in --models {self.models}")
+
+    def _validate_methods(self) -> dict[str, str]:
+        """Every method parses (`InterventionError` naming the parameter) and is listed once; returns each
+        method's slug by its text."""
         slugs: dict[str, str] = {}
         for method in self.parsed_methods():  # InterventionError naming the parameter
             if method.slug in slugs:
@@ -270,16 +296,10 @@ class CompareConfig:
                     f"({method.slug}); list it once"
                 )
             slugs[method.slug] = method.text
-        self._validate_controls({method: slug for slug, method in slugs.items()})
-        self._validate_margins()
-        self.claims = check_claims(
-            self.claims,
-            models=self.models,
-            slug_of={method: slug for slug, method in slugs.items()},
-            tasks=self.tasks,
-            lengths=self.lengths,
-            error=ConfigError,
-        )
+        return {method: slug for slug, method in slugs.items()}
+
+    def _validate_tasks_and_corpus(self) -> None:
+        """Known tasks, each once; a corpus of the registry or ``folder:PATH``; lengths of at least 8 tokens."""
         for task in self.tasks:
             if task not in TASKS:
                 raise ConfigError(f"Unknown task {task!r}; available: {', '.join(TASKS)}")
@@ -294,6 +314,9 @@ class CompareConfig:
             CORPORA.get(self.corpus)
         if not self.lengths or any(n < 8 for n in self.lengths):
             raise ConfigError(f"--lengths must be integers >= 8, got {self.lengths}")
+
+    def _validate_runtime(self) -> None:
+        """Backend, dtype, device, quantization and pooling are values the package knows."""
         if self.backend not in BACKENDS:
             raise ConfigError(f"Unknown backend {self.backend!r}; available: {', '.join(BACKENDS)}")
         from llm_collapse.backends.device import DTYPE_NAMES  # imports torch: not at module level
@@ -309,6 +332,9 @@ class CompareConfig:
         self._validate_quants()
         if self.pooling is not None and self.pooling not in POOLINGS:
             raise ConfigError(f"Unknown --pooling {self.pooling!r}; allowed: {', '.join(POOLINGS)}")
+
+    def _validate_sizes(self) -> None:
+        """Counts, the design, the seed and the retrieval pools; the output folder and saved-vector dtype."""
         for name in ("max_per_bin", "retrieval_docs", "retrieval_queries", "layerwise_per_bin", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -339,8 +365,6 @@ class CompareConfig:
                 f"--save-embeddings {self.save_embeddings!r} is not one of {', '.join(EMBEDDING_DTYPES)}; "
                 "e.g. --save-embeddings float32 (or the bare flag: float16)"
             )
-        self.lengths = sorted(set(self.lengths))
-        return self
 
     def _validate_task_options(self) -> None:
         """Options that belong to one kind of task: refused without it (they would change the run id and
@@ -589,101 +613,3 @@ _MUST = {
     "list[dict]": "a list of mappings, one per claim (llm_collapse.records.claims)",
 }
 _EXAMPLES = {"models": "minilm", "methods": "base", "tasks": "collapse"}
-
-
-_REPEATED_FLAGS = {
-    "model_paths": ("--model-path", "NAME=PATH"),
-    "controls": ("--control", "METHOD=CONTROL"),
-    "margins": ("--margin", "METRIC=MARGIN"),
-    "embedder_specs": ("--embedder-spec", "FILE"),
-}
-"""Mapping and list fields given one value per flag, the flag named in the singular."""
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per config field (default None, so unset flags fall through to YAML and defaults)."""
-    for f in fields(CompareConfig):
-        if f.metadata.get("yaml_only"):
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        help_text = _help(f)
-        if f.name in _REPEATED_FLAGS:
-            repeated, metavar = _REPEATED_FLAGS[f.name]
-            parser.add_argument(repeated, dest=f.name, action="append", metavar=metavar, help=help_text)
-        elif f.name == "quant":
-            parser.add_argument(flag, dest=f.name, help=help_text)
-        elif f.name == "save_embeddings":
-            parser.add_argument(flag, nargs="?", const=EMBEDDING_DTYPES[0], metavar="DTYPE", help=help_text)
-        elif f.type in ("int", "int | None"):
-            parser.add_argument(flag, type=int, help=help_text)
-        else:
-            parser.add_argument(flag, help=help_text)
-
-
-def _help(f) -> str:
-    """The field's help, its choices where they live in a registry, and its default once: the field's
-    ``default`` text, else its value (none for an unset mapping or list)."""
-    text = f.metadata.get("help", "")
-    if f.name == "corpus":  # the registry is read here, when a parser is built, not when this module loads
-        from llm_collapse.data import CORPORA
-
-        text += f": {', '.join(CORPORA.names())} or folder:PATH (your own .txt files or .jsonl lines)"
-    default = f.metadata.get("default", _default_text(f))
-    return f"{text} (default: {default})" if default else text
-
-
-def _default_text(f) -> str:
-    default = CompareConfig().__getattribute__(f.name)
-    if default is None or default == {}:
-        return ""
-    return ",".join(map(str, default)) if isinstance(default, list) else str(default)
-
-
-def cli_values(namespace: argparse.Namespace) -> dict:
-    """Parses list- and mapping-valued flags; leaves unset flags as None."""
-    values = {f.name: getattr(namespace, f.name, None) for f in fields(CompareConfig)}
-    for name in ("models", "methods", "tasks", "quants"):
-        if values[name] is not None:
-            values[name] = [x.strip() for x in values[name].split(",") if x.strip()]
-    if values["lengths"] is not None:
-        try:
-            values["lengths"] = [int(x) for x in values["lengths"].split(",")]
-        except ValueError:
-            raise ConfigError(
-                f"--lengths must be comma-separated integers, got {values['lengths']!r}"
-            ) from None
-    if values["model_paths"] is not None:
-        values["model_paths"] = _pairs(
-            values["model_paths"], "--model-path", "NAME=PATH, e.g. mistral=/models/e5"
-        )
-    if values["controls"] is not None:
-        values["controls"] = _pairs(
-            values["controls"], "--control", "METHOD=CONTROL, e.g. yarn:8=tempscale:0.68534:full_attention"
-        )
-    if values["margins"] is not None:
-        shape = "METRIC=MARGIN, e.g. acc@1=0.05"
-        values["margins"] = {
-            metric: _number(text, f"--margin {metric}={text}", shape)
-            for metric, text in _pairs(values["margins"], "--margin", shape).items()
-        }
-    return values
-
-
-def _number(text: str, where: str, shape: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(f"{where}: {text!r} is not a number; give {shape}") from None
-
-
-def _pairs(items: list[str], flag: str, shape: str) -> dict[str, str]:
-    """``KEY=VALUE`` flags (repeated) -> a mapping; a malformed or repeated key is one `ConfigError` line."""
-    pairs: dict[str, str] = {}
-    for item in items:
-        key, sep, value = (part.strip() for part in item.partition("="))
-        if not sep or not key or not value:
-            raise ConfigError(f"{flag} {item!r} must look like {shape}")
-        if key in pairs:
-            raise ConfigError(f"{flag} names {key!r} twice ({pairs[key]!r} and {value!r}); give it once")
-        pairs[key] = value
-    return pairs

@@ -36,12 +36,12 @@ from llm_collapse.cost.rate import planning_gflops
 from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
 from llm_collapse.interventions import (
-    Intervention,
     InterventionError,
     Method,
     ModelContext,
     Stack,
 )
+from llm_collapse.interventions.base import InputEmbedding
 from llm_collapse.interventions.rope import rotary_modules
 from llm_collapse.models import text_config
 from llm_collapse.models.flops import FlopModel
@@ -400,10 +400,10 @@ def _flops(config: dict, texts: list[str], tokenizer, *, copies: int, reads: _Re
 @dataclass(frozen=True)
 class _Reads:
     """How a method's forwards read one text: its first ``cap`` tokens (None: all of them), embedded by one
-    forward, or by ``part``'s own forwards (`Intervention.embeds_inputs`: PCW's chunks)."""
+    forward, or by ``part``'s own forwards (`InputEmbedding`: PCW's chunks)."""
 
     cap: int | None
-    part: Intervention | None = None
+    part: InputEmbedding | None = None
     config: Any = field(default=None, compare=False)
     context: ModelContext | None = field(default=None, compare=False)
 
@@ -430,5 +430,5 @@ def _reads(stack: Stack, model, context: ModelContext) -> _Reads:
     caps = [cap for part in stack.parts if (cap := part.token_cap(config, context)) is not None]
     positions = getattr(text_config(config), "max_position_embeddings", None)
     cap = max(caps) if caps else (None if rotary_modules(model) else positions)
-    part = next((p for p in stack.parts if p.embeds_inputs), None)
+    part = next((p for p in stack.parts if isinstance(p, InputEmbedding)), None)
     return _Reads(cap, part, config, context)

@@ -132,7 +132,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(run_compare, tmp_pat
 
 def test_model_path_pairs_are_stripped():
     from llm_collapse.cli.compare import build_parser
-    from llm_collapse.run.config import cli_values
+    from llm_collapse.run.arguments import cli_values
 
     args = build_parser().parse_args(
         ["--model-path", " mistral = /models/e5 ", "--model-path", "gemma3-270m=/g"]

@@ -7,7 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from llm_collapse.run.config import CompareConfig, ConfigError, cli_values
+from llm_collapse.run.arguments import cli_values
+from llm_collapse.run.config import CompareConfig, ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

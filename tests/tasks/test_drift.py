@@ -279,7 +279,8 @@ def test_missing_bitsandbytes_and_other_methods_are_not_applicable(
 def test_quants_option_defaults_with_the_task_and_is_checked():
     import argparse
 
-    from llm_collapse.run.config import CompareConfig, ConfigError, add_arguments, cli_values
+    from llm_collapse.run.arguments import add_arguments, cli_values
+    from llm_collapse.run.config import CompareConfig, ConfigError
 
     assert CompareConfig().validate().quants is None
     assert CompareConfig(tasks=["quantization"]).validate().quants == ["nf4", "int8"]
