@@ -4,9 +4,9 @@ The defaults are the embedded default run: the models that install offline, base
 baseline, on sotu and passkey, sized for a 2-core CPU in about 10 minutes. All validation happens in
 `CompareConfig.validate`, so a bad value fails before any model is loaded.
 
-Each field's ``help`` is the flag's help text (`add_arguments` adds its default once: the value, or the field's
-``default`` text where the value is None); this module imports no torch, so ``llm-collapse compare --help``
-stays fast.
+Each field's ``help`` is the flag's help text (`llm_collapse.run.arguments.add_arguments` adds its default
+once: the value, or the field's ``default`` text where the value is None); this module imports no torch, so
+``llm-collapse compare --help`` stays fast.
 """
 
 from __future__ import annotations

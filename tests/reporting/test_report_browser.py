@@ -15,7 +15,7 @@ import pytest
 
 from llm_collapse.reporting.browser import check_page, find_chromium
 from llm_collapse.reporting.screenshot import main as screenshot_main
-from llm_collapse.testing.synthetic_runs import write_synthetic_run
+from llm_collapse.reporting.synthetic_runs import write_synthetic_run
 
 pytest.importorskip("seaborn")
 

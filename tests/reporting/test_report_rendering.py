@@ -19,8 +19,8 @@ from llm_collapse.reporting import build_report, figures
 from llm_collapse.reporting.build import Paragraph, render_html
 from llm_collapse.reporting.figures import EMPTY_CELL, MethodStyles
 from llm_collapse.reporting.markup import inline_html
+from llm_collapse.reporting.synthetic_runs import write_synthetic_run
 from llm_collapse.reporting.tables import Table
-from llm_collapse.testing.synthetic_runs import write_synthetic_run
 
 pytest.importorskip("seaborn")
 

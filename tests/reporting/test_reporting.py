@@ -20,9 +20,9 @@ from llm_collapse.reporting import SchemaError, build_report, figures, load_runs
 from llm_collapse.reporting.build import report_markdown
 from llm_collapse.reporting.figures import MethodStyles
 from llm_collapse.reporting.frames import HEADLINE, RESULT_COLUMNS, overall_rows, validate_results
+from llm_collapse.reporting.synthetic_runs import synthetic_results, write_synthetic_run
 from llm_collapse.reporting.tables import Table, inline_html
 from llm_collapse.tasks.registry import TASKS
-from llm_collapse.testing.synthetic_runs import synthetic_results, write_synthetic_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 DATA_URI = "data:image/png;base64,"

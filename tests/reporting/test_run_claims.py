@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from llm_collapse.reporting.synthetic_runs import write_synthetic_run
 from llm_collapse.run.config import CompareConfig, ConfigError
-from llm_collapse.testing.synthetic_runs import write_synthetic_run
 
 CLAIM = {
     "claim": "tau 0.9 shrinks the fall of the paper's distance",

@@ -9,7 +9,7 @@ import pytest
 
 from llm_collapse import study
 from llm_collapse.reporting.study import StudyError, build_study
-from llm_collapse.testing.synthetic_runs import write_synthetic_run
+from llm_collapse.reporting.synthetic_runs import write_synthetic_run
 
 # A 1x1 PNG: the study only links figures the run report drew.
 PNG = bytes.fromhex(

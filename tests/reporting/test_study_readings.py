@@ -15,7 +15,7 @@ from llm_collapse.reporting.study import (
     build_study,
     load_questions,
 )
-from llm_collapse.testing.synthetic_runs import write_synthetic_run
+from llm_collapse.reporting.synthetic_runs import write_synthetic_run
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "reports" / "study" / "report.md"

@@ -16,12 +16,12 @@ from llm_collapse.backends.hf import HFBackend, load_tokenizer
 from llm_collapse.data import load_corpus
 from llm_collapse.data.prefixes import PrefixDesignError, nested_prefixes
 from llm_collapse.errors import UserError
+from llm_collapse.run.arguments import add_arguments
 from llm_collapse.run.config import (
     _HASHED_IF_SET,
     _NOT_HASHED,
     CompareConfig,
     ConfigError,
-    add_arguments,
     check_types,
 )
 

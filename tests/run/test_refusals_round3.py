@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from llm_collapse.cli.report import main as report_main
+from llm_collapse.reporting.synthetic_runs import write_synthetic_run
 from llm_collapse.run.directory import LOCK, MARKER, RunDirectoryError, check_run_dir, claim_run_dir
-from llm_collapse.testing.synthetic_runs import write_synthetic_run
 
 
 @pytest.fixture(autouse=True)

