@@ -350,7 +350,7 @@ class Embedder:
             for batch in batches:
                 indices = [roots[b] for b in batch]
                 items = [encoded[i] for i in indices]
-                input_ids, attention_mask, pool_mask = self._collate(items)
+                input_ids, attention_mask, pool_mask = self.collate(items)
                 if own is not None:
                     pooled = own.embed_inputs(self, items)
                     states = hidden_states = None
@@ -459,7 +459,7 @@ class Embedder:
             raise ValueError(f"{self.name!r} takes no instruction; call encode without instruction=")
         return instruction if instruction is not None else self.spec.default_instruction
 
-    def _collate(self, items: list[EncodedText]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def collate(self, items: list[EncodedText]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Pads to the longest item: (B, L) input ids, attention mask and pool mask."""
         if self.padding_side not in PADDING_SIDES:
             raise ValueError(f"padding_side={self.padding_side!r}; allowed: {PADDING_SIDES}")

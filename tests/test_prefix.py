@@ -416,7 +416,7 @@ def test_hidden_states_and_pooling_backends_run_every_text(tiny_embedder):
 
     # A backend that pools itself (as vLLM does) gets every text.
     def embed(items, pooling):
-        input_ids, attention_mask, pool_mask = embedder._collate(items)
+        input_ids, attention_mask, pool_mask = embedder.collate(items)
         return pool(embedder.backend.forward(input_ids, attention_mask).last_hidden_state, pool_mask, pooling)
 
     embedder.backend.returns_pooled, embedder.backend.embed = True, embed

@@ -148,7 +148,7 @@ def _pooled(embedder, pieces: list[EncodedText]) -> torch.Tensor:
     )
     out = torch.zeros((len(pieces), embedder.dim), dtype=torch.float32)
     for batch in batches:
-        input_ids, attention_mask, pool_mask = embedder._collate([pieces[i] for i in batch])
+        input_ids, attention_mask, pool_mask = embedder.collate([pieces[i] for i in batch])
         states = embedder.backend.forward(input_ids, attention_mask).last_hidden_state
         out[batch] = pool(states, pool_mask.to(states.device), embedder.spec.pooling).float().cpu()
     return out

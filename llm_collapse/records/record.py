@@ -73,7 +73,7 @@ class ModelRecord:
 
 @dataclass
 class InputsRecord:
-    """What the run embedded (`llm_collapse.run.inputs.RunInputs.describe`).
+    """What the run embedded (`llm_collapse.tasks.inputs.RunInputs.describe`).
 
     Attributes:
         reference_tokenizer: The tokenizer lengths were cut under (the first model's).

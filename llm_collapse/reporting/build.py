@@ -1,46 +1,45 @@
 """Assemble report.md and a self-contained report.html from loaded runs, written atomically.
 
-The report is a list of blocks (heading, paragraph, bullet list, table, figure) rendered twice, to
-markdown and to HTML, so the two always say the same; inline markup (bold, code, links) is read by
-markdown-it-py (`llm_collapse.reporting.markup`). Sections: run summary, summary table, one section per task
-(figures, each value-vs-length figure followed by its values table), the temperature sweep, and Caveats.
+Sections: the declared claims (when the run has any), run summary, summary table, one section per task (figures,
+each value-vs-length figure followed by its values table), the temperature sweep, and Caveats
+(`llm_collapse.reporting.caveats`). The report is a list of blocks rendered to markdown and to HTML
+(`llm_collapse.reporting.blocks`), so the two always say the same.
 
 Decisions:
 
-- Self-contained HTML: PNGs are embedded as ``data:image/png;base64,`` URIs, CSS is inline, nothing is
-  fetched. report.md links the PNGs under ``figures/``.
 - A figure's title is drawn once, in its PNG (which the study report and the README show on their own); the
   report gives it as the image's alt text, followed by a caption that says how to read it, not a heading.
-- Every table sits in a ``<div class="scroll">`` that scrolls sideways, so a wide table never widens the page.
 - Byte-identical rebuilds: no build time, no absolute paths (runs are named by their label), sorted
   iteration, deterministic PNGs (see `figures`).
 - Atomic: everything is rendered into a staging folder (inside ``out_dir`` when it exists, else in its
   nearest existing ancestor) and only then moved into place: the old ``figures/`` is swapped for the new
   one and report.md/report.html are replaced with ``os.replace``. A failure before that leaves ``out_dir``
   untouched; the staging folder is always removed.
-- Caveats list only what applies: tiny_random models (in bold: code-path checks only, never findings),
-  truncation counts, lengths past a sliding window without ``window-off``, methods the runner recorded as
-  ``not_applicable`` and ``oom_retries``, merged runs (machines and commits), models renamed because
-  several runs measured the same thing, missing metadata.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from llm_collapse.reporting.answer_spec import answers_of_run
+from llm_collapse.reporting.blocks import (
+    Block,
+    Bullets,
+    Heading,
+    Image,
+    Paragraph,
+    render_html,
+    render_markdown,
+)
+from llm_collapse.reporting.caveats import caveats
 from llm_collapse.reporting.figures import (
     SWEEP_SECTION,
     FigureFile,
@@ -51,7 +50,7 @@ from llm_collapse.reporting.figures import (
 )
 from llm_collapse.reporting.frames import ReportData, SchemaError, load_runs, metric_info, sorted_methods
 from llm_collapse.reporting.length_effects import decomposition_table, interaction_table
-from llm_collapse.reporting.markup import inline_html
+from llm_collapse.reporting.markup import codes, compact
 from llm_collapse.reporting.significance import table_legend
 from llm_collapse.reporting.study_summary import (
     ANSWERS_FILE,
@@ -62,7 +61,6 @@ from llm_collapse.reporting.study_summary import (
     families_text,
 )
 from llm_collapse.reporting.tables import (
-    Table,
     models_table,
     one_length,
     paired_by_depth,
@@ -72,7 +70,6 @@ from llm_collapse.reporting.tables import (
     values_by_depth,
     values_by_length,
 )
-from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
 from llm_collapse.tasks.registry import TASKS
 
 logger = logging.getLogger(__name__)
@@ -80,11 +77,6 @@ logger = logging.getLogger(__name__)
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 FIGURES_DIR = "figures"
-# Why a task's metric can be NaN at every length (the caveat of a series left out of the report).
-EMPTY_WHY = {
-    "knn": f"the kNN probe needs at least two label classes and more than k = {KNN_K} labelled texts per length; "
-    "raise --max-per-bin or choose a label with two classes in the sample",
-}
 
 
 def section_title(section: str) -> str:
@@ -94,112 +86,11 @@ def section_title(section: str) -> str:
     return TASKS[section].title if section in TASKS else f"Task: {section}"
 
 
-CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
-line-height:1.45;color:#222}
-h1,h2,h3{line-height:1.2}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
-.scroll{overflow-x:auto;margin:.8em 0}table{border-collapse:collapse;font-size:.85em}
-th,td{border:1px solid #ccc;padding:.25em .5em;vertical-align:top}th{background:#f3f3f3}
-td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
-figure{margin:1em 0}img{max-width:100%;height:auto}figcaption{font-size:.9em;color:#555}
-code{background:#f4f4f4;padding:0 .2em;border-radius:3px}
-""".strip()
-
-
-# ----------------------------------------------------------------------------------------------- blocks
-
-
-@dataclass(frozen=True)
-class Heading:
-    """A heading of ``level`` (1-3)."""
-
-    level: int
-    text: str
-
-
-@dataclass(frozen=True)
-class Paragraph:
-    """A paragraph of inline markup."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class Bullets:
-    """A bullet list of inline-markup items."""
-
-    items: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Image:
-    """A figure: PNG on disk, referenced by ``rel`` from the report folder."""
-
-    path: Path
-    rel: str
-    alt: str
-    caption: str
-
-
-Block = Heading | Paragraph | Bullets | Table | Image
-
-
-def render_markdown(blocks: Sequence[Block]) -> str:
-    """The blocks as markdown (ends with one newline)."""
-    parts = []
-    for block in blocks:
-        if isinstance(block, Heading):
-            parts.append(f"{'#' * block.level} {block.text}")
-        elif isinstance(block, Paragraph):
-            parts.append(block.text)
-        elif isinstance(block, Bullets):
-            parts.append("\n".join(f"- {item}" for item in block.items))
-        elif isinstance(block, Table):
-            parts.append(block.to_markdown())
-        elif isinstance(block, Image):
-            parts.append(f"![{block.alt}]({block.rel})\n\n*{block.caption}*")
-    return "\n\n".join(parts) + "\n"
-
-
-def render_html(blocks: Sequence[Block], title: str, *, embed_images: bool = True) -> str:
-    """The blocks as one HTML page: images inlined as base64 (self-contained), or linked by their ``rel`` path."""
-    body = []
-    for block in blocks:
-        if isinstance(block, Heading):
-            body.append(f"<h{block.level}>{inline_html(block.text)}</h{block.level}>")
-        elif isinstance(block, Paragraph):
-            body.append(f"<p>{inline_html(block.text)}</p>")
-        elif isinstance(block, Bullets):
-            body.append("<ul>\n" + "\n".join(f"<li>{inline_html(i)}</li>" for i in block.items) + "\n</ul>")
-        elif isinstance(block, Table):
-            body.append(f'<div class="scroll">\n{block.to_html()}\n</div>')
-        elif isinstance(block, Image):
-            if embed_images:
-                src = "data:image/png;base64," + base64.b64encode(block.path.read_bytes()).decode("ascii")
-            else:
-                src = html.escape(block.rel)
-            body.append(
-                f'<figure><img src="{src}" alt="{html.escape(block.alt)}">'
-                f"<figcaption>{inline_html(block.caption)}</figcaption></figure>"
-            )
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{html.escape(title)}</title>\n<style>\n{CSS}\n</style>\n</head>\n<body>\n"
-        + "\n".join(body)
-        + "\n</body>\n</html>\n"
-    )
-
-
 # --------------------------------------------------------------------------------------------- sections
 
 
 def _title(data: ReportData) -> str:
     return "Length-collapse report: " + ", ".join(run.label for run in data.runs)
-
-
-def _codes(values: Iterable[object]) -> str:
-    return ", ".join(f"`{v}`" for v in values) or "none"
 
 
 def _seconds(total: float) -> str:
@@ -209,22 +100,14 @@ def _seconds(total: float) -> str:
     return f"{minutes:.1f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
 
 
-def _compact(value: Any) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_compact(value[k])}" for k in sorted(value, key=str)) or "?"
-    if isinstance(value, list):
-        return "[" + ", ".join(_compact(v) for v in value) + "]"
-    return json.dumps(value) if not isinstance(value, str) else value
-
-
 def run_summary(data: ReportData) -> list[Block]:
     """The "Run summary" section."""
     results = data.results
     lengths = sorted(int(x) for x in results["length"].unique())
     items = [
-        f"Methods: {_codes(data.methods)}",
-        f"Tasks: {_codes(task_order(data.tasks))}",
-        f"Corpus: {_codes(data.corpora)}",
+        f"Methods: {codes(data.methods)}",
+        f"Tasks: {codes(task_order(data.tasks))}",
+        f"Corpus: {codes(data.corpora)}",
         f"Lengths (tokens): {', '.join(length_label(n) for n in lengths)}",
     ]
     for run in data.runs:
@@ -333,11 +216,11 @@ def _run_line(run) -> str:
         f"wall time {wall_text}",
         f"commit `{record.git_commit or '?'}`",
         f"started {record.started or '?'}",
-        f"hardware: {_compact(record.hardware or '?')}",
+        f"hardware: {compact(record.hardware or '?')}",
     ]
     versions = record.versions
     if versions:
-        parts.append(f"versions: {_compact(versions)}")
+        parts.append(f"versions: {compact(versions)}")
     return f"Run **{run.label}**: " + "; ".join(parts)
 
 
@@ -365,7 +248,7 @@ def summary_section(data: ReportData) -> list[Block]:
     if all_tiny:
         intro += " **Every model here is tiny_random: these rows are code-path checks, not findings.**"
     elif tiny:
-        intro += f" tiny_random models left out: {_codes(tiny)}."
+        intro += f" tiny_random models left out: {codes(tiny)}."
     legend = table_legend(table.rows)
     legend_lines = [*summary_legend(data), *([legend] if legend else [])]
     return [*blocks, Paragraph(intro), table, Bullets(tuple(legend_lines)), *length_effect_blocks(data)]
@@ -438,148 +321,6 @@ def _figure_blocks(data: ReportData, fig: FigureFile, out_root: Path) -> list[Bl
             text = f"{label} − base (paired) of {fig.model} by key depth and length (tokens), 95% CIs:"
             blocks += [Paragraph(text), table, Paragraph(table_legend(table.rows))]
     return blocks
-
-
-# ---------------------------------------------------------------------------------------------- caveats
-
-
-def caveats(data: ReportData) -> list[str]:
-    """Caveat lines that apply to these results (empty when none does)."""
-    lines = _tiny_caveats(data)
-    lines += _truncation_caveats(data)
-    lines += _window_caveats(data)
-    lines += _skipped_caveats(data)
-    lines += _empty_caveats(data)
-    lines += _merge_caveats(data)
-    lines += _metadata_caveats(data)
-    return lines
-
-
-def _tiny_caveats(data: ReportData) -> list[str]:
-    tiny = data.tiny_models
-    if not tiny:
-        return []
-    _, all_tiny = summary_models(data)
-    where = (
-        "no real model is present, so every summary row is marked"
-        if all_tiny
-        else "they are left out of the summary table"
-    )
-    return [
-        f"tiny_random models {_codes(tiny)}: **their numbers are code-path checks only and are never findings** "
-        f"(random weights); {where}."
-    ]
-
-
-def _truncation_caveats(data: ReportData) -> list[str]:
-    lines = []
-    for prefix, model, record in data.recorded_models():
-        truncated, n_texts = record.truncated, record.n_texts
-        for method in sorted_methods(truncated):
-            count = truncated[method]
-            if count <= 0:
-                continue
-            max_length = record.token_caps.get(method, record.describe.get("max_length"))
-            of = f" of {n_texts}" if n_texts is not None else ""
-            cap = f" to max_length {max_length}" if max_length is not None else ""
-            lines.append(f"{prefix}Truncation: {model} / `{method}`: {count}{of} texts truncated{cap}.")
-    return lines
-
-
-def _skipped_caveats(data: ReportData) -> list[str]:
-    """Methods the runner could not apply (``not_applicable``) and OOM retries, per model."""
-    lines = []
-    for prefix, model, record in data.recorded_models():
-        skipped = record.not_applicable
-        for what in sorted(skipped):
-            lines.append(f"{prefix}Not measured: {model} / `{what}`: {skipped[what]}")
-        for what, retries in sorted(record.oom_retries.items()):
-            count = len(retries) if isinstance(retries, list) else retries
-            if count > 0:
-                last = f"; last: {retries[-1]}" if isinstance(retries, list) else ""
-                lines.append(
-                    f"{prefix}Out-of-memory retries: {model} / `{what}`: {count} (smaller batches{last})."
-                )
-    return lines
-
-
-def _empty_caveats(data: ReportData) -> list[str]:
-    """Series without a value at any length, left out of figures and tables (`ReportData.empty`)."""
-    lines = []
-    for model, method, task, corpus, metric in data.empty:
-        why = EMPTY_WHY.get(task, "the run's log says why")
-        lines.append(
-            f"No value: {model} / `{method}` / {task} `{metric}` on {corpus} is NaN at every length, so it is "
-            f"left out of the figures and tables ({why})."
-        )
-    return lines
-
-
-def _window_caveats(data: ReportData) -> list[str]:
-    lines = []
-    for model in data.models:
-        windows = sorted(
-            {
-                int(w)
-                for _, record in data.model_records(model)
-                if record is not None and (w := record.sliding_window)
-            }
-        )
-        if not windows:
-            continue
-        window = windows[0]
-        rows = data.results[(data.results["model"] == model) & (data.results["length"] > window)]
-        rows = rows[~rows["method"].map(lambda m: "window-off" in m.split("+"))]
-        if rows.empty:
-            continue
-        lengths = ", ".join(length_label(n) for n in sorted(rows["length"].unique()))
-        lines.append(
-            f"Sliding window: {model} has a {window}-token sliding window (in its sliding-window layers a token "
-            f"sees only the last {window} tokens); lengths {lengths} exceed it under {_codes(sorted_methods(rows['method']))}. "
-            f"Compare with `window-off` before reading those bins as full-context behaviour."
-        )
-    return lines
-
-
-def _merge_caveats(data: ReportData) -> list[str]:
-    if len(data.runs) < 2:
-        return []
-    known = {json.dumps(run.record.hardware, sort_keys=True) for run in data.runs if run.record.hardware}
-    unknown = [run.label for run in data.runs if not run.record.hardware]
-    if len(known) > 1:
-        machines = (
-            "from several machines: timings and low-level numerics (kernels, dtypes) may differ between runs"
-        )
-    elif unknown:
-        machines = f"whose hardware is not recorded for {', '.join(unknown)}, so they may come from different machines"
-    else:
-        machines = "with the same recorded hardware"
-    runs = "; ".join(
-        f"**{run.label}** (hardware: {_compact(run.record.hardware or '?')})" for run in data.runs
-    )
-    lines = [f"Merged {len(data.runs)} runs {machines}: {runs}."]
-    commits = sorted({str(run.record.git_commit) for run in data.runs if run.record.git_commit})
-    if len(commits) > 1:
-        lines.append(f"The merged runs come from different commits: {_codes(commits)}.")
-    if data.renamed:
-        renamed = ", ".join(
-            f"{name} from {run} shown as {display}" for display, (run, name) in data.renamed.items()
-        )
-        lines.append(f"Several runs measured the same cells, so their models are kept apart: {renamed}.")
-    return lines
-
-
-def _metadata_caveats(data: ReportData) -> list[str]:
-    lines = [
-        f"Run {run.label} has no run.json: model metadata and caveats are incomplete."
-        for run in data.runs
-        if not run.has_meta
-    ]
-    for model in data.models:
-        for run, record in data.model_records(model):
-            if run.has_meta and record is None:
-                lines.append(f"Run {run.label} has no run.json entry for model {model}.")
-    return lines
 
 
 def caveats_section(data: ReportData) -> list[Block]:

@@ -45,7 +45,7 @@ import pandas as pd
 
 from llm_collapse.errors import UserError
 from llm_collapse.reporting.answer_spec import Answer, parse_answers
-from llm_collapse.reporting.build import Bullets, Heading, Image, Paragraph, render_html, render_markdown
+from llm_collapse.reporting.blocks import Bullets, Heading, Image, Paragraph, render_html, render_markdown
 from llm_collapse.reporting.figures import position_label
 from llm_collapse.reporting.frames import (
     VS_BASE,

@@ -2,11 +2,12 @@
 
 - `config`: `CompareConfig` (command line > YAML > defaults) and its value checks; `arguments`: its flags.
 - `preflight`: what the values point at (folders, paths, packages, corpus), before any model loads.
-- `inputs`: the texts every model sees, built once under the first model's tokenizer.
+- `inputs`: the texts every model sees (`llm_collapse.tasks.inputs.RunInputs`), built once under the first
+  model's tokenizer.
 - `models`: loading a model as a run needs it.
 - `runner`: the loop; `distributed`: each rank embeds its share into the cache first.
 - `directory`: the output folder and its run marker; the files it writes are `llm_collapse.records`'.
-- `saved_embeddings`: ``--save-embeddings`` (embeddings.npz); `replay`: what ``report --recompute`` runs on.
+- `replay`: what ``report --recompute`` runs on (the vectors a run saved: `llm_collapse.records.saved_embeddings`).
 - `plan` (``--dry-run``); the GPU estimate is `llm_collapse.cost.estimate`, and a config's declared claims
   are read by `llm_collapse.records.claims`.
 """

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
+from llm_collapse.records.saved_embeddings import EMBEDDING_DTYPES
 from llm_collapse.run.config import CompareConfig, ConfigError
-from llm_collapse.run.saved_embeddings import EMBEDDING_DTYPES
 
 _REPEATED_FLAGS = {
     "model_paths": ("--model-path", "NAME=PATH"),

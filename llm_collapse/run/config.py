@@ -25,7 +25,7 @@ from llm_collapse.errors import UserError
 from llm_collapse.interventions import Method, parse_method
 from llm_collapse.pooling import POOLINGS
 from llm_collapse.records.claims import check_claims
-from llm_collapse.run.saved_embeddings import EMBEDDING_DTYPES
+from llm_collapse.records.saved_embeddings import EMBEDDING_DTYPES
 from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
 from llm_collapse.tasks.registry import RUNNABLE, tasks_with
 from llm_collapse.tasks.settings import TaskSettings

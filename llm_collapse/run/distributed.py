@@ -16,8 +16,8 @@ import os
 from llm_collapse.cache import cache_for, encode_cached
 from llm_collapse.interventions import InterventionError
 from llm_collapse.run.config import CompareConfig
-from llm_collapse.run.inputs import RunInputs
 from llm_collapse.run.models import load_for_run
+from llm_collapse.tasks.inputs import RunInputs
 
 logger = logging.getLogger(__name__)
 

@@ -254,7 +254,7 @@ def _not_applicable(backend: str, spec, weights, methods: dict[str, Method], con
 
 def _saved_size(config: CompareConfig, methods: dict[str, Method], n_texts: int, config_json: dict) -> str:
     """What ``--save-embeddings`` writes for one model: a vector per text and method without its post-hoc part
-    (a post-hoc transform is refitted from them; `llm_collapse.run.saved_embeddings`)."""
+    (a post-hoc transform is refitted from them; `llm_collapse.records.saved_embeddings`)."""
     embedded = {method.model_stack.slug for method in methods.values()}
     width = int(
         config_json.get("hidden_size") or (config_json.get("text_config") or {}).get("hidden_size") or 0

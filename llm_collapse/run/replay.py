@@ -5,7 +5,7 @@ adapter and tokenizer, without weights (the runner's `recompute_comparison` driv
 its config (``config.json``: what an intervention's token cap reads) and no model. `Embedder.tokenize` then gives
 the run's exact model inputs at the run's ``max_length`` (read from run.json: the truncation counts and the
 collapse task's token counts), and the vectors come from the run's saved embeddings through
-`llm_collapse.tasks.base.TaskContext` (`llm_collapse.run.saved_embeddings`).
+`llm_collapse.tasks.base.TaskContext` (`llm_collapse.records.saved_embeddings`).
 Interventions change nothing here (there is no model), so entering a method succeeds, except one that
 run.json records as not applicable to the model: that one is refused again with the recorded reason, and the
 recompute's rows, notes and contrasts are the run's.
@@ -29,9 +29,9 @@ from llm_collapse.embedder import Embedder
 from llm_collapse.errors import UserError
 from llm_collapse.interventions import NotApplicable, Stack
 from llm_collapse.records.record import ModelRecord, RunRecord, whole_number
+from llm_collapse.records.saved_embeddings import EMBEDDINGS_FILE
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.models import model_weights
-from llm_collapse.run.saved_embeddings import EMBEDDINGS_FILE
 from llm_collapse.tasks.registry import TASKS
 from llm_collapse.utils.logs import held_logs
 

@@ -18,7 +18,7 @@ With ``controls`` set, each named method also gets ``*_vs_control`` rows against
 (the same model and items); run.json records the pairs by slug (``models.<model>.controls``).
 
 With ``save_embeddings`` set, every vector the tasks embed is kept and written to embeddings.npz at the end
-(`llm_collapse.run.saved_embeddings`); `recompute_comparison` (``llm-collapse report --recompute RUN``) runs the
+(`llm_collapse.records.saved_embeddings`); `recompute_comparison` (``llm-collapse report --recompute RUN``) runs the
 same loop again on those vectors, with each model as its tokenizer only (`llm_collapse.run.replay`).
 
 A run shows one display of its progress (`llm_collapse.utils.progress.RunProgress`: model i/N, method j/M,
@@ -44,6 +44,7 @@ from llm_collapse.interventions import InterventionError, Method, NotApplicable
 from llm_collapse.interventions.posthoc import TASKS as POSTHOC_TASKS
 from llm_collapse.records.record import InputsRecord, ModelRecord, RunRecord
 from llm_collapse.records.results import CellKey, environment, remove_report, write_items, write_results
+from llm_collapse.records.saved_embeddings import EMBEDDINGS_FILE, SavedEmbeddings
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.directory import claim_run_dir, open_run_dir
 from llm_collapse.run.distributed import embed_share, world
@@ -51,7 +52,6 @@ from llm_collapse.run.inputs import build_inputs
 from llm_collapse.run.models import load_for_run, reference_tokenizer
 from llm_collapse.run.preflight import check_corpus, check_packages, check_posthoc, preflight
 from llm_collapse.run.replay import recomputable_run, replay_embedder
-from llm_collapse.run.saved_embeddings import EMBEDDINGS_FILE, SavedEmbeddings
 from llm_collapse.tasks.base import (
     BASE_METHOD,
     TaskContext,
@@ -408,16 +408,16 @@ def _run_cell(
         state.items += item_rows(cell.key, cell.paired)
         if paired is not None:
             paired[slug] = cell.paired
-        record.truncated[slug] = cell.record.get("truncated", 0)
+        record.truncated[slug] = cell.record.truncated
         if embedder.token_cap != embedder.max_length:
             record.token_caps[slug] = embedder.token_cap
         # What a task adds to run.json for parts of its work (the quantization task: its variants).
-        record.variants.update(cell.record.get("variants", {}))
-        for what, why in cell.record.get("not_applicable", {}).items():
+        record.variants.update(cell.record.variants)
+        for what, why in cell.record.not_applicable.items():
             record.not_applicable[what] = why
             state.notes.append(f"{model_name} x {what}: not applicable ({why})")
-        if cell.record.get("oom_retries"):
-            record.oom_retries[slug] = cell.record["oom_retries"]
+        if cell.record.oom_retries:
+            record.oom_retries[slug] = cell.record.oom_retries
     return slug
 
 

@@ -21,7 +21,10 @@ import torch
 
 from llm_collapse.cache import EmbeddingCache, encode_cached, text_hash
 from llm_collapse.embedder import Embedder
+from llm_collapse.interventions.posthoc import PostHoc
 from llm_collapse.records.results import CellKey, result_row
+from llm_collapse.records.saved_embeddings import SavedEmbeddings
+from llm_collapse.tasks.inputs import RunInputs
 from llm_collapse.tasks.registry import VS_BASE, VS_SHORTEST
 from llm_collapse.tasks.settings import TaskSettings
 
@@ -76,6 +79,23 @@ def paired_task(name: str) -> str:
 
 
 @dataclass
+class CellRecord:
+    """What one (model, method) cell adds to its model's run.json entry (the runner copies it there).
+
+    Attributes:
+        truncated: Distinct texts cut to the token cap (tasks share texts: collapse and knn).
+        oom_retries: One line per out-of-memory retry (the smaller batch and token budget).
+        not_applicable: Parts of the cell's work that could not run, and why (a quantized variant).
+        variants: The quantization task's variants: `Embedder.describe` and load/embed seconds each.
+    """
+
+    truncated: int = 0
+    oom_retries: list[str] = field(default_factory=list)
+    not_applicable: dict[str, str] = field(default_factory=dict)
+    variants: dict[str, dict] = field(default_factory=dict)
+
+
+@dataclass
 class TaskContext:
     """One (model, method) cell of a comparison.
 
@@ -84,12 +104,12 @@ class TaskContext:
         model: Model name as given in the config.
         method: Intervention slug.
         config: The run's settings that tasks read (`TaskSettings`).
-        inputs: Shared inputs (`llm_collapse.run.inputs.RunInputs`): the same texts for every model.
+        inputs: Shared inputs (`llm_collapse.tasks.inputs.RunInputs`): the same texts for every model.
         cache: Embedding cache for this embedder state.
         overwrite: Recompute every embedding once in this cell instead of reading the cache.
-        record: Per-cell bookkeeping for run.json (truncations, OOM retries).
+        record: What the cell adds to run.json (`CellRecord`).
         paired: Per-item data of each bin for the runner's contrasts against ``base`` (module docstring).
-        saved: `llm_collapse.run.saved_embeddings.SavedEmbeddings`: every vector `encode` embeds is kept there
+        saved: `llm_collapse.records.saved_embeddings.SavedEmbeddings`: every vector `encode` embeds is kept there
             (``--save-embeddings``), or, where it was read from a run, served from there instead (a recompute:
             no model runs); the vectors before any post-hoc transform.
         load_variant: ``(quant, dtype) -> Embedder``: the cell's model loaded again as the run would load it
@@ -100,18 +120,16 @@ class TaskContext:
     model: str
     method: str
     config: TaskSettings
-    inputs: object
+    inputs: RunInputs
     cache: EmbeddingCache | None
     overwrite: bool = False
-    record: dict = field(default_factory=dict)
+    record: CellRecord = field(default_factory=CellRecord)
     paired: dict[PairedKey, PairedItems] = field(default_factory=dict)
     _recomputed: set[tuple[str, str]] = field(default_factory=set)
     _truncated: set[tuple[str, str]] = field(default_factory=set)
     batch_size: int = 0
-    posthoc: object | None = (
-        None  # `llm_collapse.interventions.posthoc.PostHoc`: transforms what encode returns
-    )
-    saved: object | None = None
+    posthoc: PostHoc | None = None  # transforms what encode returns
+    saved: SavedEmbeddings | None = None
     load_variant: Callable[[str, str], Embedder] | None = None
 
     def __post_init__(self) -> None:
@@ -129,9 +147,7 @@ class TaskContext:
         """Cached encoding; an out-of-memory error halves the batch and token budget and retries (recorded)."""
         encoded = self.embedder.tokenize(texts, kind=kind)
         self._truncated.update((kind, t) for t, e in zip(texts, encoded, strict=True) if e.truncated)
-        self.record["truncated"] = len(
-            self._truncated
-        )  # distinct texts: tasks share texts (collapse and knn)
+        self.record.truncated = len(self._truncated)  # distinct texts: tasks share texts (collapse and knn)
         while True:
             try:
                 vectors = self._vectors(texts, kind)
@@ -144,7 +160,7 @@ class TaskContext:
                 self.embedder.max_tokens_per_batch = max(1, self.embedder.max_tokens_per_batch // 2)
                 self.batch_size = max(1, self.batch_size // 2)
                 retry = f"{type(err).__name__}: batch_size -> {self.batch_size}, tokens -> {self.embedder.max_tokens_per_batch}"
-                self.record.setdefault("oom_retries", []).append(retry)
+                self.record.oom_retries.append(retry)
                 logger.warning("%s/%s out of memory; retrying with %s", self.model, self.method, retry)
 
     def _transformed(self, texts: list[str], vectors: np.ndarray) -> np.ndarray:
@@ -162,7 +178,7 @@ class TaskContext:
 
     def _vectors(self, texts: list[str], kind: str) -> np.ndarray:
         """The model's vectors of ``texts`` (`_encode_once`), kept in ``saved``; or, where ``saved`` was read from
-        a run, served from it (keyed as `llm_collapse.run.saved_embeddings` says)."""
+        a run, served from it (keyed as `llm_collapse.records.saved_embeddings` says)."""
         if self.saved is None:
             return self._encode_once(texts, kind)
         instruction = self.embedder.resolve_instruction(kind, None)

@@ -32,7 +32,7 @@ Decisions:
   the drift had its own runner (``experiments/quantization.py``) that sampled texts per model under its
   own tokenizer and replaced such lengths by the longest bin the model holds (minilm: [485, 511) for 1024).
 - A variant that cannot load because bitsandbytes is missing or broken (ImportError) is recorded as not
-  applicable (``ctx.record["not_applicable"]``, which the runner copies to run.json and its notes) and the
+  applicable (``ctx.record.not_applicable``, which the runner copies to run.json and its notes) and the
   others still run; the preflight already refuses a run whose bitsandbytes is not installed. Each variant's
   `Embedder.describe` and load/embed seconds go to run.json's ``variants`` (`ModelRecord.variants`).
 - Under several processes the ranks pre-embed only the run's methods; rank 0 embeds the variants itself.
@@ -101,7 +101,7 @@ def _variant_rows(
     try:
         variant = ctx.load_variant(quant, dtype)
     except ImportError as err:
-        ctx.record.setdefault("not_applicable", {})[method] = str(err)
+        ctx.record.not_applicable[method] = str(err)
         logger.warning("%s x %s: not applicable: %s", ctx.model, method, err)
         return []
     variant.max_length = ctx.embedder.max_length
@@ -129,9 +129,8 @@ def _variant_rows(
     rows += contrast_rows(cell.key, cell.paired, base_items)
     nested = length_paired_tasks(ctx.inputs.design) & {"collapse", TASK}
     rows += length_contrast_rows(cell.key, cell.paired, nested)
-    for retry in cell.record.get("oom_retries", []):
-        ctx.record.setdefault("oom_retries", []).append(f"{method}: {retry}")
-    ctx.record.setdefault("variants", {})[method] = {
+    ctx.record.oom_retries += [f"{method}: {retry}" for retry in cell.record.oom_retries]
+    ctx.record.variants[method] = {
         **variant.describe(),
         "load_s": round(loaded, 3),
         "embed_s": round(time.perf_counter() - clock - loaded, 3),

@@ -25,7 +25,7 @@ MODELS = {
 def _hidden(embedder, side: str) -> list[torch.Tensor]:
     encoded = embedder.tokenize(TEXTS)
     embedder.padding_side = side
-    input_ids, attention_mask, _ = embedder._collate(encoded)
+    input_ids, attention_mask, _ = embedder.collate(encoded)
     out = embedder.backend.forward(input_ids, attention_mask, output_hidden_states=False)
     return [out.last_hidden_state[i][attention_mask[i].bool()] for i in range(len(TEXTS))]
 

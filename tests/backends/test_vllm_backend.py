@@ -175,7 +175,7 @@ def test_last_token_inside_the_prompt_is_exact(pair):
     theirs = []
     for embedder in (pair.hf, pair.embedder(pair.name, torch.float32)):
         with torch.inference_mode():
-            ids, mask, _ = embedder._collate([item])
+            ids, mask, _ = embedder.collate([item])
             states = embedder.backend.forward(ids, mask).last_hidden_state
         theirs.append(_normalised(states[:, cut - 1].float()))
     _check(theirs[0], ours, theirs[1], f"{pair.case} last token at {cut - 1} of {len(full)}")

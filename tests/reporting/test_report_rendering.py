@@ -16,7 +16,7 @@ from matplotlib.patches import Rectangle
 
 from llm_collapse.records.results import result_row
 from llm_collapse.reporting import build_report, figures
-from llm_collapse.reporting.build import Paragraph, render_html
+from llm_collapse.reporting.blocks import Paragraph, render_html
 from llm_collapse.reporting.figures import EMPTY_CELL, MethodStyles
 from llm_collapse.reporting.markup import inline_html
 from llm_collapse.reporting.synthetic_runs import write_synthetic_run

@@ -16,7 +16,7 @@ import llm_collapse.run.runner as runner
 from llm_collapse.backends.hf import HFBackend
 from llm_collapse.cli.compare import main as compare_main
 from llm_collapse.cli.report import main as report_main
-from llm_collapse.run.saved_embeddings import EMBEDDINGS_FILE, SavedEmbeddings
+from llm_collapse.records.saved_embeddings import EMBEDDINGS_FILE, SavedEmbeddings
 from llm_collapse.testing.cli import compare_argv
 from llm_collapse.testing.trees import file_tree
 
@@ -251,7 +251,7 @@ def _npz(path, groups, **arrays):
 )  # fmt: skip
 def test_saved_vectors_that_no_run_writes_are_refused(tmp_path, arrays, message):
     """Issue 61, defect 9: NaN, zero, wrong-width or 1-D vectors were accepted and the metrics failed later."""
-    from llm_collapse.run.saved_embeddings import SavedEmbeddingsError
+    from llm_collapse.records.saved_embeddings import SavedEmbeddingsError
 
     path = _npz(tmp_path / "e.npz", [["m", "base"]], **arrays)
     with pytest.raises(SavedEmbeddingsError, match=message) as err:
@@ -260,7 +260,7 @@ def test_saved_vectors_that_no_run_writes_are_refused(tmp_path, arrays, message)
 
 
 def test_one_model_with_vectors_of_two_widths_is_refused(tmp_path):
-    from llm_collapse.run.saved_embeddings import SavedEmbeddingsError
+    from llm_collapse.records.saved_embeddings import SavedEmbeddingsError
 
     one = dict(hashes_0=np.array([b"a"]), vectors_0=np.ones((1, 3), np.float32))
     two = dict(hashes_1=np.array([b"a"]), vectors_1=np.ones((1, 4), np.float32))
@@ -272,7 +272,7 @@ def test_one_model_with_vectors_of_two_widths_is_refused(tmp_path):
 def test_an_empty_damaged_or_deep_file_is_one_line_never_a_traceback(runs, tmp_path):
     """Issue 61, defects 7 and 8: a 0-byte file, single damaged bytes anywhere in the first kilobytes (npy
     headers, zip fields) and a deeply nested groups entry are all the one-line refusal (or still read)."""
-    from llm_collapse.run.saved_embeddings import SavedEmbeddingsError
+    from llm_collapse.records.saved_embeddings import SavedEmbeddingsError
 
     (tmp_path / "empty.npz").write_bytes(b"")
     with pytest.raises(SavedEmbeddingsError, match="cannot be read"):

@@ -17,7 +17,6 @@ from llm_collapse.errors import UserError
 from llm_collapse.metrics.probes import knn_correct
 from llm_collapse.metrics.proportions import wilson_interval
 from llm_collapse.records.results import CellKey
-from llm_collapse.run.inputs import RunInputs
 from llm_collapse.tasks.base import (
     VS_BASE,
     VS_SHORTEST,
@@ -26,6 +25,7 @@ from llm_collapse.tasks.base import (
     length_contrast_rows,
     paired_key,
 )
+from llm_collapse.tasks.inputs import RunInputs
 from llm_collapse.tasks.knn import CROSS, WITHIN, K, run_knn
 
 

@@ -12,8 +12,8 @@ import pytest
 from llm_collapse.data.bins import count_tokens
 from llm_collapse.data.position import POSITIONS, position_task
 from llm_collapse.metrics.proportions import wilson_interval
-from llm_collapse.run.inputs import RunInputs
 from llm_collapse.tasks.base import TaskContext
+from llm_collapse.tasks.inputs import RunInputs
 from llm_collapse.tasks.registry import TASKS
 from llm_collapse.tasks.settings import TaskSettings
 from llm_collapse.testing.tokenizers import build_llama_tokenizer

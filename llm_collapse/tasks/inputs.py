@@ -1,0 +1,83 @@
+"""`RunInputs`: what every task of a run reads, the same for every model and method (built once under the
+first model's tokenizer by `llm_collapse.run.inputs.build_inputs`): texts per length bin and the generated
+retrieval tasks per length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llm_collapse.data.bins import BinnedText
+from llm_collapse.data.prefixes import documents_joined
+from llm_collapse.data.synthetic import RetrievalTask
+from llm_collapse.tasks.registry import TASKS
+
+
+def start_tasks() -> list[str]:
+    """Retrieval tasks whose documents are token prefixes of the same documents at every length."""
+    return [name for name, spec in TASKS.items() if spec.nested_lengths]
+
+
+@dataclass
+class RunInputs:
+    """Texts per length bin (collapse, knn, layerwise) and retrieval tasks per length (passkey, needle, their
+    ``-start`` variants; position: early and late per length)."""
+
+    tokenizer: str
+    binned: list[BinnedText] = field(default_factory=list)
+    design: str = "bins"
+    retrieval: dict[str, list[RetrievalTask]] = field(default_factory=dict)
+    retrieval_pool: int | None = None
+    """Candidates per query (`CompareConfig.retrieval_pool`); None: all documents of a length."""
+
+    def by_length(self) -> dict[int, list[BinnedText]]:
+        groups: dict[int, list[BinnedText]] = {}
+        for text in self.binned:
+            groups.setdefault(text.target_tokens, []).append(text)
+        return groups
+
+    def n_texts(self) -> int:
+        """Distinct texts a model embeds for this run (queries included)."""
+        texts = {t.text for t in self.binned}
+        for tasks in self.retrieval.values():
+            for task in tasks:
+                texts.update(task.documents)
+                texts.update(task.queries)
+        return len(texts)
+
+    def prefix_sweep(self) -> tuple[set[str], list[str]]:
+        """(every text of a prefix sweep, the longest text of each swept document).
+
+        The prefix design's texts and the ``-start`` tasks' documents: where prefix sharing is exact, one
+        forward of each longest text embeds all the others.
+        """
+        texts: set[str] = set()
+        longest: list[str] = []
+        if self.design == "prefix" and self.binned:
+            top = max(t.target_tokens for t in self.binned)
+            texts.update(t.text for t in self.binned)
+            longest += [t.text for t in self.binned if t.target_tokens == top]
+        for name in start_tasks():
+            tasks = self.retrieval.get(name, [])
+            if tasks:
+                texts.update(d for task in tasks for d in task.documents)
+                longest += list(max(tasks, key=lambda task: task.length).documents)
+        return texts, longest
+
+    def describe(self) -> dict:
+        """What was sampled; for the prefix design also its N and how many texts joined corpus documents."""
+        design: dict = {"design": self.design}
+        if self.design == "prefix":
+            design["prefix_docs"] = len(next(iter(self.by_length().values()), []))
+            design["prefix_docs_concatenated"] = documents_joined(self.binned)
+        return {
+            "reference_tokenizer": self.tokenizer,
+            **design,
+            "texts_per_length": {str(k): len(v) for k, v in sorted(self.by_length().items())},
+            "retrieval": {  # candidates per query at each length (1 / this is chance Acc@1)
+                name: {
+                    str(t.length): min(len(t.documents), self.retrieval_pool or len(t.documents))
+                    for t in tasks
+                }
+                for name, tasks in self.retrieval.items()
+            },
+        }
