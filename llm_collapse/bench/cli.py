@@ -17,7 +17,7 @@ from pathlib import Path
 
 from llm_collapse.bench.config import QUICK, BenchConfig, check_inputs
 from llm_collapse.errors import UserError
-from llm_collapse.utils.commands import ArgumentParser, run_command
+from llm_collapse.utils.commands import ArgumentParser, run_command, say
 
 
 def _csv(kind: Callable[[str], object]) -> Callable[[str], tuple]:
@@ -131,11 +131,6 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     return config
 
 
-def _say(line: str, *, error: bool = False) -> None:
-    """The only printing in the bench (the CLI)."""
-    print(line, file=sys.stderr if error else sys.stdout)  # noqa: T201
-
-
 def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
     """Runs the command; ``prog`` names it in usage, errors and the recorded command, as invoked."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -172,27 +167,27 @@ def _device_check(args: argparse.Namespace, command: str) -> int:
         out=out,
     )
     result = run_device_check(config, command=command)
-    _say(f"wrote {Path(config.out) / 'device_check.json'} ({result['device']}, {result['wall_s']:.0f} s)")
+    say(f"wrote {Path(config.out) / 'device_check.json'} ({result['device']}, {result['wall_s']:.0f} s)")
     for row in result["first_encode"]:
         timing = (
             f"load {row['load_s']:.2f} s, first encode {row['first_s']:.2f} s, warm {row['warm_s']:.2f} s"
             if row["status"] == "ok"
             else row["status"]
         )
-        _say(f"first encode ({row['side']}): {timing}")
+        say(f"first encode ({row['side']}): {timing}")
     if "gpu_tests" in result:
-        _say(f"pytest -m gpu: {result['gpu_tests']['summary']} (exit {result['gpu_tests']['exit_code']})")
+        say(f"pytest -m gpu: {result['gpu_tests']['summary']} (exit {result['gpu_tests']['exit_code']})")
     for row in result["rows"]:
         if row["status"] != "ok":
-            _say(f"{row['model']}: {row['status']}")
+            say(f"{row['model']}: {row['status']}")
             continue
         estimate = f", estimate {row['estimate_s']:.2f} s" if row["estimate_s"] is not None else ""
-        _say(
+        say(
             f"{row['model']} @ {row['length']}: {row['per_layer_s'] * 1e3:.2f} ms/layer, fixed {row['fixed_s']:.3f} s, "
             f"full depth ({row['layers_published']} layers) {row['full_depth_s']:.2f} s{estimate}"
         )
     if result["rows"] and all(row["status"] != "ok" for row in result["rows"]):
-        _say(f"error: every check failed on {config.device}; see the lines above", error=True)
+        say(f"error: every check failed on {config.device}; see the lines above", error=True)
         return 1
     return 0
 
@@ -210,9 +205,9 @@ def _bench(args: argparse.Namespace, command: str) -> int:
             raise UserError(str(err)) from None
     result = run_bench(config, command=command)
     out = Path(config.out)
-    _say(f"wrote {out / 'bench.md'} and {out / 'bench.json'}")
+    say(f"wrote {out / 'bench.md'} and {out / 'bench.json'}")
     for target in result["targets"]:
-        _say(
+        say(
             f"{fmt_status(target['met']).strip('*'):>12}  {target['name']}: {target['measured']} ({target['threshold']})"
         )
     return 0

@@ -59,6 +59,8 @@ from llm_collapse.metrics.collapse import (
     mean_pairwise_cosine,
     normalize_rows,
 )
+from llm_collapse.metrics.contrasts import mcnemar_p
+from llm_collapse.metrics.proportions import paired_counts
 
 logger = logging.getLogger(__name__)
 
@@ -336,11 +338,8 @@ def mcnemar_exact_p(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.nda
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if _paired_n(a, b) == 0:
         return float("nan")
-    if not (np.isin(a, (0.0, 1.0)).all() and np.isin(b, (0.0, 1.0)).all()):
-        raise ValueError("mcnemar_exact_p needs 0/1 outcomes")
-    from llm_collapse.metrics.contrasts import mcnemar_p
-
-    return mcnemar_p(int(((a == 1) & (b == 0)).sum()), int(((a == 0) & (b == 1)).sum()))
+    _, n10, n01, _ = paired_counts(a, b)  # ValueError unless both are 0/1
+    return mcnemar_p(n10, n01)
 
 
 def holm_adjust(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:

@@ -61,6 +61,7 @@ class Items:
     def __init__(self, root: Path | None = None, frames: dict[str, pd.DataFrame] | None = None):
         self.root = None if root is None else Path(root)
         self._index: dict[str, dict[tuple, pd.DataFrame]] = {}
+        self._shortest: dict[tuple, int | None] = {}
         for run, frame in (frames or {}).items():
             self._index[run] = _index(frame)
 
@@ -77,15 +78,19 @@ class Items:
         return rows[quantity] if rows is not None and quantity in rows.columns else None
 
     def shortest_length(self, cell: Cell, quantity: str) -> int | None:
-        """The shortest length at which the run holds ``quantity`` for the cell's model, method, task and depth."""
-        lengths = [
-            length
-            for (model, method, task, length, depth), rows in self._cells(cell.run).items()
-            if (model, method, task, depth) == (cell.model, cell.method, cell.task, _depth_key(cell.depth))
-            and quantity in rows.columns
-            and rows[quantity].notna().any()
-        ]
-        return min(lengths) if lengths else None
+        """The shortest length at which the run holds ``quantity`` for the cell's model, method, task and depth
+        (worked out once per run, series and quantity: a run's re-read asks for every row)."""
+        key = (cell.run, cell.model, cell.method, cell.task, _depth_key(cell.depth), quantity)
+        if key not in self._shortest:
+            lengths = [
+                length
+                for (model, method, task, length, depth), rows in self._cells(cell.run).items()
+                if (model, method, task, depth) == key[1:5]
+                and quantity in rows.columns
+                and rows[quantity].notna().any()
+            ]
+            self._shortest[key] = min(lengths) if lengths else None
+        return self._shortest[key]
 
 
 def _depth_key(depth: float | None) -> float:

@@ -120,12 +120,13 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
         }
         if config.save_embeddings:
             lines.append(f"  {name}: {_saved_size(config, parsed, len(texts), config_json)}")
-        bare = {method for method, stack in stacks.items() if any(p.kind == "layer0" for p in stack.parts)}
-        # a post-hoc method alone transforms base's (cached) vectors; with other parts it embeds like them
-        bare |= {
-            m
-            for m, stack in stacks.items()
-            if [p.kind for p in stack.parts] == ["posthoc"] and "base" in stacks
+        # layer0 runs no layers; a post-hoc method alone transforms base's (cached) vectors, with other parts it
+        # embeds like them
+        bare = {
+            text
+            for text, method in parsed.items()
+            if method.has("layer0")
+            or (method.posthoc is not None and not method.model_parts and "base" in stacks)
         }
         model = _meta_model(spec, weights[name])
         context = ModelContext(name=name, trained_length=spec.trained_length)
