@@ -37,6 +37,7 @@ Decisions
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from pathlib import Path
@@ -166,6 +167,19 @@ _VOCAB_TEXTS = ("vocab.txt", "vocab.json")
 _SENTENCEPIECE = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "sentencepiece.model")
 
 
+@functools.lru_cache(maxsize=32)
+def _fast_vocabulary(path: str, mtime_ns: int, file_size: int, fix: str) -> tuple[int, int]:
+    """(model vocabulary entries, added tokens) of a ``tokenizer.json``, parsed once per version of the file: an
+    ``st:``/``hf:`` name is resolved several times a run, and the file holds 10-30 MB for a decoder."""
+    data = _read_json(Path(path), fix=fix)
+    model = data.get("model") if isinstance(data, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    added = data.get("added_tokens") if isinstance(data, dict) else None
+    return (len(vocab) if isinstance(vocab, dict | list) else 0), (
+        len(added) if isinstance(added, list) else 0
+    )
+
+
 def check_tokenizer(folder: Path) -> None:
     """Refuses a model folder whose tokenizer has no real vocabulary (`MIN_VOCABULARY`), in one line, before any
     work: ``tokenizer.json``'s model vocabulary, else ``vocab.txt``/``vocab.json`` entries, else a sentencepiece
@@ -173,12 +187,9 @@ def check_tokenizer(folder: Path) -> None:
     fix = f"copy the model's tokenizer files (tokenizer.json, or vocab.txt / vocab.json / a sentencepiece model) into {folder}"
     fast = folder / "tokenizer.json"
     if fast.is_file():
-        data = _read_json(fast, fix=fix)
-        model = data.get("model") if isinstance(data, dict) else None
-        vocab = model.get("vocab") if isinstance(model, dict) else None
-        size = len(vocab) if isinstance(vocab, dict | list) else 0
-        added = data.get("added_tokens") if isinstance(data, dict) else None
-        if size - (len(added) if isinstance(added, list) else 0) >= MIN_VOCABULARY:
+        stat = fast.stat()
+        size, added = _fast_vocabulary(str(fast), stat.st_mtime_ns, stat.st_size, fix)
+        if size - added >= MIN_VOCABULARY:
             return
         raise ModelFolderError(f"{fast}: its vocabulary holds {size} entries, no real tokenizer; {fix}")
     for name in _VOCAB_TEXTS:

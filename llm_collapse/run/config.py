@@ -18,7 +18,8 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from llm_collapse.adapters import register_embedder, resolve_spec
+from llm_collapse.adapters import ECHO_PREFIX, register_embedder, resolve_spec
+from llm_collapse.adapters.folder import FOLDER_PREFIXES
 from llm_collapse.backends import BACKENDS, QUANTIZATIONS
 from llm_collapse.data.synthetic import MAX_DOCUMENTS
 from llm_collapse.errors import UserError
@@ -554,7 +555,7 @@ class CompareConfig:
 def _model_key(name: str, spec_name: str) -> str:
     """What makes two --models entries the same model: the catalog name, or for a folder (st:, hf:, echo:PATH) its
     kind and resolved path, so ``st:DIR``, ``st:DIR/`` and a symlink to DIR are one model."""
-    for prefix in ("st:", "hf:", "echo:"):
+    for prefix in (*FOLDER_PREFIXES, ECHO_PREFIX):
         if name.lower().startswith(prefix) and Path(name[len(prefix) :]).expanduser().exists():
             return prefix + str(Path(name[len(prefix) :]).expanduser().resolve())
     return spec_name

@@ -214,9 +214,9 @@ def check_models(config: CompareConfig) -> None:
         if weights.gguf_file is not None:
             continue
         folder = weights.directory
-        if weights.source.startswith("path:"):  # a folder the user named (--model-path, path:, echo:/path)
+        if weights.source.startswith("path:") and name not in config.model_paths:  # path:, echo:/path
             label = f"{where}: path" if file and path is None else where
-            model_config = check_model_folder(folder, what=label)
+            model_config = check_model_folder(folder, what=label)  # --model-path folders: check_model_path
         else:
             model_config = read_model_config(folder, what=where)
         _check_architecture(spec, model_config, folder, where=where, from_file=file is not None)
