@@ -1,65 +1,35 @@
-"""`Embedder`: texts in, L2-normalised float32 embeddings out, in input order.
+"""`Embedder`: a loaded model with its card's input format and the interventions open on it.
 
-One forward pass serves both the embeddings and, when asked, every layer's token states
-(`Embedder.iter_batches(..., output_hidden_states=True)`), so analyses of hidden states see exactly the
-inputs the embeddings came from.
-
-Without hidden states, a text whose model input is a token prefix of another's (a duplicate included) is
-read from that one forward where this is exact (`llm_collapse.prefix`); ``share_prefixes`` turns it off.
+It tokenises (`Embedder.tokenize`), says what changes a vector (`Embedder.describe`) and applies
+interventions (`Embedder.intervene`); texts become vectors on the road of `llm_collapse.encoding`
+(`Embedder.encode` and `Embedder.iter_batches` are `llm_collapse.encoding.pipeline`'s). One forward pass
+serves both the embeddings and, when asked, every layer's token states, so analyses of hidden states see
+exactly the inputs the embeddings came from. Without hidden states, a text whose model input is a token
+prefix of another's is read from that one forward where this is exact (`llm_collapse.encoding.prefix`);
+``share_prefixes`` turns it off.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from llm_collapse.adapters.inputs import KINDS, EncodedText, Kind
 from llm_collapse.adapters.spec import EmbedderSpec
 from llm_collapse.backends.base import Backend
-from llm_collapse.batching import MAX_PADDING, plan_batches
-from llm_collapse.interventions import (
-    InterventionError,
-    ModelContext,
-    NotApplicable,
-    Stack,
-    parse_interventions,
-)
+from llm_collapse.encoding import pipeline
+from llm_collapse.encoding.batching import MAX_PADDING
+from llm_collapse.encoding.forward import EmbeddedBatch
+from llm_collapse.encoding.prefix import PrefixSharing, prefix_sharing
+from llm_collapse.encoding.texts import as_text_list, check_count
+from llm_collapse.interventions import InterventionError, ModelContext, Stack, parse_interventions
 from llm_collapse.interventions.base import InputEmbedding
-from llm_collapse.pooling import pool
-from llm_collapse.prefix import PrefixSharing, pool_prefixes, prefix_sharing, sharing_groups
-from llm_collapse.utils import progress
 
 logger = logging.getLogger(__name__)
-
-PADDING_SIDES: tuple[str, ...] = ("right", "left")
-
-
-@dataclass
-class EmbeddedBatch:
-    """One forward pass.
-
-    Attributes:
-        indices: Positions of these texts in the input list.
-        embeddings: (B, H) float32, L2-normalised.
-        encoded: The model inputs, one per text.
-        attention_mask: (B, L) 1 for real tokens.
-        pool_mask: (B, L) 1 where pooling read.
-        hidden_states: Per-layer (B, L, H) token states (embedding output first) when requested.
-    """
-
-    indices: list[int]
-    embeddings: torch.Tensor
-    encoded: list[EncodedText]
-    attention_mask: torch.Tensor
-    pool_mask: torch.Tensor
-    hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
 class Embedder:
@@ -77,7 +47,7 @@ class Embedder:
         padding_side: ``"right"`` or ``"left"``.
         share_prefixes: Default of ``share_prefixes`` in `encode` / `iter_batches` (True).
         max_padding: Most padding per text in a batch, as a fraction of its longest text
-            (`llm_collapse.batching.MAX_PADDING`; None: only the token budget limits batches).
+            (`llm_collapse.encoding.batching.MAX_PADDING`; None: only the token budget limits batches).
     """
 
     def __init__(
@@ -134,6 +104,11 @@ class Embedder:
         return [block.stack for block in self._blocks]
 
     @property
+    def input_embedding(self) -> InputEmbedding | None:
+        """The active intervention that embeds inputs from forwards of its own (PCW), if any."""
+        return next((p for p in self.active_interventions if isinstance(p, InputEmbedding)), None)
+
+    @property
     def interventions(self) -> str:
         """Slug of the interventions currently applied (``"base"`` when none)."""
         return Stack(list(self.active_interventions)).slug
@@ -153,7 +128,7 @@ class Embedder:
 
     def prefix_sharing(self, kind: Kind = "document") -> PrefixSharing:
         """Whether, and up to which input length, prefixes of one input can be read from its forward here
-        (`llm_collapse.prefix.prefix_sharing` of this spec, model, backend and the active interventions)."""
+        (`llm_collapse.encoding.prefix.prefix_sharing` of this spec, model, backend and the active interventions)."""
         backend = self.backend
         refusal = f"backend {backend.name!r} pools itself" if backend.returns_pooled else backend.mixes_rows
         return prefix_sharing(
@@ -258,18 +233,12 @@ class Embedder:
         )
 
     def encode(self, texts: Sequence[str], **options) -> np.ndarray:
-        """Embeds ``texts``: (n, d) float32 unit vectors, in input order.
+        """Embeds ``texts``: (n, d) float32 unit vectors, in input order (`llm_collapse.encoding.pipeline`).
 
         ``options`` are those of `iter_batches` (``kind``, ``instruction``, ``batch_size``,
         ``show_progress_bar``, ``share_prefixes``), documented there once; hidden states are `iter_batches`'s.
         """
-        if "output_hidden_states" in options:
-            raise TypeError("encode() returns embeddings only; use iter_batches(output_hidden_states=True)")
-        texts = as_text_list(texts)
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for batch in self.iter_batches(texts, **options):
-            out[batch.indices] = batch.embeddings.numpy()
-        return out
+        return pipeline.encode(self, texts, **options)
 
     def iter_batches(
         self,
@@ -302,131 +271,16 @@ class Embedder:
             share_prefixes: Embed texts whose input is a token prefix of another's from that forward, where
                 exact; None means ``self.share_prefixes``.
         """
-        if batch_size is not None:
-            check_count("batch_size", batch_size)
-        pooled_backend = self.backend.returns_pooled
-        own = next((p for p in self.active_interventions if isinstance(p, InputEmbedding)), None)  # PCW
-        if output_hidden_states and own is not None:
-            raise NotApplicable(f"{own.slug} embeds a text from several forwards: it has no hidden states")
-        if output_hidden_states and pooled_backend:
-            raise ValueError(
-                f"backend={self.backend.name!r} returns pooled embeddings only; use backend='hf' for hidden states"
-            )
-        encoded = self.tokenize(texts, kind=kind, instruction=instruction)
-        if n_truncated := sum(e.truncated for e in encoded):
-            logger.warning(
-                "%s: %d of %d texts truncated to max_length=%d tokens",
-                self.name,
-                n_truncated,
-                len(encoded),
-                self.token_cap,
-            )
-        if n_empty := sum(not any(e.pool_mask) for e in encoded):
-            logger.warning(
-                "%s: %d texts have no token to pool (the prompt fills max_length); their vectors are zero",
-                self.name,
-                n_empty,
-            )
-        share = self.share_prefixes if share_prefixes is None else share_prefixes
-        if self.backend.mixes_rows:  # one text per forward, so each vector is the text's own
-            batch_size, share = 1, False
-        groups = None
-        if share and not output_hidden_states and len(encoded) > 1:
-            groups = sharing_groups(self, encoded, kind=kind)
-        roots = sorted(groups) if groups else list(range(len(encoded)))  # the inputs that are run
-        batches = plan_batches(
-            [len(encoded[r]) for r in roots],
-            max_batch_size=batch_size or self.batch_size,
-            max_tokens=self.max_tokens_per_batch,
-            max_padding=self.max_padding,
+        return pipeline.iter_batches(
+            self,
+            texts,
+            kind=kind,
+            instruction=instruction,
+            batch_size=batch_size,
+            output_hidden_states=output_hidden_states,
+            show_progress_bar=show_progress_bar,
+            share_prefixes=share_prefixes,
         )
-        if show_progress_bar is None:  # never in a redirected log, nor under a run's own display
-            show_progress_bar = (
-                len(batches) > 1 and logger.isEnabledFor(logging.INFO) and progress.batch_bars()
-            )
-        label = self.name if self.interventions == "base" else f"{self.name} [{self.interventions}]"
-        started, tokens = time.perf_counter(), 0
-        with tqdm(total=len(encoded), desc=label, unit="text", disable=not show_progress_bar) as bar:
-            for batch in batches:
-                indices = [roots[b] for b in batch]
-                items = [encoded[i] for i in indices]
-                input_ids, attention_mask, pool_mask = self.collate(items)
-                if own is not None:
-                    pooled = own.embed_inputs(self, items)
-                    states = hidden_states = None
-                elif pooled_backend:  # the backend pools our EncodedTexts itself, over their pool masks
-                    pooled = self.backend.embed(items, pooling=self.spec.pooling)
-                    states = hidden_states = None
-                else:
-                    out = self.backend.forward(
-                        input_ids, attention_mask, output_hidden_states=output_hidden_states
-                    )
-                    states = out.last_hidden_state
-                    pooled = pool(states, pool_mask.to(states.device), self.spec.pooling)
-                    hidden_states = out.hidden_states
-                embeddings = torch.nn.functional.normalize(pooled, p=2, dim=-1).cpu()
-                if not torch.isfinite(embeddings).all():
-                    raise FloatingPointError(
-                        f"{self.name} [{self.interventions}]: the forward pass gave NaN/inf embeddings; "
-                        "try dtype='fp32' (fp16 overflows) or milder intervention parameters"
-                    )
-                tokens += int(attention_mask.sum())
-                bar.set_postfix_str(
-                    f"{tokens / max(time.perf_counter() - started, 1e-9):,.0f} tok/s", refresh=False
-                )
-                if groups is None:
-                    bar.update(len(indices))
-                    progress.advance(len(indices))
-                    yield EmbeddedBatch(indices, embeddings, items, attention_mask, pool_mask, hidden_states)
-                    continue
-                # One update per forward: a long forward hands its rows on one at a time, and tqdm refreshes
-                # only the first of those quick updates, so the bar showed 1 text per forward (ETA ~10x long).
-                rows = list(self._shared_rows(indices, groups, encoded, states, embeddings, attention_mask))
-                bar.update(sum(len(shared.indices) for shared in rows))
-                progress.advance(sum(len(shared.indices) for shared in rows))
-                yield from rows
-
-    def _shared_rows(
-        self,
-        roots: list[int],
-        groups: dict[int, list[int]],
-        encoded: list[EncodedText],
-        states: torch.Tensor,
-        embeddings: torch.Tensor,
-        attention_mask: torch.Tensor,
-    ) -> Iterator[EmbeddedBatch]:
-        """Every text read from one forward of ``roots``: a root and its equal inputs take the root's row,
-        shorter members are pooled from it (`llm_collapse.prefix.pool_prefixes`)."""
-        width = attention_mask.shape[1]
-        indices: list[int] = []
-        vectors: list[torch.Tensor] = []
-        spans: list[tuple[int, EncodedText]] = []  # (offset, input) of each row
-        for row, root in enumerate(roots):
-            offset = width - len(encoded[root]) if self.padding_side == "left" else 0
-            shorter = [m for m in groups[root] if len(encoded[m]) < len(encoded[root])]
-            pooled = {}
-            if shorter:
-                rows = pool_prefixes(states[row], offset, [encoded[m] for m in shorter], self.spec.pooling)
-                pooled = dict(zip(shorter, rows, strict=True))
-            for member in groups[root]:
-                indices.append(member)
-                vectors.append(pooled.get(member, embeddings[row]))
-                spans.append((offset, encoded[member]))
-        step = max(len(roots), self.max_tokens_per_batch // max(width, 1))
-        for start in range(0, len(indices), step):
-            chunk = slice(start, start + step)
-            attention = torch.zeros((len(spans[chunk]), width), dtype=torch.long)
-            pool_mask = torch.zeros_like(attention)
-            for row, (offset, item) in enumerate(spans[chunk]):
-                attention[row, offset : offset + len(item)] = 1
-                pool_mask[row, offset : offset + len(item)] = torch.tensor(item.pool_mask)
-            yield EmbeddedBatch(
-                indices[chunk],
-                torch.stack(vectors[chunk]),
-                [item for _, item in spans[chunk]],
-                attention,
-                pool_mask,
-            )
 
     def describe(self) -> dict:
         """Everything that changes a vector, as plain data (for run metadata and cache keys)."""
@@ -459,23 +313,6 @@ class Embedder:
             raise ValueError(f"{self.name!r} takes no instruction; call encode without instruction=")
         return instruction if instruction is not None else self.spec.default_instruction
 
-    def collate(self, items: list[EncodedText]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Pads to the longest item: (B, L) input ids, attention mask and pool mask."""
-        if self.padding_side not in PADDING_SIDES:
-            raise ValueError(f"padding_side={self.padding_side!r}; allowed: {PADDING_SIDES}")
-        pad_id = self.tokenizer.pad_token_id
-        pad_id = self.tokenizer.eos_token_id if pad_id is None else pad_id
-        width = max(len(e) for e in items)
-        ids = torch.full((len(items), width), pad_id or 0, dtype=torch.long)
-        attention = torch.zeros((len(items), width), dtype=torch.long)
-        pool_mask = torch.zeros((len(items), width), dtype=torch.long)
-        for row, item in enumerate(items):
-            span = slice(0, len(item)) if self.padding_side == "right" else slice(width - len(item), width)
-            ids[row, span] = torch.tensor(item.input_ids)
-            attention[row, span] = 1
-            pool_mask[row, span] = torch.tensor(item.pool_mask)
-        return ids, attention, pool_mask
-
 
 class InterventionBlock:
     """What `Embedder.intervene` returns: a context manager that applies ``stack`` to the embedder's model.
@@ -507,33 +344,3 @@ class InterventionBlock:
 
     def __repr__(self) -> str:
         return f"InterventionBlock({self.stack.slug!r}, open={self.applied is not None})"
-
-
-def check_count(name: str, value) -> int:
-    """A positive integer argument (``batch_size``...); bools, floats and strings are refused."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def as_text_list(texts: Iterable[str]) -> list[str]:
-    """Accepts any iterable of strings except a bare string; names the index of a non-string or of a text that is
-    not valid Unicode (a lone surrogate)."""
-    if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
-        raise TypeError(
-            f"texts must be a list of strings, got {type(texts).__name__}; wrap a single text in a list"
-        )
-    texts = list(texts)
-    for index, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"texts[{index}] is {type(text).__name__}, expected str")
-        try:
-            text.encode("utf-8")
-        except (
-            UnicodeEncodeError
-        ) as err:  # a lone surrogate: no tokenizer can read it (it fails deep in Rust)
-            raise ValueError(
-                f"texts[{index}] holds a lone surrogate {text[err.start]!r} at position {err.start}, which is not "
-                "valid Unicode; decode its bytes with errors='replace' or drop the character"
-            ) from None
-    return texts

@@ -10,6 +10,7 @@ import torch
 
 from llm_collapse.adapters import resolve_spec
 from llm_collapse.adapters.echo import EchoFormat
+from llm_collapse.adapters.spec import POOLINGS
 from llm_collapse.backends import BACKENDS
 from llm_collapse.backends.base import Backend
 from llm_collapse.backends.device import resolve_device, resolve_dtype
@@ -18,7 +19,6 @@ from llm_collapse.backends.hf import QUANTIZATIONS, HFBackend, check_transformer
 from llm_collapse.backends.weights import resolve_weights
 from llm_collapse.embedder import Embedder
 from llm_collapse.interventions import parse_interventions
-from llm_collapse.pooling import POOLINGS
 
 logger = logging.getLogger(__name__)
 

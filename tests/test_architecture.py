@@ -100,8 +100,7 @@ MODEL_LAYERS = (
     "backends",
     "adapters",
     "interventions",
-    "prefix",
-    "cache",
+    "encoding",
     "models.nv_embed",
 )
 
@@ -111,13 +110,15 @@ MODEL_LAYERS = (
     [("llm_collapse.cost", "llm_collapse.run"), ("llm_collapse.cost", "llm_collapse.bench"),
      ("llm_collapse.run", "llm_collapse.bench"), ("llm_collapse.tasks", "llm_collapse.run"),
      ("llm_collapse.records", "llm_collapse.run"), ("llm_collapse.reporting", "llm_collapse.run"),
-     ("llm_collapse.bench", "llm_collapse.cli"),
+     ("llm_collapse.bench", "llm_collapse.cli"), ("llm_collapse.encoding", "llm_collapse.embedder"),
+     ("llm_collapse.interventions", "llm_collapse.encoding"),
      *(("llm_collapse.metrics", f"llm_collapse.{layer}") for layer in (*MODEL_LAYERS, "tasks", "run"))],
 )  # fmt: skip
 def test_layers_import_only_downwards(lower, upper):
     """cost/ lies below both run/ and bench/; run/ does not reach into bench/; tasks see a cell and its settings,
     never the run; the run's files (records/) are below the run and its reports; metrics are pure arrays and
-    import nothing that loads or drives a model (any import, any level)."""
+    import nothing that loads or drives a model (any import, any level); the encoding road takes the embedder as
+    an argument and never imports it, and an intervention says how an input is read, never runs the road."""
     hits = [
         f"{name} imports {target}"
         for name, path in MODULES.items()

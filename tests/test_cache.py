@@ -14,15 +14,11 @@ import time
 import numpy as np
 import pytest
 
-from llm_collapse import cache as cache_mod
-from llm_collapse.cache import (
-    EmbeddingCache,
-    cache_for,
-    cache_key,
-    encode_cached,
-    key_digest,
-    text_hash,
-)
+from llm_collapse.encoding import cache as cache_mod
+from llm_collapse.encoding import keys as keys_mod
+from llm_collapse.encoding.cache import EmbeddingCache, key_digest
+from llm_collapse.encoding.cached import cache_for, encode_cached
+from llm_collapse.encoding.keys import cache_key, text_hash
 from llm_collapse.utils import files as files_mod
 from llm_collapse.utils.procs import host_tag, pid_state
 
@@ -69,9 +65,9 @@ def _recover(embedder, root, monkeypatch, caplog) -> tuple[np.ndarray, int, list
 
     def run() -> tuple[np.ndarray, list[str]]:
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="llm_collapse.cache"):
+        with caplog.at_level(logging.WARNING, logger="llm_collapse.encoding"):
             out = encode_cached(embedder, TEXTS, cache=cache_for(embedder, root=root), batch_size=BATCH)
-        return out, [r.getMessage() for r in caplog.records if r.name == "llm_collapse.cache"]
+        return out, [r.getMessage() for r in caplog.records if r.name.startswith("llm_collapse.encoding")]
 
     first, warnings = run()
     embedded = sum(rows)
@@ -94,7 +90,7 @@ def test_second_call_embeds_nothing_and_returns_identical_arrays(embedder, tmp_p
     assert cache.directory.parent == tmp_path / "embeddings"
     assert cache.directory.name == key_digest(cache_key(embedder))[:20]
     rows = _count_rows(monkeypatch, embedder)
-    with caplog.at_level(logging.INFO, logger="llm_collapse.cache"):
+    with caplog.at_level(logging.INFO, logger="llm_collapse.encoding"):
         first = encode_cached(embedder, TEXTS, cache=cache, batch_size=BATCH)
     assert sum(rows) == len(TEXTS) and len(rows) >= 5
     assert "cache: 0 hits, 17 to embed" in caplog.text
@@ -105,7 +101,7 @@ def test_second_call_embeds_nothing_and_returns_identical_arrays(embedder, tmp_p
 
     rows.clear()
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="llm_collapse.cache"):
+    with caplog.at_level(logging.INFO, logger="llm_collapse.encoding"):
         second = encode_cached(embedder, TEXTS, cache=cache, batch_size=BATCH)
     assert rows == []
     assert "cache: 17 hits, 0 to embed" in caplog.text
@@ -181,14 +177,14 @@ def test_key_changes_with_what_changes_a_vector(tiny_embedder, tiny_dir, tmp_pat
     # Changing a weight file's bytes (same size) changes the fingerprint; hidden files do not count.
     copy = tmp_path / "copy"
     shutil.copytree(tiny_dir("mistral"), copy)
-    before = cache_mod.weights_fingerprint(copy)
-    assert before == cache_mod.weights_fingerprint(tiny_dir("mistral"))
+    before = keys_mod.weights_fingerprint(copy)
+    assert before == keys_mod.weights_fingerprint(tiny_dir("mistral"))
     (copy / ".partial.safetensors").write_bytes(b"x")
-    assert cache_mod.weights_fingerprint(copy) == before
+    assert keys_mod.weights_fingerprint(copy) == before
     data = bytearray((copy / "model.safetensors").read_bytes())
     data[-1] ^= 0xFF
     (copy / "model.safetensors").write_bytes(bytes(data))
-    after = cache_mod.weights_fingerprint(copy)
+    after = keys_mod.weights_fingerprint(copy)
     assert after["model.safetensors"]["size"] == before["model.safetensors"]["size"]
     assert after["model.safetensors"]["sha256"] != before["model.safetensors"]["sha256"]
 
@@ -284,7 +280,7 @@ def test_crash_during_put_leaves_no_partial_shard(embedder, tmp_path, monkeypatc
     assert names and all(n.endswith(cache_mod.TEMP_SUFFIX) for n in names)
     assert not list(cache.shard_dir.glob("*.npz"))
     # The temp file's writer (this process) is alive, so a reader leaves it alone, without a warning.
-    with caplog.at_level(logging.WARNING, logger="llm_collapse.cache"):
+    with caplog.at_level(logging.WARNING, logger="llm_collapse.encoding"):
         assert cache_for(embedder, root=tmp_path).get(hashes) == {}
     assert caplog.text == "" and _shard_files(cache) == names
 
@@ -351,7 +347,7 @@ def test_wrong_width_shard_is_recomputed_and_removed(embedder, tmp_path, monkeyp
     foreign = cache.shard_dir / "zz-foreign.npz"  # sorts after the others: read last
     np.savez(foreign, hashes=np.array(["b"]), vectors=np.ones((1, embedder.dim + 2), dtype=np.float32))
     bare = EmbeddingCache(cache.directory)
-    with caplog.at_level(logging.WARNING, logger="llm_collapse.cache"):
+    with caplog.at_level(logging.WARNING, logger="llm_collapse.encoding"):
         assert len(bare) == len(TEXTS) and bare.dim == embedder.dim
     assert f"skipping shard {foreign}" in caplog.text and foreign.exists()
 
@@ -359,8 +355,9 @@ def test_wrong_width_shard_is_recomputed_and_removed(embedder, tmp_path, monkeyp
 def test_key_file_mismatch_and_compact(embedder, tmp_path):
     cache = cache_for(embedder, root=tmp_path)
     out = encode_cached(embedder, TEXTS, cache=cache, batch_size=BATCH)
+    other = EmbeddingCache(cache.directory, key={"name": "other"})  # key.json is compared on first use
     with pytest.raises(ValueError, match="different key"):
-        EmbeddingCache(cache.directory, key={"name": "other"})
+        other.get(["a"])
     merged = cache.compact()
     assert _shard_files(cache) == [merged.name]
     again = encode_cached(embedder, TEXTS, cache=cache_for(embedder, root=tmp_path), batch_size=BATCH)
@@ -390,7 +387,7 @@ def test_put_leaves_non_finite_rows_out(embedder, tmp_path, caplog):
     cache = cache_for(embedder, root=tmp_path)
     vectors = np.eye(3, embedder.dim, dtype=np.float32)
     vectors[1, 0] = np.nan
-    with caplog.at_level(logging.WARNING, logger="llm_collapse.cache"):
+    with caplog.at_level(logging.WARNING, logger="llm_collapse.encoding"):
         shard = cache.put(["x", "y", "z"], vectors)
     assert "not storing 1 of 3 vectors" in caplog.text
     with np.load(shard) as data:
@@ -491,10 +488,10 @@ def test_default_root_is_cache_root(embedder, tmp_path, monkeypatch):
 def test_large_weight_files_are_fingerprinted_by_size_and_mtime(tiny_dir, tmp_path, monkeypatch):
     copy = tmp_path / "copy"
     shutil.copytree(tiny_dir("mistral"), copy)
-    monkeypatch.setattr(cache_mod, "SHA256_BELOW_BYTES", 1)  # every file counts as large
-    before = cache_mod.weights_fingerprint(copy)["model.safetensors"]
+    monkeypatch.setattr(keys_mod, "SHA256_BELOW_BYTES", 1)  # every file counts as large
+    before = keys_mod.weights_fingerprint(copy)["model.safetensors"]
     assert set(before) == {"size", "mtime_ns"}
     weights = copy / "model.safetensors"
     stat = weights.stat()
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
-    assert cache_mod.weights_fingerprint(copy)["model.safetensors"] != before
+    assert keys_mod.weights_fingerprint(copy)["model.safetensors"] != before

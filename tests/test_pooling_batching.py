@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llm_collapse.batching import plan_batches
-from llm_collapse.pooling import last_token_pool, mean_pool, pool
+from llm_collapse.encoding.batching import plan_batches
+from llm_collapse.encoding.pooling import last_token_pool, mean_pool, pool
 
 
 def test_last_token_pool_reads_last_masked_position_for_either_padding():

@@ -12,16 +12,17 @@ import torch
 
 import llm_collapse
 from llm_collapse.adapters.inputs import EncodedText, TemplateFormat
-from llm_collapse.interventions.rope import PositionInterpolation
-from llm_collapse.interventions.selfextend import SelfExtend
-from llm_collapse.pooling import pool
-from llm_collapse.prefix import (
+from llm_collapse.encoding.forward import collate
+from llm_collapse.encoding.pooling import pool
+from llm_collapse.encoding.prefix import (
     PrefixSharing,
     embed_prefixes,
     encode_with_prefix_sharing,
     pool_prefixes,
     prefix_groups,
 )
+from llm_collapse.interventions.rope import PositionInterpolation
+from llm_collapse.interventions.selfextend import SelfExtend
 
 DOC = (
     "the quick brown fox jumps over the lazy dog while seven wizards quietly judge the boxing match "
@@ -53,7 +54,7 @@ def _sharing(tiny_embedder, name):
 
 
 def _separate(embedder, ids, n, template_prefix=""):
-    """Independent reference: one forward of ``ids[:n]`` alone, pooled by `llm_collapse.pooling.pool`."""
+    """Independent reference: one forward of ``ids[:n]`` alone, pooled by `llm_collapse.encoding.pooling.pool`."""
     mask = embedder.spec.input_format.pool_mask(embedder.tokenizer, list(ids[:n]), template_prefix)
     input_ids = torch.tensor([ids[:n]])
     states = embedder.backend.forward(input_ids, torch.ones_like(input_ids)).last_hidden_state
@@ -276,7 +277,7 @@ def test_refused_with_a_reason_and_fallback_equals_encode(name, kwargs, reason, 
     assert not sharing.ok and reason in why and "\n" not in why
     texts = [DOC, DOC[:50], OTHER]
     counter = _Counter(embedder)
-    with caplog.at_level(logging.DEBUG, logger="llm_collapse.prefix"):
+    with caplog.at_level(logging.DEBUG, logger="llm_collapse.encoding.prefix"):
         got = encode_with_prefix_sharing(embedder, texts)
     assert "no prefix sharing" in caplog.text and why in caplog.text
     calls = counter.calls
@@ -360,7 +361,7 @@ def test_encode_shares_automatically_and_equals_separate_forwards(name, side, ti
     alone = np.concatenate([embedder.encode([text]) for text in texts])  # one forward per text
     separate = embedder.encode(texts, batch_size=3, share_prefixes=False)
     counter = _Counter(embedder)
-    with caplog.at_level(logging.INFO, logger="llm_collapse.prefix"):
+    with caplog.at_level(logging.INFO, logger="llm_collapse.encoding.prefix"):
         got = embedder.encode(texts, batch_size=3)
     assert got.shape == (len(texts), embedder.dim) and got.dtype == np.float32
     assert _cosines(got, alone).min() >= 0.99999 and _cosines(got, separate).min() >= 0.99999
@@ -416,7 +417,7 @@ def test_hidden_states_and_pooling_backends_run_every_text(tiny_embedder):
 
     # A backend that pools itself (as vLLM does) gets every text.
     def embed(items, pooling):
-        input_ids, attention_mask, pool_mask = embedder.collate(items)
+        input_ids, attention_mask, pool_mask = collate(embedder, items)
         return pool(embedder.backend.forward(input_ids, attention_mask).last_hidden_state, pool_mask, pooling)
 
     embedder.backend.returns_pooled, embedder.backend.embed = True, embed
@@ -475,7 +476,7 @@ def test_pool_prefixes_in_chunks_equals_at_once(tiny_embedder):
 
 
 def test_encode_cached_shares_and_equals_encode(tiny_embedder):
-    from llm_collapse.cache import encode_cached
+    from llm_collapse.encoding.cached import encode_cached
 
     embedder = _mistral_mean(tiny_embedder)
     texts = [DOC, *_char_prefixes(DOC, embedder, 3), OTHER]

@@ -132,7 +132,7 @@ class TemplateFormat:
     def pool_mask(self, tokenizer, ids: Sequence[int], prefix: str) -> list[int]:
         """The pool mask of ``ids`` as a whole input; ``prefix`` is what precedes the text (`format`).
 
-        Public because `llm_collapse.prefix` asks it for each token prefix of a longer input: a prefix gets
+        Public because `llm_collapse.encoding.prefix` asks it for each token prefix of a longer input: a prefix gets
         the mask its own encoding would, not a slice of the long input's.
         """
         mask = [1] * len(ids)

@@ -8,7 +8,12 @@ from typing import Literal
 from llm_collapse.adapters.dims import PublishedDims
 from llm_collapse.adapters.echo import EchoFormat
 from llm_collapse.adapters.inputs import TemplateFormat
-from llm_collapse.pooling import Pooling
+
+Pooling = Literal["last", "mean"]
+POOLINGS: tuple[str, ...] = ("last", "mean")
+"""How token states become one vector: the last pooled position, or the mean over the pool mask
+(`llm_collapse.encoding.pooling`). Here, beside the spec, so that help texts and spec files read the names
+without torch."""
 
 Attention = Literal["causal", "bidirectional"]
 ATTENTIONS: tuple[str, ...] = ("causal", "bidirectional")

@@ -50,9 +50,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from llm_collapse.adapters.folder import st_keys
 from llm_collapse.adapters.inputs import TemplateFormat
-from llm_collapse.adapters.spec import ATTENTIONS, EmbedderSpec
+from llm_collapse.adapters.spec import ATTENTIONS, POOLINGS, EmbedderSpec
 from llm_collapse.errors import UserError
-from llm_collapse.pooling import POOLINGS
 from llm_collapse.utils.types import matches
 from llm_collapse.utils.yamlfile import read_yaml_mapping, short_repr
 

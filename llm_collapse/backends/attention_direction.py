@@ -11,7 +11,7 @@ Why two switches
 
 Decisions
     - Applied once, right after loading, to the loaded module (and to the meta-device model ``--dry-run`` asks about
-      prefix sharing); nothing is registered globally, and `llm_collapse.prefix` reads the same flags to refuse
+      prefix sharing); nothing is registered globally, and `llm_collapse.encoding.prefix` reads the same flags to refuse
       prefix sharing for such a model.
     - No sliding window is touched: the checkpoints that need this (Qwen2 with ``use_sliding_window: false``) have
       none; a spec file asking for it on a windowed model keeps the window, now two-sided.

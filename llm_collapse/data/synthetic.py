@@ -38,7 +38,7 @@ differ:
   each of N documents opens with its key line (or needle) followed by the shared haystack, and the
   document at length L is the first L tokens of the same longest document (`token_prefixes`, as the
   prefix design cuts them). The same N documents and the same queries appear at every length, so
-  lengths are paired, and where prefix sharing is exact (`llm_collapse.prefix`: causal decoder,
+  lengths are paired, and where prefix sharing is exact (`llm_collapse.encoding.prefix`: causal decoder,
   mean/last pooling, nothing after the text) one forward per document gives every length: a 256..32k
   sweep costs one 32k text per document (~36 min for 24 on gemma3-270m, bf16 AMX). Names, keys and
   queries are seeded by ``(task, seed)`` only; the shortest length must hold every key line whole.

@@ -24,7 +24,6 @@ from llm_collapse.errors import UserError
 from llm_collapse.models import text_config
 
 if TYPE_CHECKING:  # annotations only: `METHODS` and the CLI's help load without torch
-    import torch
     from torch import nn
 
     from llm_collapse.adapters.inputs import EncodedText
@@ -123,7 +122,7 @@ class Intervention:
         raise not_on_vllm(self.slug, f"no vLLM mapping for {type(self).__name__}")
 
     def length_free_up_to(self, model: nn.Module, context: ModelContext) -> int | None:
-        """Whether its effect depends on the input length, which decides prefix sharing (`llm_collapse.prefix`).
+        """Whether its effect depends on the input length, which decides prefix sharing (`llm_collapse.encoding.prefix`).
 
         None (the default): it does not (static RoPE changes, constant temperatures, a window switch), so a
         prefix's states are the first states of the long input's. Otherwise the longest input, in model-input
@@ -146,16 +145,18 @@ class Intervention:
 
 
 class InputEmbedding(Intervention):
-    """An intervention that embeds each input itself, from forwards of its own (PCW's chunks): `Embedder` takes
-    each batch's pooled vectors from `embed_inputs` instead of one forward per input, and ``--dry-run`` costs
-    its `forward_lengths`. Every other intervention changes the one forward of an input."""
+    """An intervention that embeds each input from forwards of its own (PCW's chunks): the encoding pipeline
+    runs the pieces `split_inputs` gives and averages each input's pooled pieces
+    (`llm_collapse.encoding.forward`), and ``--dry-run`` costs its `forward_lengths`. Every other intervention
+    changes the one forward of an input."""
 
     def forward_lengths(self, tokens: int, config, context: ModelContext) -> list[int]:
         """The lengths of the forwards that embed one input of ``tokens`` tokens."""
         raise NotImplementedError
 
-    def embed_inputs(self, embedder, items: list[EncodedText]) -> torch.Tensor:
-        """Pooled, unnormalised float32 vectors (len(items), d) of ``items``."""
+    def split_inputs(self, embedder, items: list[EncodedText]) -> tuple[list[EncodedText], list[int]]:
+        """The model inputs that embed ``items``, and for each the index of the item it belongs to; an item's
+        vector is the mean of its pieces' pooled, unnormalised vectors, L2-normalised."""
         raise NotImplementedError
 
 

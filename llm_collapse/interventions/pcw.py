@@ -28,9 +28,10 @@ Where ours differs, and why:
   unnormalised chunk vectors and normalised the mean, since that is the method being reproduced (a chunk with a
   larger pooled norm weighs more).
 
-Mechanism: the model is not touched. While ``pcw`` is active `Embedder` takes each batch's pooled vectors from
-`ChunkedAverage.embed_inputs` (an `InputEmbedding`), which runs the chunks in length-sorted batches under
-the embedder's token budget and averages them; `Embedder` normalises as always. No prefix sharing (a text's
+Mechanism: the model is not touched. While ``pcw`` is active the encoding pipeline asks
+`ChunkedAverage.split_inputs` (an `InputEmbedding`) for each input's chunks, runs them in length-sorted batches
+under the embedder's token budget, averages each input's pooled chunks and normalises as always
+(`llm_collapse.encoding.forward`). No prefix sharing (a text's
 vector is no function of its prefix's states), and no hidden states (there is no forward of the whole text).
 """
 
@@ -40,14 +41,11 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-import torch
 from torch import nn
 
 from llm_collapse.adapters.inputs import EncodedText
-from llm_collapse.batching import plan_batches
 from llm_collapse.interventions.absolute import AbsoluteExtension
 from llm_collapse.interventions.base import InputEmbedding, ModelContext, NotApplicable
-from llm_collapse.pooling import pool
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +104,7 @@ class ChunkedAverage(AbsoluteExtension, InputEmbedding):
         self.table(model, context)
         yield
 
-    def embed_inputs(self, embedder, items: list[EncodedText]) -> torch.Tensor:
+    def split_inputs(self, embedder, items: list[EncodedText]) -> tuple[list[EncodedText], list[int]]:
         base = self.base(embedder.backend.config, embedder.model_context)
         head, tail = special_frame(embedder.tokenizer)
         size = base - len(head) - len(tail)
@@ -132,23 +130,4 @@ class ChunkedAverage(AbsoluteExtension, InputEmbedding):
                 pieces.append(item if len(chunk) == len(ids) else EncodedText(chunk, (1,) * len(chunk)))
                 owners.append(index)
         logger.debug("%s: %d inputs in %d chunk forwards", self.slug, len(items), len(pieces))
-        pooled = _pooled(embedder, pieces)
-        which = torch.tensor(owners)
-        total = torch.zeros((len(items), pooled.shape[1]), dtype=torch.float32).index_add_(0, which, pooled)
-        return total / torch.bincount(which, minlength=len(items)).unsqueeze(1).float()
-
-
-def _pooled(embedder, pieces: list[EncodedText]) -> torch.Tensor:
-    """(len(pieces), d) float32 pooled, unnormalised vectors, one forward per length-sorted batch."""
-    batches = plan_batches(
-        [len(p) for p in pieces],
-        max_batch_size=1 if embedder.backend.mixes_rows else embedder.batch_size,
-        max_tokens=embedder.max_tokens_per_batch,
-        max_padding=embedder.max_padding,
-    )
-    out = torch.zeros((len(pieces), embedder.dim), dtype=torch.float32)
-    for batch in batches:
-        input_ids, attention_mask, pool_mask = embedder.collate([pieces[i] for i in batch])
-        states = embedder.backend.forward(input_ids, attention_mask).last_hidden_state
-        out[batch] = pool(states, pool_mask.to(states.device), embedder.spec.pooling).float().cpu()
-    return out
+        return pieces, owners

@@ -4,7 +4,7 @@ results, so that ``llm-collapse report --recompute RUN`` rebuilds every metric w
 Decisions:
 
 - A vector is keyed by its model, the model's interventions (`Embedder.interventions`, the method slug without
-  its post-hoc part) and the text's `llm_collapse.cache.text_hash` (its kind and effective instruction are in
+  its post-hoc part) and the text's `llm_collapse.encoding.keys.text_hash` (its kind and effective instruction are in
   the hash, as in the cache). A post-hoc method (``posthoc:center``) transforms base's vectors inside
   `llm_collapse.tasks.base.TaskContext`, so its cells store and read base's vectors, once, and a recompute
   fits its transform again like every other metric.

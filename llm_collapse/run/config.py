@@ -20,11 +20,11 @@ from pathlib import Path
 
 from llm_collapse.adapters import ECHO_PREFIX, register_embedder, resolve_spec
 from llm_collapse.adapters.folder import FOLDER_PREFIXES
+from llm_collapse.adapters.spec import POOLINGS
 from llm_collapse.backends import BACKENDS, QUANTIZATIONS
 from llm_collapse.data.synthetic import MAX_DOCUMENTS
 from llm_collapse.errors import UserError
 from llm_collapse.interventions import Method, parse_method
-from llm_collapse.pooling import POOLINGS
 from llm_collapse.records.claims import check_claims
 from llm_collapse.records.saved_embeddings import EMBEDDING_DTYPES
 from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
@@ -516,7 +516,7 @@ class CompareConfig:
         Options added later (`_HASHED_IF_SET`) count only when set: older runs keep their id. ``device`` is not
         hashed: a device changes the numbers only by rounding, like a batch composition, so the same run on
         another device is the same run (resumed in the same folder); the embedding cache keeps devices apart
-        (`llm_collapse.cache.cache_key` holds the device type), so a resumed run never mixes vectors of two
+        (`llm_collapse.encoding.keys.cache_key` holds the device type), so a resumed run never mixes vectors of two
         device types, and run.json records the device it ran on.
         """
         unset = (None, "bins", {})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 
-from llm_collapse.cache import cache_for, encode_cached
+from llm_collapse.encoding.cached import cache_for, encode_cached
 from llm_collapse.interventions import InterventionError
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.models import load_for_run

@@ -13,7 +13,7 @@ embed the reference's texts again (bitsandbytes on CPU is slower than fp32, int8
 
 Under ``--design prefix`` and for the ``-start`` retrieval tasks (their documents are a prefix sweep too) it
 states the forward passes per model and method: one per document where prefix
-sharing is exact (`llm_collapse.prefix.prefix_sharing`, asked of the model built on the meta device: no
+sharing is exact (`llm_collapse.encoding.prefix.prefix_sharing`, asked of the model built on the meta device: no
 weights are read), else one per document and length, with the reason.
 
 Before any cost, each model's lines say what the run will not do as asked: where it truncates (an
@@ -35,6 +35,7 @@ from llm_collapse.backends.weights import load_config, resolve_weights
 from llm_collapse.cost.rate import planning_gflops
 from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
+from llm_collapse.encoding.prefix import prefix_groups, prefix_sharing
 from llm_collapse.interventions import (
     InterventionError,
     Method,
@@ -45,7 +46,6 @@ from llm_collapse.interventions.base import InputEmbedding
 from llm_collapse.interventions.rope import rotary_modules
 from llm_collapse.models import text_config
 from llm_collapse.models.flops import FlopModel
-from llm_collapse.prefix import prefix_groups, prefix_sharing
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.preflight import check_posthoc
 from llm_collapse.tasks.base import BASE_METHOD
@@ -370,7 +370,7 @@ def _bounded_cost(
     reads: _Reads | None = None,
 ) -> tuple[float, int]:
     """FLOPs when prefix sharing holds only among inputs of at most ``limit`` tokens
-    (`llm_collapse.prefix.PrefixSharing.limit`), from ``every`` (no sharing), and the prefix-sweep forwards run.
+    (`llm_collapse.encoding.prefix.PrefixSharing.limit`), from ``every`` (no sharing), and the prefix-sweep forwards run.
     ``limit`` counts model-input tokens, so the tokenizer's special tokens (Gemma's BOS) count here; a
     template's words do not."""
     model_config = {**config_json, "sliding_window": None} if window_off else config_json

@@ -38,7 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from llm_collapse.backends.weights import is_tiny_random
-from llm_collapse.cache import cache_for
+from llm_collapse.encoding.cached import cache_for
 from llm_collapse.errors import DiskFullError, disk_full
 from llm_collapse.interventions import InterventionError, Method, NotApplicable
 from llm_collapse.interventions.posthoc import TASKS as POSTHOC_TASKS

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from llm_collapse.cache import EmbeddingCache, encode_cached, text_hash
 from llm_collapse.embedder import Embedder
+from llm_collapse.encoding.cache import EmbeddingCache
+from llm_collapse.encoding.cached import encode_cached
+from llm_collapse.encoding.keys import text_hash
 from llm_collapse.interventions.posthoc import PostHoc
 from llm_collapse.records.results import CellKey, result_row
 from llm_collapse.records.saved_embeddings import SavedEmbeddings

@@ -16,7 +16,7 @@ under scaling/RoPE interventions, but not SelfExtend's merged logits (it raises 
 Speed: each query chunk's logits are computed only over the key span some row of the chunk may attend to
 (a sliding-window layer's band, the causal past), which is exact (the other keys get probability 0); without
 a 4D mask from the model the attendable-key mask itself is built only over that band, and the entropy comes
-from the logits in three passes (`metrics.attention.logit_entropy`). Where prefix sharing is exact (`llm_collapse.prefix.sharing_groups`: causal model, nothing after the text), a text
+from the logits in three passes (`metrics.attention.logit_entropy`). Where prefix sharing is exact (`llm_collapse.encoding.prefix.sharing_groups`: causal model, nothing after the text), a text
 whose input is a token prefix of another's is read from the longer forward: its hidden states and its
 attention rows are the first n of the longer input's (a causal row never sees later keys, and its number of
 attendable keys is the same), so the prefix design's lengths of one document cost one forward.
@@ -34,11 +34,11 @@ import torch
 from torch import nn
 
 from llm_collapse.embedder import Embedder
+from llm_collapse.encoding.prefix import pool_prefixes, sharing_groups
 from llm_collapse.interventions.attention import attention_modules, layer_index, routed_attention
 from llm_collapse.interventions.base import NotApplicable
 from llm_collapse.metrics.attention import attendable, logit_entropy, mask_allows, mask_rows
 from llm_collapse.metrics.hidden import layerwise_high_frequency
-from llm_collapse.prefix import pool_prefixes, sharing_groups
 
 _CHUNK = 512
 
@@ -189,7 +189,8 @@ def measure_layers(
         attention_entropy_normalized=np.full((n, n_layers), np.nan),
     )
     encoded = embedder.tokenize(texts, kind=kind)
-    groups = (sharing_groups(embedder, encoded, kind=kind) if n > 1 else None) or {i: [i] for i in range(n)}
+    sharing = embedder.prefix_sharing(kind)
+    groups = (sharing_groups(embedder.name, sharing, encoded) if n > 1 else None) or {i: [i] for i in range(n)}
     roots = sorted(groups)
     bos = embedder.tokenizer.bos_token_id
     with record_attention_entropy(embedder.model) as records:
@@ -207,7 +208,7 @@ def measure_layers(
                 members = groups[root]
                 shorter = [m for m in members if len(encoded[m]) < len(encoded[root])]
                 vectors = {}
-                if shorter:  # pooled from the final states, as `Embedder.iter_batches` pools shared prefixes
+                if shorter:  # pooled from the final states, as the encoding pipeline pools shared prefixes
                     states = batch.hidden_states[-1][row]
                     pooled = pool_prefixes(
                         states, offset, [encoded[m] for m in shorter], embedder.spec.pooling

@@ -48,7 +48,7 @@ import time
 
 import numpy as np
 
-from llm_collapse.cache import cache_for
+from llm_collapse.encoding.cached import cache_for
 from llm_collapse.interventions import NotApplicable
 from llm_collapse.metrics.collapse import centroid
 from llm_collapse.metrics.drift import cosine_drift, paired_cosine

@@ -7,6 +7,7 @@ import torch
 from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
 
 import llm_collapse.backends.banded_attention as banded
+from llm_collapse.encoding.forward import collate
 
 TEXTS = [
     "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
@@ -25,7 +26,7 @@ MODELS = {
 def _hidden(embedder, side: str) -> list[torch.Tensor]:
     encoded = embedder.tokenize(TEXTS)
     embedder.padding_side = side
-    input_ids, attention_mask, _ = embedder.collate(encoded)
+    input_ids, attention_mask, _ = collate(embedder, encoded)
     out = embedder.backend.forward(input_ids, attention_mask, output_hidden_states=False)
     return [out.last_hidden_state[i][attention_mask[i].bool()] for i in range(len(TEXTS))]
 

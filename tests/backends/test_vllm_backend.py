@@ -35,6 +35,7 @@ from llm_collapse.backends.vllm import (  # noqa: E402
     require_vllm,
 )
 from llm_collapse.backends.weights import resolve_weights  # noqa: E402
+from llm_collapse.encoding.forward import collate  # noqa: E402
 from llm_collapse.interventions import InterventionError, ModelContext, parse_interventions  # noqa: E402
 from llm_collapse.testing import (  # noqa: E402
     save_tiny_bge_gemma2,
@@ -175,7 +176,7 @@ def test_last_token_inside_the_prompt_is_exact(pair):
     theirs = []
     for embedder in (pair.hf, pair.embedder(pair.name, torch.float32)):
         with torch.inference_mode():
-            ids, mask, _ = embedder.collate([item])
+            ids, mask, _ = collate(embedder, [item])
             states = embedder.backend.forward(ids, mask).last_hidden_state
         theirs.append(_normalised(states[:, cut - 1].float()))
     _check(theirs[0], ours, theirs[1], f"{pair.case} last token at {cut - 1} of {len(full)}")

@@ -76,7 +76,7 @@ def test_no_hidden_states_and_no_prefix_sharing(tiny_bert, tiny_embedder):
     with tiny_bert.intervene("pcw:4"):
         with pytest.raises(NotApplicable, match="pcw-4 embeds a text from several forwards"):
             next(tiny_bert.iter_batches(["a text"], output_hidden_states=True))
-    from llm_collapse.prefix import prefix_sharing
+    from llm_collapse.encoding.prefix import prefix_sharing
 
     decoder = tiny_embedder("gemma3-270m", device="cpu")  # a model that shares prefixes
     args = (decoder.spec, decoder.model, decoder.tokenizer)
@@ -88,7 +88,7 @@ def test_no_hidden_states_and_no_prefix_sharing(tiny_bert, tiny_embedder):
 def test_inputs_not_framed_by_special_tokens_are_not_applicable(tiny_bert):
     cls = tiny_bert.tokenizer.cls_token_id
     with pytest.raises(NotApplicable, match=r"not \[special tokens\] text \[special tokens\]"):
-        ChunkedAverage(4).embed_inputs(tiny_bert, [EncodedText((cls, 7, 8), (1, 1, 1))])
+        ChunkedAverage(4).split_inputs(tiny_bert, [EncodedText((cls, 7, 8), (1, 1, 1))])
 
 
 def test_forward_lengths_count_longembeds_chunks():

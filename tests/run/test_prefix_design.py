@@ -172,7 +172,7 @@ def test_prefix_design_shares_one_forward_per_document(sotu, tiny_embedder, monk
         return _FORWARD(backend, input_ids, attention_mask, **kwargs)
 
     monkeypatch.setattr(HFBackend, "forward", counting)
-    with caplog.at_level(logging.INFO, logger="llm_collapse.prefix"):
+    with caplog.at_level(logging.INFO, logger="llm_collapse.encoding.prefix"):
         shared = embedder.encode(texts, batch_size=4)
     assert sum(rows) == n_docs, rows  # one forward of the longest prefix per document
     assert "prefix sharing saved" in caplog.text

@@ -395,7 +395,7 @@ def test_echo_of_a_folder_prefix_names_the_fix_not_the_hub():
 
 
 def test_a_lone_surrogate_is_named_before_the_tokenizer():
-    from llm_collapse.embedder import as_text_list
+    from llm_collapse.encoding.texts import as_text_list
 
     with pytest.raises(ValueError, match=r"texts\[1\] holds a lone surrogate '\\ud800' at position 1"):
         as_text_list(["fine", "a\ud800b"])

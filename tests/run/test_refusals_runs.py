@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llm_collapse.cache import EmbeddingCache
 from llm_collapse.cli.report import main as report_main
+from llm_collapse.encoding.cache import EmbeddingCache
 from llm_collapse.reporting import build_report
 from llm_collapse.reporting.synthetic_runs import write_synthetic_run
 from llm_collapse.run.directory import LOCK, MARKER
@@ -282,7 +282,7 @@ def test_an_unwritable_shards_folder_is_read_only_with_one_warning(tmp_path, cap
     first = np.arange(6, dtype=np.float32).reshape(2, 3)
     assert cache.put(["a", "b"], first) is not None
     with _unwritable(cache.shard_dir):
-        with caplog.at_level("WARNING", logger="llm_collapse.cache"):
+        with caplog.at_level("WARNING", logger="llm_collapse.encoding"):
             assert cache.put(["c"], first[:1] + 10) is None
             assert cache.put(["d"], first[:1] + 20) is None
         warnings = [r for r in caplog.records if "cannot be written" in r.getMessage()]

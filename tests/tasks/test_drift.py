@@ -218,7 +218,7 @@ def test_int8_embeds_one_text_per_forward_so_a_vector_is_the_texts_own(tiny_gemm
     shared prefix would move a text's vector; int8 runs each text alone (and says so in its cache key)."""
     _needs_quant()
     import llm_collapse as lc
-    from llm_collapse.cache import cache_key
+    from llm_collapse.encoding.keys import cache_key
 
     rng = np.random.default_rng(1)
     words = "state union nation people economy law war peace tax work school health trade".split()

@@ -52,7 +52,7 @@ def test_prefixes_read_from_the_longer_forward_equal_their_own_forwards(
     embedder = tiny_embedder(name, device="cpu")
     words = " ".join(f"word{i} and more" for i in range(60))
     nested = [words[:n] for n in (40, 120, 400)] + [words, "an unrelated text"]
-    with caplog.at_level("INFO", logger="llm_collapse.prefix"):
+    with caplog.at_level("INFO", logger="llm_collapse.encoding.prefix"):
         shared = measure_layers(embedder, nested, batch_size=2)
     assert "prefix sharing saved" in caplog.text  # the longer forward was used
     for i, text in enumerate(nested):

@@ -3,25 +3,19 @@
 Both poolings accumulate in fp32 whatever the model dtype. Last-token pooling takes the last position
 whose mask is 1, so it is correct for left and right padding alike.
 
-torch is imported inside the functions, so that the names (`POOLINGS`, read by spec files and the command
-lines' help) load without it: ``llm-collapse --help`` and ``llm-collapse list`` import no torch.
+The names of the poolings (`llm_collapse.adapters.spec.POOLINGS`) live with the spec, so that spec files and
+the command lines' help read them without torch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+import torch
 
-if TYPE_CHECKING:
-    import torch
-
-Pooling = Literal["last", "mean"]
-POOLINGS: tuple[str, ...] = ("last", "mean")
+from llm_collapse.adapters.spec import POOLINGS, Pooling
 
 
 def last_token_pool(hidden: torch.Tensor, pool_mask: torch.Tensor) -> torch.Tensor:
     """(B, L, H), (B, L) -> (B, H): the state at the last position where ``pool_mask`` is 1."""
-    import torch
-
     positions = torch.arange(pool_mask.shape[1], device=pool_mask.device)
     last = (positions * pool_mask.bool()).argmax(dim=1)  # (B,)
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), last].float()
@@ -29,8 +23,6 @@ def last_token_pool(hidden: torch.Tensor, pool_mask: torch.Tensor) -> torch.Tens
 
 def mean_pool(hidden: torch.Tensor, pool_mask: torch.Tensor) -> torch.Tensor:
     """(B, L, H), (B, L) -> (B, H): the fp32 mean over positions where ``pool_mask`` is 1."""
-    import torch
-
     mask = pool_mask.to(device=hidden.device, dtype=torch.float32).unsqueeze(-1)  # (B, L, 1)
     total = torch.bmm(mask.transpose(1, 2), hidden.float()).squeeze(1)  # (B, H)
     return total / mask.sum(dim=1).clamp(min=1.0)

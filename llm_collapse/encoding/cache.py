@@ -6,24 +6,12 @@ Layout::
         key.json               # the key, written once, for humans (and checked against on reuse)
         shards/<stamp>.npz     # one file per `EmbeddingCache.put`: ``hashes`` (n,) str, ``vectors`` (n, d) float32
 
-``root`` defaults to `llm_collapse.utils.paths.cache_root` (``$LLM_COLLAPSE_CACHE``).
+``root`` defaults to `llm_collapse.utils.paths.cache_root` (``$LLM_COLLAPSE_CACHE``). What names the folder
+and a text's entry is `llm_collapse.encoding.keys`; `llm_collapse.encoding.cached` embeds through a cache.
+The store only looks vectors up and puts them.
 
 Decisions:
 
-- The folder key (`cache_key`) is `Embedder.describe` (everything that changes a vector: name, hub id,
-  resolved weights location and revision, backend, dtype, quantization, attention implementation, pooling,
-  input format with its templates and EOS policy, default instruction, max_length, intervention slug and
-  parameters, sliding window, RoPE parameters, transformers and torch versions) plus a fingerprint of the
-  files in the weights folder, the embedder's padding side and this cache's format version. The device
-  string is replaced by the device *type*: ``cuda:0`` and ``cuda:1`` give the same vectors, CPU and CUDA
-  kernels do not (bit for bit), and cached vectors are meant to be exactly what ``encode`` returns.
-- The fingerprint lists every weight, config and tokenizer file (``*.safetensors``, ``*.bin``, ``*.pt``,
-  ``*.pth``, ``*.gguf``, ``*.json``, ``*.model``, ``*.txt``; hidden files and folders skipped) with its
-  size and, below 64 MB, its sha256; larger files contribute their mtime instead (hashing 15 GB on every run
-  would cost minutes). Editing a weight file in place therefore changes the key.
-- A text's cache entry (`text_hash`) is the sha256 of ``(kind, effective instruction, text)``. The
-  effective instruction is `Embedder.resolve_instruction`'s resolution, so ``instruction=None`` and the card's
-  default instruction share entries, and documents (which never take an instruction) all use ``None``.
 - Every `put` writes one new shard: a temp file in ``shards/`` (named ``.<stamp>.<host>.npz.tmp``, which
   loading never reads as a shard; ``<stamp>`` is ``<time_ns>-<pid>-<random>``), fsync, ``os.replace`` to
   ``<stamp>.npz``, fsync of the folder. A reader therefore sees a whole shard or none. Several processes may
@@ -32,7 +20,7 @@ Decisions:
   sort by creation time, so a later shard's vector wins for a hash written twice (``overwrite=True``).
 - Any unusable shard is a miss: recompute, replace, warn once. A final-named shard that cannot be read
   (truncated, not an ``.npz``, wrong fields or dtypes), holds a NaN or inf, or has another vector width
-  than the embedder's (`cache_for` passes ``dim``) is skipped and removed with one warning, so its texts
+  than the embedder's (`llm_collapse.encoding.cached.cache_for` passes ``dim``) is skipped and removed with one warning, so its texts
   are embedded again and written to a new shard, and the next run does not warn again. Since shards only
   ever appear under their final name by an atomic rename, a final-named shard that fails to read is
   really broken, never one being written; a shard that vanishes while being read (another process's
@@ -50,10 +38,11 @@ Decisions:
 - A folder that may not be written (permissions, a read-only file system) makes the cache read-only for
   the rest of the process, with one warning: vectors are computed and returned, only not stored. A full
   disk is a one-line `llm_collapse.errors.DiskFullError` instead (a rerun after freeing space resumes).
-- ``key.json`` that differs from the key or cannot be read: if the folder is named after this key (as
-  `cache_for` names it: the folder *is* this key's), the file was edited or damaged, so it is rewritten
-  and the shards already there are removed (whoever edited the folder may have copied foreign vectors
-  in; recomputing is cheaper than trusting them), with one warning. A readable, different ``key.json`` in
+- ``key.json`` that differs from the key or cannot be read (compared on the first `get` or `put`): if the
+  folder is named after this key (as `cache_for` names it: the folder *is* this key's), the file was
+  edited or damaged, so the shards already there are removed and it is rewritten with the next shard
+  (whoever edited the folder may have copied foreign vectors in; recomputing is cheaper than trusting
+  them), with one warning. A readable, different ``key.json`` in
   a folder that is not named after this key is another key's folder: ``ValueError``, nothing is mixed.
   A missing ``key.json`` is trusted (it is written before the first shard; ``key=None`` caches write none).
 """
@@ -75,104 +64,18 @@ from typing import Any
 
 import numpy as np
 
-from llm_collapse.adapters.inputs import Kind
-from llm_collapse.embedder import Embedder, as_text_list
 from llm_collapse.errors import disk_full
 from llm_collapse.utils.files import atomic_write
-from llm_collapse.utils.paths import cache_root
 from llm_collapse.utils.procs import host_tag, pid_state, remove_path
 
 logger = logging.getLogger(__name__)
+KEY_DIGITS = 20
 READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
-CACHE_FORMAT = 1
-KEY_DIGITS = 20
 SHARD_SUFFIX = ".npz"
 TEMP_SUFFIX = ".npz.tmp"
-FINGERPRINT_PATTERNS: tuple[str, ...] = (
-    "*.safetensors",
-    "*.bin",
-    "*.pt",
-    "*.pth",
-    "*.gguf",
-    "*.json",
-    "*.model",
-    "*.txt",
-)
-SHA256_BELOW_BYTES = 64 * 1024 * 1024
 STALE_TEMP_S = 3600.0
 _TEMP_NAME = re.compile(r"\.(?P<ns>\d+)-(?P<pid>\d+)-[0-9a-f]+(?:\.(?P<host>.+))?" + re.escape(TEMP_SUFFIX))
-
-# (resolved path, size, mtime_ns) -> sha256, so repeated keys do not re-read the same files.
-_SHA256_MEMO: dict[tuple[str, int, int], str] = {}
-
-
-# --------------------------------------------------------------------------------------------- keys
-
-
-def cache_key(embedder: Embedder) -> dict:
-    """Everything that changes ``embedder``'s vectors, as plain JSON-able data (see the module docstring).
-
-    Compute it where the vectors are computed: inside an ``embedder.intervene(...)`` block the key carries
-    the intervention, outside it does not.
-    """
-    key = _jsonable(embedder.describe())
-    device = str(key.pop("device", "") or "")
-    key["device_type"] = device.split(":", 1)[0] or None
-    key["padding_side"] = getattr(embedder, "padding_side", None)
-    weights = key.get("weights") or {}
-    directory = weights.get("directory") if isinstance(weights, dict) else None
-    key["weights_fingerprint"] = weights_fingerprint(directory) if directory else None
-    key["cache_format"] = CACHE_FORMAT
-    return key
-
-
-def key_digest(key: dict) -> str:
-    """sha256 (hex) of ``key`` as canonical JSON (sorted keys, no whitespace)."""
-    return hashlib.sha256(_canonical_json(key).encode("utf-8")).hexdigest()
-
-
-def weights_fingerprint(directory: str | Path) -> dict[str, dict]:
-    """``{relative path: {"size", "sha256" | "mtime_ns"}}`` for the weight, config and tokenizer files."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return {}
-    files: set[Path] = set()
-    for pattern in FINGERPRINT_PATTERNS:
-        files.update(directory.rglob(pattern))
-    out: dict[str, dict] = {}
-    for path in sorted(files):
-        relative = path.relative_to(directory)
-        if any(part.startswith(".") for part in relative.parts):
-            continue
-        try:
-            stat = path.stat()  # follows the HF cache's symlinks to the blobs
-        except OSError:
-            continue
-        if not path.is_file():
-            continue
-        entry: dict[str, Any] = {"size": stat.st_size}
-        if stat.st_size < SHA256_BELOW_BYTES:
-            entry["sha256"] = _file_sha256(path, stat)
-        else:
-            entry["mtime_ns"] = stat.st_mtime_ns
-        out[relative.as_posix()] = entry
-    return out
-
-
-def text_hash(text: str, kind: str, instruction: str | None) -> str:
-    """sha256 (hex) of one text as embedded: ``kind`` and the *effective* instruction (already resolved,
-    e.g. with ``embedder.resolve_instruction(kind, instruction)``; `encode_cached` does this) are part of it."""
-    payload = json.dumps([kind, instruction, text], ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(payload.encode("utf-8", errors="surrogatepass")).hexdigest()
-
-
-def cache_for(embedder: Embedder, root: str | Path | None = None) -> EmbeddingCache:
-    """The cache for ``embedder`` as it is now (interventions included): ``<root>/embeddings/<key>/``."""
-    key = cache_key(embedder)
-    root = Path(root).expanduser() if root is not None else cache_root()
-    directory = root / "embeddings" / key_digest(key)[:KEY_DIGITS]
-    return EmbeddingCache(directory, key=key, dim=embedder.dim)
 
 
 # -------------------------------------------------------------------------------------------- cache
@@ -183,23 +86,24 @@ class EmbeddingCache:
 
     Args:
         directory: The cache folder (created on the first `put`).
-        key: What the vectors depend on; written to ``key.json`` on the first `put`, and compared with an
-            existing ``key.json`` (see the module docstring for a mismatch).
+        key: What the vectors depend on, as plain JSON data (`llm_collapse.encoding.keys.cache_key`); written
+            to ``key.json`` on the first `put`, and compared with an existing ``key.json`` on the first `get`
+            or `put` (see the module docstring for a mismatch). Making a cache reads nothing.
         dim: Expected vector width (shards of another width are removed); taken from the first shard or
             `put` when None.
     """
 
     def __init__(self, directory: str | Path, *, key: dict | None = None, dim: int | None = None) -> None:
         self.directory = Path(directory)
-        self.key = _jsonable(key) if key is not None else None
+        self.key = key
         self.dim = dim
         self._dim_given = dim is not None
         self._rows: dict[str, tuple[np.ndarray, int]] = {}
         self._loaded: set[str] = set()
         self._load_done = False
         self.read_only = False  # set by the first write that the folder refuses (permissions, read-only fs)
-        if self.key is not None:
-            self._check_key_file()
+        self._key_checked = key is None  # key.json is compared on the first get or put
+        self._key_file_stale = False  # set where key.json held another key in this key's folder
 
     @property
     def shard_dir(self) -> Path:
@@ -250,10 +154,10 @@ class EmbeddingCache:
             vectors = np.ascontiguousarray(vectors[finite])
             if not hashes:
                 return None
+        self._index(np.array(hashes), vectors)  # served from memory also where the folder is read-only
         final = None if self.read_only else self._write_shard(hashes, vectors)
         if final is not None:
             self._loaded.add(final.name)
-        self._index(np.array(hashes), vectors)
         return final
 
     def _write_shard(self, hashes: list[str], vectors: np.ndarray) -> Path | None:
@@ -307,6 +211,9 @@ class EmbeddingCache:
     # -- internals
 
     def _ensure_loaded(self) -> None:
+        if not self._key_checked:
+            self._check_key_file()
+            self._key_checked = True
         if self._load_done:
             return
         if self._usable_shard_dir():
@@ -382,35 +289,35 @@ class EmbeddingCache:
         except (OSError, ValueError) as err:
             existing, problem = None, f"cannot be read ({type(err).__name__}: {err})"
         else:
-            if _canonical_json(existing) == _canonical_json(self.key):
+            if canonical_json(existing) == canonical_json(self.key):
                 return
             fields = set(existing) | set(self.key) if isinstance(existing, dict) else set(self.key)
             differing = sorted(
                 k
                 for k in fields
                 if not isinstance(existing, dict)
-                or _canonical_json(existing.get(k)) != _canonical_json(self.key.get(k))
+                or canonical_json(existing.get(k)) != canonical_json(self.key.get(k))
             )
             problem = f"holds a different key (fields {differing})"
         if existing is not None and self.directory.name != key_digest(self.key)[:KEY_DIGITS]:
             raise ValueError(f"{path} {problem}; refusing to mix vectors")
         shards = sorted(self.shard_dir.glob(f"*{SHARD_SUFFIX}")) if self.shard_dir.is_dir() else []
         logger.warning(
-            "cache: %s %s, but the folder is this key's; rewriting it and removing the %d shards there "
-            "(they cannot be trusted; their texts are embedded again)",
+            "cache: %s %s, but the folder is this key's; removing the %d shards there and rewriting it with the next "
+            "shard (they cannot be trusted; their texts are embedded again)",
             path,
             problem,
             len(shards),
         )
         for shard in shards:
             _remove_quietly(shard)
-        self._write_key_file(replace=True)
+        self._key_file_stale = True  # rewritten with the next shard
 
-    def _write_key_file(self, *, replace: bool = False) -> None:
+    def _write_key_file(self) -> None:
         if self.key is None:
             return
         path = self.directory / "key.json"
-        if path.exists() and not replace:
+        if path.exists() and not self._key_file_stale:
             return
         if path.is_dir() and not path.is_symlink():
             remove_path(path)
@@ -420,88 +327,7 @@ class EmbeddingCache:
             lambda tmp: Path(tmp).write_text(text),
             tmp=self.directory / f".key-{uuid.uuid4().hex[:8]}.json.tmp",
         )
-
-
-# -------------------------------------------------------------------------------------------- encode
-
-
-def encode_cached(
-    embedder: Embedder,
-    texts: Sequence[str],
-    *,
-    kind: Kind = "document",
-    instruction: str | None = None,
-    cache: EmbeddingCache | None,
-    batch_size: int | None = None,
-    show_progress_bar: bool | None = None,
-    overwrite: bool = False,
-) -> np.ndarray:
-    """`Embedder.encode` through ``cache``: only texts not cached yet are embedded.
-
-    Identical texts in ``texts`` are embedded once. Each finished batch is written to the cache at once, so
-    a run killed half-way loses at most the batch in flight. With ``cache=None`` nothing is read or written
-    (texts are still de-duplicated); with ``overwrite=True`` every text is embedded again and re-written.
-
-    Args:
-        embedder: The embedder, in the state (interventions) the cache was made for.
-        texts: A list of strings.
-        kind: ``"query"`` or ``"document"``, as in `Embedder.encode`.
-        instruction: Query instruction, as in `Embedder.encode` (None means the card's default).
-        cache: From `cache_for` (its key must match the embedder now, else ``ValueError``), or None.
-        batch_size: Most texts per batch.
-        show_progress_bar: As in `Embedder.encode`.
-        overwrite: Embed and store every text even when cached.
-
-    Returns:
-        (n, d) float32 array of unit vectors in input order: what ``embedder.encode`` returns. Bit-identical
-        when ``texts`` has no duplicates and the cached texts were embedded in the same batches.
-    """
-    texts = as_text_list(texts)
-    effective = embedder.resolve_instruction(kind, instruction)
-    if cache is not None and cache.key is not None:
-        now = cache_key(embedder)
-        if _canonical_json(now) != _canonical_json(cache.key):
-            differing = sorted(
-                k
-                for k in set(now) | set(cache.key)
-                if _canonical_json(now.get(k)) != _canonical_json(cache.key.get(k))
-            )
-            raise ValueError(
-                f"cache {cache.directory} was made for another embedder state (differs in {differing}); "
-                "call cache_for(embedder) where the vectors are computed, e.g. inside the intervene() block"
-            )
-    hashes = [text_hash(text, kind, effective) for text in texts]
-    first: dict[str, int] = {}
-    for index, h in enumerate(hashes):
-        first.setdefault(h, index)
-    found = {} if cache is None or overwrite else cache.get(list(first))
-    missing = [h for h in first if h not in found]
-    if cache is not None:
-        logger.info(
-            "cache: %d hits, %d to embed%s",
-            len(found),
-            len(missing),
-            f" ({len(texts) - len(first)} duplicate texts)" if len(texts) > len(first) else "",
-        )
-    vectors: dict[str, np.ndarray] = dict(found)
-    if missing:
-        batches = embedder.iter_batches(
-            [texts[first[h]] for h in missing],
-            kind=kind,
-            instruction=instruction,
-            batch_size=batch_size,
-            show_progress_bar=show_progress_bar,
-        )
-        for batch in batches:
-            batch_hashes = [missing[i] for i in batch.indices]
-            batch_vectors = batch.embeddings.numpy().astype(np.float32, copy=False)
-            if cache is not None:
-                cache.put(batch_hashes, batch_vectors)
-            vectors.update(zip(batch_hashes, batch_vectors, strict=True))
-    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
-    for index, h in enumerate(hashes):
-        out[index] = vectors[h]
-    return out
+        self._key_file_stale = False
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -548,33 +374,10 @@ def _remove_quietly(path: Path) -> None:
         path.unlink()
 
 
-def _file_sha256(path: Path, stat: os.stat_result) -> str:
-    memo_key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if (digest := _SHA256_MEMO.get(memo_key)) is None:
-        sha = hashlib.sha256()
-        with path.open("rb") as handle:
-            while block := handle.read(1 << 22):
-                sha.update(block)
-        digest = _SHA256_MEMO[memo_key] = sha.hexdigest()
-    return digest
+def key_digest(key: dict) -> str:
+    """sha256 (hex) of ``key`` as canonical JSON (sorted keys, no whitespace)."""
+    return hashlib.sha256(canonical_json(key).encode("utf-8")).hexdigest()
 
 
-def _jsonable(value: Any) -> Any:
-    """Plain JSON data: dicts with str keys, lists, str, int, float, bool, None (others become str)."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted((_jsonable(v) for v in value), key=_canonical_json)
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return value
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    return str(value)
-
-
-def _canonical_json(value: Any) -> str:
+def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)

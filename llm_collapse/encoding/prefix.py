@@ -30,7 +30,7 @@ Decisions
       the backend's refusal), so a plan can ask it of a meta-device model and `Embedder.prefix_sharing` of
       the loaded one; callers read `PrefixSharing.ok` (every length) or ``.limit``.
     - Prefix means are computed as one (K, L) pool-mask matrix times the (L, H) states in float32, the same
-      arithmetic as `llm_collapse.pooling.mean_pool`, rather than as differences of cumulative sums (no
+      arithmetic as `llm_collapse.encoding.pooling.mean_pool`, rather than as differences of cumulative sums (no
       cancellation error at 32k positions; K x L floats of extra memory).
     - Each prefix gets the pool mask its own encoding would get (`TemplateFormat` rules), not a slice of the
       long input's mask (`TemplateFormat.pool_mask`): under ``pool_span="skip-bos"`` a one-token ``[BOS]``
@@ -40,10 +40,10 @@ Decisions
       shared, and truncated texts share when their truncated inputs are prefixes. Detection sorts the
       inputs lexicographically: a sequence is a prefix of some other one iff it is a prefix of its sorted
       successor, so grouping costs one sort, also when many inputs share a long instruction prompt.
-    - Sharing is automatic: `Embedder.iter_batches` (so ``encode``, ``encode_cached`` and the MTEB wrapper)
-      asks `sharing_groups` and plans its batches over the group roots, texts that share nothing being
-      roots of one; roots keep the usual pooling, the other members are pooled from their root's row by
-      `pool_prefixes`. Off where hidden states are asked for (they would be the root's, not the text's),
+    - Sharing is automatic: the encoding plan (`llm_collapse.encoding.plan`, so ``encode``,
+      ``encode_cached`` and the MTEB wrapper) asks `sharing_groups` and plans its batches over the group
+      roots, texts that share nothing being roots of one; roots keep the usual pooling, the other members
+      are pooled from their root's row by `pool_prefixes` (`shared_rows`). Off where hidden states are asked for (they would be the root's, not the text's),
       for a backend that pools itself (vLLM), with ``Embedder.share_prefixes = False`` or
       ``encode(..., share_prefixes=False)``, and whenever no input is a prefix of another (then batches
       are exactly the unshared ones).
@@ -54,16 +54,17 @@ Decisions
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from llm_collapse.adapters.inputs import EncodedText, Kind, TemplateFormat
+from llm_collapse.encoding.forward import EmbeddedBatch
+from llm_collapse.encoding.pooling import last_token_pool
 from llm_collapse.interventions.attention import attention_modules
 from llm_collapse.interventions.base import Intervention, ModelContext
-from llm_collapse.pooling import last_token_pool
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ __all__ = [
     "pool_prefixes",
     "prefix_groups",
     "prefix_sharing",
+    "shared_rows",
     "sharing_groups",
 ]
 
@@ -223,35 +225,29 @@ def prefix_groups(sequences: Sequence[Sequence[int]]) -> dict[int, list[int]]:
 
 
 def sharing_groups(
-    embedder, encoded: Sequence[EncodedText], *, kind: Kind = "document"
+    name: str, sharing: PrefixSharing, encoded: Sequence[EncodedText]
 ) -> dict[int, list[int]] | None:
-    """The prefix groups of ``encoded`` when sharing is exact for ``embedder`` and saves a forward, else None.
+    """The prefix groups of ``encoded`` when sharing is exact and saves a forward, else None.
 
-    What `Embedder.iter_batches` asks before planning batches: the keys are the inputs to run, each member is
-    read from its root's forward. Under a `PrefixSharing.limit` only inputs up to it are grouped; longer ones
-    are their own roots. Logs the reason for no sharing at DEBUG and the saving at INFO.
+    What the encoding plan asks before planning batches: the keys are the inputs to run, each member is read
+    from its root's forward. Under a `PrefixSharing.limit` only inputs up to it are grouped; longer ones are
+    their own roots. Logs the reason for no sharing at DEBUG and the saving at INFO.
 
     Args:
-        embedder: A loaded `Embedder` (its `Embedder.prefix_sharing` decides).
+        name: The embedder's name, for the log.
+        sharing: `Embedder.prefix_sharing` for the kind the inputs were encoded with.
         encoded: The model inputs (``embedder.tokenize``).
-        kind: The template kind they were encoded with.
 
     Returns:
         ``{root: members}`` as `prefix_groups` returns it, or None.
     """
-    sharing = embedder.prefix_sharing(kind)
     limit = sharing.limit
     if limit == 0:
-        logger.debug(
-            "%s: no prefix sharing (%s); encoding every text separately", embedder.name, sharing.reason
-        )
+        logger.debug("%s: no prefix sharing (%s); encoding every text separately", name, sharing.reason)
         return None
     if limit is not None:
         logger.debug(
-            "%s: no prefix sharing (%s); inputs of at most %d tokens share",
-            embedder.name,
-            sharing.reason,
-            limit,
+            "%s: no prefix sharing (%s); inputs of at most %d tokens share", name, sharing.reason, limit
         )
     short = [i for i, e in enumerate(encoded) if limit is None or len(e) <= limit]
     groups = {
@@ -264,7 +260,7 @@ def sharing_groups(
     logger.info(
         "%s: prefix sharing saved %d of %d forwards (%d tokens run instead of %d): those texts' inputs are "
         "token prefixes of (or equal to) another input",
-        embedder.name,
+        name,
         len(encoded) - len(groups),
         len(encoded),
         sum(len(encoded[root]) for root in groups),
@@ -312,6 +308,52 @@ def pool_prefixes(
     row_of = {n: row for row, n in enumerate(lengths)}
     rows = torch.cat(pooled)[[row_of[len(m)] for m in members]]
     return torch.nn.functional.normalize(rows, p=2, dim=-1).cpu()
+
+
+def shared_rows(
+    batch: EmbeddedBatch,
+    states: torch.Tensor,
+    groups: dict[int, list[int]],
+    encoded: list[EncodedText],
+    *,
+    padding_side: str,
+    pooling: str,
+    max_tokens_per_batch: int,
+) -> Iterator[EmbeddedBatch]:
+    """Every text read from one forward of the roots in ``batch``: a root and its equal inputs take the root's
+    row, shorter members are pooled from its ``states`` (`pool_prefixes`). Rows of ``attention_mask`` and
+    ``pool_mask`` mark each text's positions in its root's row (left padding included); a yield has at most
+    ``max(len(batch.indices), max_tokens_per_batch // width)`` rows."""
+    width = batch.attention_mask.shape[1]
+    indices: list[int] = []
+    vectors: list[torch.Tensor] = []
+    spans: list[tuple[int, EncodedText]] = []  # (offset, input) of each row
+    for row, root in enumerate(batch.indices):
+        offset = width - len(encoded[root]) if padding_side == "left" else 0
+        shorter = [m for m in groups[root] if len(encoded[m]) < len(encoded[root])]
+        pooled = {}
+        if shorter:
+            rows = pool_prefixes(states[row], offset, [encoded[m] for m in shorter], pooling)
+            pooled = dict(zip(shorter, rows, strict=True))
+        for member in groups[root]:
+            indices.append(member)
+            vectors.append(pooled.get(member, batch.embeddings[row]))
+            spans.append((offset, encoded[member]))
+    step = max(len(batch.indices), max_tokens_per_batch // max(width, 1))
+    for start in range(0, len(indices), step):
+        chunk = slice(start, start + step)
+        attention = torch.zeros((len(spans[chunk]), width), dtype=torch.long)
+        pool_mask = torch.zeros_like(attention)
+        for row, (offset, item) in enumerate(spans[chunk]):
+            attention[row, offset : offset + len(item)] = 1
+            pool_mask[row, offset : offset + len(item)] = torch.tensor(item.pool_mask)
+        yield EmbeddedBatch(
+            indices[chunk],
+            torch.stack(vectors[chunk]),
+            [item for _, item in spans[chunk]],
+            attention,
+            pool_mask,
+        )
 
 
 def encode_with_prefix_sharing(embedder, texts: Sequence[str], **options) -> np.ndarray:
@@ -402,7 +444,7 @@ def _check_length(n, available: int) -> int:
 
 
 def _pool_rows(states: torch.Tensor, masks: torch.Tensor, pooling: str) -> torch.Tensor:
-    """(L, H) states, (K, L) pool masks -> (K, H) float32, as `llm_collapse.pooling.pool` would per row."""
+    """(L, H) states, (K, L) pool masks -> (K, H) float32, as `llm_collapse.encoding.pooling.pool` would per row."""
     masks = masks.to(states.device)
     if pooling == "last":
         return last_token_pool(states.expand(masks.shape[0], -1, -1), masks)  # expand is a view
