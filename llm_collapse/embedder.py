@@ -235,52 +235,26 @@ class Embedder:
     def encode(self, texts: Sequence[str], **options) -> np.ndarray:
         """Embeds ``texts``: (n, d) float32 unit vectors, in input order (`llm_collapse.encoding.pipeline`).
 
-        ``options`` are those of `iter_batches` (``kind``, ``instruction``, ``batch_size``,
-        ``show_progress_bar``, ``share_prefixes``), documented there once; hidden states are `iter_batches`'s.
+        ``options`` are those of `iter_batches` but hidden states.
         """
         return pipeline.encode(self, texts, **options)
 
-    def iter_batches(
-        self,
-        texts: Sequence[str],
-        *,
-        kind: Kind = "document",
-        instruction: str | None = None,
-        batch_size: int | None = None,
-        output_hidden_states: bool = False,
-        show_progress_bar: bool | None = None,
-        share_prefixes: bool | None = None,
-    ) -> Iterator[EmbeddedBatch]:
+    def iter_batches(self, texts: Sequence[str], **options) -> Iterator[EmbeddedBatch]:
         """Runs length-sorted batches and yields each with its embeddings (and hidden states if asked).
 
-        With prefix sharing (``share_prefixes``; never with hidden states; only where `prefix_sharing` allows
-        it, so never for a backend that pools itself, and some input is a prefix of another) batches are
-        planned over the longest inputs only, and each yield holds every text read from its forwards: rows of
-        ``attention_mask`` / ``pool_mask`` then mark each text's positions in its root's row (left padding
-        included), and a yield has at most ``max(batch, max_tokens_per_batch // width)`` rows. A backend whose
-        forward mixes rows (`Backend.mixes_rows`: bitsandbytes int8) runs one text per forward.
+        ``options``: ``kind``, ``instruction``, ``batch_size``, ``output_hidden_states`` and ``share_prefixes``,
+        documented once on `llm_collapse.encoding.plan.plan_forwards`, and ``show_progress_bar`` (default: on
+        when logging is at INFO, there is more than one batch and stderr is a terminal, unless a run's own
+        display is open).
 
-        Args:
-            texts: A list of strings.
-            kind: ``"query"`` (instruction template) or ``"document"`` (bare, as on the model cards).
-            instruction: Task instruction for queries; defaults to the card's example instruction.
-            batch_size: Most texts per batch (the token budget may make batches smaller).
-            output_hidden_states: Also every layer's token states (`EmbeddedBatch.hidden_states`).
-            show_progress_bar: Defaults to on when logging is at INFO, there is more than one batch and
-                stderr is a terminal, unless a run's own display is open (`llm_collapse.utils.progress`).
-            share_prefixes: Embed texts whose input is a token prefix of another's from that forward, where
-                exact; None means ``self.share_prefixes``.
+        With prefix sharing (never with hidden states; only where `prefix_sharing` allows it, so never for a
+        backend that pools itself, and some input is a prefix of another) batches are planned over the longest
+        inputs only, and each yield holds every text read from its forwards: rows of ``attention_mask`` /
+        ``pool_mask`` then mark each text's positions in its root's row (left padding included), and a yield
+        has at most ``max(batch, max_tokens_per_batch // width)`` rows. A backend whose forward mixes rows
+        (`Backend.mixes_rows`: bitsandbytes int8) runs one text per forward.
         """
-        return pipeline.iter_batches(
-            self,
-            texts,
-            kind=kind,
-            instruction=instruction,
-            batch_size=batch_size,
-            output_hidden_states=output_hidden_states,
-            show_progress_bar=show_progress_bar,
-            share_prefixes=share_prefixes,
-        )
+        return pipeline.iter_batches(self, texts, **options)
 
     def describe(self) -> dict:
         """Everything that changes a vector, as plain data (for run metadata and cache keys)."""

@@ -125,23 +125,14 @@ class MTEBEncoder:
         self._meta_override = None
 
     @classmethod
-    def from_name(
-        cls,
-        name: str,
-        *,
-        interventions=None,
-        instructions: dict[str, str] | None = None,
-        batch_size: int | None = None,
-        **load_kwargs: Any,
-    ) -> MTEBEncoder:
+    def from_name(cls, name: str, **kwargs: Any) -> MTEBEncoder:
         """Loads an embedder with `llm_collapse.load_embedder` and wraps it.
 
         Args:
             name: Registry name or alias (``"mistral"``, ``"minilm"``...).
-            interventions: Per-encode interventions (see the class); load-time ones go in ``load_kwargs``.
-            instructions: Query instructions by mteb task name.
-            batch_size: Most texts per forward pass (None: the embedder's).
-            **load_kwargs: Passed to `llm_collapse.load_embedder` (``path=``, ``dtype=``, ``max_length=``...).
+            **kwargs: The class's ``interventions``, ``instructions`` and ``batch_size`` (per-encode
+                interventions; load-time ones go to the loader); the rest is passed to
+                `llm_collapse.load_embedder` (``path=``, ``dtype=``, ``max_length=``...).
 
         Returns:
             The adapter.
@@ -149,12 +140,10 @@ class MTEBEncoder:
         from llm_collapse.load import load_embedder
 
         require_mteb()  # fail before loading weights
-        return cls(
-            load_embedder(name, **load_kwargs),
-            interventions=interventions,
-            instructions=instructions,
-            batch_size=batch_size,
-        )
+        own = {
+            key: kwargs.pop(key) for key in ("interventions", "instructions", "batch_size") if key in kwargs
+        }
+        return cls(load_embedder(name, **kwargs), **own)
 
     # ----------------------------------------------------------------------------------------- identity
     @property

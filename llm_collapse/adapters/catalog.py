@@ -30,6 +30,15 @@ _MISTRAL_7B = PublishedDims(
     hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128, intermediate=14336, vocab=32000,
     window=4096, sliding="all",
 )  # fmt: skip
+_GEMMA2_9B = PublishedDims(
+    source="BAAI/bge-multilingual-gemma2 config.json (anchors.md 4.3)",
+    hidden=3584, layers=42, heads=16, kv_heads=8, head_dim=256, intermediate=14336, vocab=256002,
+    window=4096, sliding="even",
+)  # fmt: skip
+_QWEN2_7B = PublishedDims(
+    source="Alibaba-NLP/gte-Qwen2-7B-instruct config.json",
+    hidden=3584, layers=28, heads=28, kv_heads=4, head_dim=128, intermediate=18944, vocab=151646,
+)  # fmt: skip
 
 
 E5_MISTRAL = _register(
@@ -116,18 +125,7 @@ BGE_GEMMA2 = _register(
         default_instruction="Given a web search query, retrieve relevant passages that answer the query.",
         # anchors.md 4.3: Gemma-2-9B, hidden 3584, intermediate 14336, 42 layers, 16 heads, 8 kv, head_dim 256,
         # vocab 256002 (256000 + <instruct>, <query>), sliding_window 4096 on the even layers.
-        published=PublishedDims(
-            source="BAAI/bge-multilingual-gemma2 config.json (anchors.md 4.3)",
-            hidden=3584,
-            layers=42,
-            heads=16,
-            kv_heads=8,
-            head_dim=256,
-            intermediate=14336,
-            vocab=256002,
-            window=4096,
-            sliding="even",
-        ),  # fmt: skip
+        published=_GEMMA2_9B,
         revision="992e13d8984fde2c31ef8a3cb2c038aeec513b8a",
     )
 )
@@ -326,16 +324,7 @@ GTE_QWEN2_7B = _register(
         # config.json: Qwen2-7B, hidden 3584, intermediate 18944, 28 layers, 28 heads (head_dim 128), 4 KV heads,
         # vocab 151646, no sliding window. Run bidirectionally (attention above), so every layer computes all
         # n^2 pairs; the estimate's boolean mask for non-causal models is an upper bound (unpadded: none).
-        published=PublishedDims(
-            source="Alibaba-NLP/gte-Qwen2-7B-instruct config.json",
-            hidden=3584,
-            layers=28,
-            heads=28,
-            kv_heads=4,
-            head_dim=128,
-            intermediate=18944,
-            vocab=151646,
-        ),  # fmt: skip
+        published=_QWEN2_7B,
         revision="e26182b2122f4435e8b3ebecbf363990f409b45b",
     )
 )

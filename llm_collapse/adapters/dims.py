@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_collapse.models.flops import FlopModel, backbone_linear_params, latent_pooler_linear_params
+from llm_collapse.models.flops import (
+    FlopModel,
+    LayerShape,
+    backbone_linear_params,
+    latent_pooler_linear_params,
+)
 
 
 @dataclass(frozen=True)
@@ -37,21 +42,16 @@ class LatentPooler:
         return per_token * positions + 2.0 * self.latents * hidden * 2 * inner
 
 
-@dataclass(frozen=True)
-class PublishedDims:
-    """A published checkpoint's dimensions (its ``config.json``), as the package runs it.
+@dataclass(frozen=True, kw_only=True)
+class PublishedDims(LayerShape):
+    """A published checkpoint's dimensions (its ``config.json``), as the package runs it: its `LayerShape`
+    and the rest.
 
     ``sliding`` says which layers use ``window``: ``"all"`` (Mistral v0.1), ``"even"`` (Gemma 2: layers 0, 2,
     ...) or ``"none"``. Whether attention is causal is the spec's (`EmbedderSpec.causal`), not a dimension.
     """
 
     source: str
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
     vocab: int
     window: int | None = None
     sliding: str = "none"
@@ -69,15 +69,8 @@ class PublishedDims:
         return self.heads * self.head_dim
 
     def backbone_linear_params(self) -> int:
-        """q, k, v, o and the gated MLP (gate, up, down) of every layer."""
-        return backbone_linear_params(
-            hidden=self.hidden,
-            layers=self.layers,
-            heads=self.heads,
-            kv_heads=self.kv_heads,
-            head_dim=self.head_dim,
-            intermediate=self.intermediate,
-        )
+        """q, k, v, o and the MLP of every layer."""
+        return backbone_linear_params(self)
 
     def params(self) -> int:
         """All weights: backbone linears, the embedding table, the pooler (norms ignored; no LM head)."""

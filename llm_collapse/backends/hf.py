@@ -18,7 +18,6 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 import transformers
@@ -94,11 +93,7 @@ class HFBackend(Backend):
 
     name = "hf"
     returns_pooled = False
-    mixes_rows: str
-    spec: EmbedderSpec
-    weights: WeightsLocation
-    dtype: torch.dtype
-    tokenizer: Any
+    mixes_rows: str  # set per load (bitsandbytes int8); spec, weights, dtype, tokenizer: `Backend`'s
 
     def __init__(
         self,

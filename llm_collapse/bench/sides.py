@@ -94,7 +94,11 @@ def _cosines(a, b) -> dict:
 def throughput(
     name: str, documents, config: BenchConfig, *, keep: Callable[[object], None] | None = None
 ) -> dict:
-    """Embedder vs sentence-transformers vs naive loop on the mixed corpus for one model."""
+    """Embedder vs sentence-transformers vs naive loop on the mixed corpus for one model.
+
+    Long because the three sides are timed in one place, in one order, on the same warm model, so that the
+    ratios it reports compare like with like (a helper per side would hide the shared warm-up and order).
+    """
     import llm_collapse as lc
 
     embedder = lc.load_embedder(name, dtype=config.dtype)

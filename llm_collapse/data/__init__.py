@@ -5,7 +5,7 @@ Usage::
     from llm_collapse import data
     docs = data.load_corpus("sotu")                      # or "movie_reviews", "kjv", "folder:/some/dir"
     texts = data.sample_length_binned(docs, tokenizer, data.log2_bins(), per_bin=20, seed=0)
-    task = data.passkey_task(4096, seed=0, tokenizer=tokenizer, fit_to_tokens=True)
+    task = data.passkey_task(4096, data.Draw(seed=0, tokenizer=tokenizer, fit_to_tokens=True))
 
 Every corpus is registered in :data:`CORPORA`; unknown names raise the registry's "Did you mean"
 error. ``folder:<path>`` loads a local folder of ``.txt``/``.jsonl`` files without registration.
@@ -49,6 +49,7 @@ from llm_collapse.data.corpora import (
 from llm_collapse.data.needles import NEEDLES, Needle
 from llm_collapse.data.synthetic import (
     DEFAULT_LENGTHS,
+    Draw,
     RetrievalTask,
     needle_task,
     needle_tasks,
@@ -67,6 +68,7 @@ __all__ = [
     "CorpusSpec",
     "CorpusUnavailableError",
     "Document",
+    "Draw",
     "LengthBin",
     "Needle",
     "RetrievalTask",

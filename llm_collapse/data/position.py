@@ -45,7 +45,10 @@ from typing import TYPE_CHECKING
 
 from llm_collapse.data.bins import count_tokens, tokenizer_name
 from llm_collapse.data.synthetic import (
+    LONGEMBED_DOCS,
+    LONGEMBED_QUERIES,
     WORDS_PER_TOKEN,
+    Draw,
     RetrievalTask,
     corpus_sentences,
     fit_document,
@@ -55,20 +58,22 @@ from llm_collapse.data.synthetic import (
 from llm_collapse.errors import UserError
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    pass
 
 logger = logging.getLogger(__name__)
 
 POSITIONS: dict[str, float] = {"early": 0.0, "late": 1.0}  # position -> depth column
 KEY_WORDS = (12, 20)  # words per discriminating sentence, inclusive
 _KEY = re.compile(r"^[A-Z][^\"\[\]]*[a-z]\.$")
+POSITION_DRAW = Draw(n_docs=LONGEMBED_DOCS, n_queries=LONGEMBED_QUERIES)
+"""The position task's default sizes: LongEmbed's 100 documents and 50 queries."""
 
 
-@functools.lru_cache(maxsize=4)
 class PositionSizeError(UserError, ValueError):
     """More documents per length than the corpus has usable key sentences."""
 
 
+@functools.lru_cache(maxsize=4)
 def _key_pool(corpus: str) -> tuple[str, ...]:
     """Distinct plain sentences of ``KEY_WORDS`` words, in corpus order."""
     lo, hi = KEY_WORDS
@@ -77,33 +82,25 @@ def _key_pool(corpus: str) -> tuple[str, ...]:
 
 
 def position_task(
-    length: int,
-    position: str = "early",
-    *,
-    seed: int = 0,
-    n_docs: int = 100,
-    n_queries: int = 50,
-    corpus: str = "sotu",
-    tokenizer: PreTrainedTokenizerBase | None = None,
-    fit_to_tokens: bool = False,
+    length: int, position: str = "early", draw: Draw = POSITION_DRAW, *, corpus: str = "sotu"
 ) -> RetrievalTask:
     """The position task at one length and position.
 
     Args:
         length: Target document length in tokens.
         position: ``"early"`` (sentence first) or ``"late"`` (sentence last).
-        seed: Generation seed (the same sentences, filler and queries for both positions).
-        n_docs: Candidate documents.
-        n_queries: Queries, each a different document's sentence (at most ``n_docs``).
+        draw: Seed (the same sentences, filler and queries for both positions) and sizes; with
+            ``fit_to_tokens`` the shared filler is fitted so the longest document is ``length`` tokens.
         corpus: Where sentences and filler come from.
-        tokenizer: Measures (and with ``fit_to_tokens`` fits) the lengths.
-        fit_to_tokens: Fit the shared filler so the longest document is ``length`` tokens.
 
     Returns:
         The task (``name="position"``; ``depths`` all 0.0 or all 1.0; ``inserts`` the sentences).
     """
     if position not in POSITIONS:
         raise ValueError(f"position must be one of {tuple(POSITIONS)}, got {position!r}")
+    seed, n_docs, n_queries, tokenizer, fit_to_tokens = (
+        draw.seed, draw.n_docs, draw.n_queries, draw.tokenizer, draw.fit_to_tokens
+    )  # fmt: skip
     if not 0 < n_queries <= n_docs:
         raise ValueError(f"need 0 < n_queries <= n_docs, got {n_queries} and {n_docs}")
     if fit_to_tokens and tokenizer is None:

@@ -95,6 +95,26 @@ its corpus and is checked when its documents are built."""
 
 
 @dataclass(frozen=True)
+class Draw:
+    """One draw of a synthetic retrieval task's documents and queries, and how their lengths are met.
+
+    Attributes:
+        seed: Generation seed (a second draw of the same task is another seed).
+        n_docs: Candidate documents per length.
+        n_queries: Queries per length, each about a different document (at most ``n_docs``).
+        tokenizer: Measures (and with ``fit_to_tokens`` fits) the document lengths; the ``-start`` tasks need
+            it (they cut every length as a token prefix).
+        fit_to_tokens: Land every document within 2% of its length in tokens under ``tokenizer``.
+    """
+
+    seed: int = 0
+    n_docs: int = SWEEP_DOCS
+    n_queries: int = SWEEP_QUERIES
+    tokenizer: PreTrainedTokenizerBase | None = None
+    fit_to_tokens: bool = False
+
+
+@dataclass(frozen=True)
 class RetrievalTask:
     """One length of a synthetic retrieval task.
 
@@ -254,17 +274,16 @@ def warn_misfits(what: str, target: int, counts: Sequence[int]) -> None:
 def _assemble(
     name: str,
     length: int,
-    seed: int,
+    draw: Draw,
     hays: Sequence[_Haystack],
     inserts: Sequence[str],
     depths: Sequence[float],
     queries: Sequence[str],
     relevant: Sequence[int],
     sep: str,
-    tokenizer: PreTrainedTokenizerBase | None,
-    fit_to_tokens: bool,
     haystack_name: str,
 ) -> RetrievalTask:
+    tokenizer, fit_to_tokens = draw.tokenizer, draw.fit_to_tokens
     if fit_to_tokens and tokenizer is None:
         raise ValueError("fit_to_tokens=True needs a tokenizer")
     if tokenizer is not None:  # a shorter document would be the key line alone, labelled with this length
@@ -289,48 +308,37 @@ def _assemble(
         n_tokens = tuple(count_tokens(docs, tokenizer)) if tokenizer is not None else ()
     return RetrievalTask(
         name=name, length=length, queries=tuple(queries), documents=tuple(docs), relevant=tuple(relevant),
-        depths=tuple(depths), seed=seed, inserts=tuple(inserts), n_tokens=n_tokens,
+        depths=tuple(depths), seed=draw.seed, inserts=tuple(inserts), n_tokens=n_tokens,
         tokenizer=tokenizer_name(tokenizer) if tokenizer is not None else "", haystack=haystack_name,
     )  # fmt: skip
 
 
-def passkey_task(
-    length: int,
-    *,
-    seed: int = 0,
-    n_docs: int = SWEEP_DOCS,
-    n_queries: int = SWEEP_QUERIES,
-    tokenizer: PreTrainedTokenizerBase | None = None,
-    fit_to_tokens: bool = False,
-) -> RetrievalTask:
-    """The personalised passkey task at one length.
-
-    Args:
-        length: Target length in tokens (word budget ``length x 0.75``).
-        seed: Generation seed.
-        n_docs: Candidate documents (at most ``len(FIRST_NAMES) x len(LAST_NAMES)``).
-        n_queries: Queries, each about a different document (at most ``n_docs``).
-        tokenizer: Measures (and with ``fit_to_tokens`` fits) the document lengths.
-        fit_to_tokens: Land every document within 2% of ``length`` tokens under ``tokenizer``.
-
-    Returns:
-        The task.
-    """
-    _check_passkey_sizes(n_docs, n_queries)
-    rng = random.Random(f"passkey|{seed}|{length}")
-    names, inserts = _passkey_keys(rng, n_docs)
-    depths = [rng.random() for _ in range(n_docs)]
-    relevant = rng.sample(range(n_docs), n_queries)
+def passkey_task(length: int, draw: Draw = Draw()) -> RetrievalTask:
+    """The personalised passkey task at one length (word budget ``length x 0.75``); at most
+    ``len(FIRST_NAMES) x len(LAST_NAMES)`` documents."""
+    _check_passkey_sizes(draw)
+    rng = random.Random(f"passkey|{draw.seed}|{length}")
+    names, inserts = _passkey_keys(rng, draw.n_docs)
+    depths = [rng.random() for _ in range(draw.n_docs)]
+    relevant = rng.sample(range(draw.n_docs), draw.n_queries)
     hay = _passkey_haystack(length)
     queries = [_passkey_query(names[i]) for i in relevant]
     return _assemble(
-        "passkey", length, seed, [hay] * n_docs, inserts, depths, queries, relevant, "\n", tokenizer,
-        fit_to_tokens, "passkey-filler",
-    )  # fmt: skip
+        "passkey",
+        length,
+        draw,
+        [hay] * draw.n_docs,
+        inserts,
+        depths,
+        queries,
+        relevant,
+        "\n",
+        "passkey-filler",
+    )
 
 
-def _check_passkey_sizes(n_docs: int, n_queries: int) -> None:
-    if not 0 < n_queries <= n_docs <= MAX_DOCUMENTS["passkey"]:
+def _check_passkey_sizes(draw: Draw) -> None:
+    if not 0 < draw.n_queries <= draw.n_docs <= MAX_DOCUMENTS["passkey"]:
         raise ValueError(f"need 0 < n_queries <= n_docs <= {MAX_DOCUMENTS['passkey']}")
 
 
@@ -355,55 +363,37 @@ def _passkey_haystack(length: int) -> _Haystack:
 
 
 def needle_task(
-    length: int,
-    *,
-    seed: int = 0,
-    n_docs: int = SWEEP_DOCS,
-    n_queries: int = SWEEP_QUERIES,
-    haystack: str | Sequence[str] = "sotu",
-    vary_haystack: bool = False,
-    tokenizer: PreTrainedTokenizerBase | None = None,
-    fit_to_tokens: bool = False,
+    length: int, draw: Draw = Draw(), *, haystack: str | Sequence[str] = "sotu", vary_haystack: bool = False
 ) -> RetrievalTask:
-    """The needle task at one length: one fact of :data:`NEEDLES` hidden in each document.
+    """The needle task at one length (word budget ``length x 0.75``): one fact of :data:`NEEDLES` hidden in each
+    document (at most 100 documents, one needle each).
 
     Args:
-        length: Target length in tokens (word budget ``length x 0.75``).
-        seed: Generation seed.
-        n_docs: Candidate documents (at most 100, one needle each).
-        n_queries: Queries, each the question of a different document's needle.
+        length: Target length in tokens.
+        draw: Seed, sizes and how lengths are met.
         haystack: A corpus name (``"sotu"``, ``"paul-graham"``, ...) or the haystack texts themselves.
         vary_haystack: Start each document at a random sentence instead of the stream's start.
-        tokenizer: Measures (and with ``fit_to_tokens`` fits) the document lengths.
-        fit_to_tokens: Land every document within 2% of ``length`` tokens under ``tokenizer``.
-
-    Returns:
-        The task.
     """
-    sentences, hay_name = _needle_sentences(haystack, n_docs, n_queries)
-    rng = random.Random(f"needle|{seed}|{length}")
-    needles = rng.sample(NEEDLES, n_docs)
-    depths = [rng.random() for _ in range(n_docs)]
-    relevant = rng.sample(range(n_docs), n_queries)
+    sentences, hay_name = _needle_sentences(haystack, draw)
+    rng = random.Random(f"needle|{draw.seed}|{length}")
+    needles = rng.sample(NEEDLES, draw.n_docs)
+    depths = [rng.random() for _ in range(draw.n_docs)]
+    relevant = rng.sample(range(draw.n_docs), draw.n_queries)
     min_words = length + 64
     if vary_haystack:
         cum = list(itertools.accumulate(len(s.split()) for s in sentences))
         last = bisect.bisect_right(cum, cum[-1] - min_words)  # later starts leave < min_words
-        hays = [_window(sentences, rng.randrange(last + 1), min_words) for _ in range(n_docs)]
+        hays = [_window(sentences, rng.randrange(last + 1), min_words) for _ in range(draw.n_docs)]
     else:
-        hays = [_window(sentences, 0, min_words)] * n_docs
+        hays = [_window(sentences, 0, min_words)] * draw.n_docs
     if len(hays[0].words) < int(length * WORDS_PER_TOKEN):
         logger.warning("haystack %r has only %d words for length %d", hay_name, len(hays[0].words), length)
     queries = [needles[i].question for i in relevant]
-    return _assemble(
-        "needle", length, seed, hays, [n.fact for n in needles], depths, queries, relevant, " ", tokenizer,
-        fit_to_tokens, hay_name,
-    )  # fmt: skip
+    facts = [n.fact for n in needles]
+    return _assemble("needle", length, draw, hays, facts, depths, queries, relevant, " ", hay_name)
 
 
-def _needle_sentences(
-    haystack: str | Sequence[str], n_docs: int, n_queries: int
-) -> tuple[tuple[str, ...], str]:
+def _needle_sentences(haystack: str | Sequence[str], draw: Draw) -> tuple[tuple[str, ...], str]:
     """The haystack's sentences and name; checks the needle task sizes."""
     if isinstance(haystack, str):
         sentences, hay_name = corpus_sentences(haystack), haystack
@@ -411,21 +401,23 @@ def _needle_sentences(
         sentences, hay_name = tuple(s for text in haystack for s in split_sentences(text)), "custom"
     if not sentences:
         raise ValueError(f"haystack {hay_name!r} has no text")
-    if not 0 < n_queries <= n_docs <= MAX_DOCUMENTS["needle"]:
+    if not 0 < draw.n_queries <= draw.n_docs <= MAX_DOCUMENTS["needle"]:
         raise ValueError(
-            f"need 0 < n_queries <= n_docs <= {MAX_DOCUMENTS['needle']}, got {n_queries} and {n_docs}"
+            f"need 0 < n_queries <= n_docs <= {MAX_DOCUMENTS['needle']}, got {draw.n_queries} and {draw.n_docs}"
         )
     return sentences, hay_name
 
 
-def passkey_tasks(lengths: Sequence[int] = DEFAULT_LENGTHS, **kwargs: object) -> list[RetrievalTask]:
-    """:func:`passkey_task` for each length (keyword arguments are passed on)."""
-    return [passkey_task(length, **kwargs) for length in lengths]  # type: ignore[arg-type]
+def passkey_tasks(lengths: Sequence[int] = DEFAULT_LENGTHS, draw: Draw = Draw()) -> list[RetrievalTask]:
+    """:func:`passkey_task` for each length."""
+    return [passkey_task(length, draw) for length in lengths]
 
 
-def needle_tasks(lengths: Sequence[int] = DEFAULT_LENGTHS, **kwargs: object) -> list[RetrievalTask]:
-    """:func:`needle_task` for each length (keyword arguments are passed on)."""
-    return [needle_task(length, **kwargs) for length in lengths]  # type: ignore[arg-type]
+def needle_tasks(
+    lengths: Sequence[int] = DEFAULT_LENGTHS, draw: Draw = Draw(), **options
+) -> list[RetrievalTask]:
+    """:func:`needle_task` for each length (``options``: ``haystack``, ``vary_haystack``)."""
+    return [needle_task(length, draw, **options) for length in lengths]
 
 
 # ------------------------------------------------------------------ key at the start, haystack grows
@@ -436,22 +428,13 @@ class StartTaskError(UserError, ValueError):
     for the ``-start`` tasks, anywhere in it for passkey, needle and position."""
 
 
-def passkey_start_tasks(
-    lengths: Sequence[int] = DEFAULT_LENGTHS,
-    *,
-    tokenizer: PreTrainedTokenizerBase,
-    seed: int = 0,
-    n_docs: int = SWEEP_DOCS,
-    n_queries: int = SWEEP_QUERIES,
-) -> list[RetrievalTask]:
+def passkey_start_tasks(lengths: Sequence[int], draw: Draw) -> list[RetrievalTask]:
     """Passkey with the key line first and the filler after it; one task per length, paired across lengths.
 
     Args:
-        lengths: Document lengths in tokens under ``tokenizer`` (no special tokens).
-        tokenizer: Cuts every length as a token prefix of the longest document (required).
-        seed: Generation seed (names, keys, queries; not the lengths).
-        n_docs: Documents, the same at every length.
-        n_queries: Queries, each about a different document, the same at every length.
+        lengths: Document lengths in tokens under ``draw.tokenizer`` (no special tokens).
+        draw: Its tokenizer (required) cuts every length as a token prefix of the longest document; its seed
+            draws names, keys and queries (not the lengths); the same documents and queries at every length.
 
     Returns:
         One `RetrievalTask` per length, in ``lengths`` order; task k's document i is the first
@@ -460,34 +443,25 @@ def passkey_start_tasks(
     Raises:
         StartTaskError: The shortest length cannot hold a key line whole.
     """
-    _check_passkey_sizes(n_docs, n_queries)
-    rng = random.Random(f"passkey-start|{seed}")
-    names, inserts = _passkey_keys(rng, n_docs)
-    relevant = rng.sample(range(n_docs), n_queries)
+    _check_passkey_sizes(draw)
+    rng = random.Random(f"passkey-start|{draw.seed}")
+    names, inserts = _passkey_keys(rng, draw.n_docs)
+    relevant = rng.sample(range(draw.n_docs), draw.n_queries)
     queries = [_passkey_query(names[i]) for i in relevant]
     hay = _passkey_haystack(max(lengths, default=0))
     return _start_tasks(
-        "passkey-start", lengths, seed, inserts, queries, relevant, hay, "\n", tokenizer, "passkey-filler"
+        "passkey-start", lengths, draw, inserts, queries, relevant, hay, "\n", "passkey-filler"
     )
 
 
 def needle_start_tasks(
-    lengths: Sequence[int] = DEFAULT_LENGTHS,
-    *,
-    tokenizer: PreTrainedTokenizerBase,
-    seed: int = 0,
-    n_docs: int = SWEEP_DOCS,
-    n_queries: int = SWEEP_QUERIES,
-    haystack: str | Sequence[str] = "sotu",
+    lengths: Sequence[int], draw: Draw, *, haystack: str | Sequence[str] = "sotu"
 ) -> list[RetrievalTask]:
     """The needle opens each document and the (shared) haystack follows; see `passkey_start_tasks`.
 
     Args:
-        lengths: Document lengths in tokens under ``tokenizer``.
-        tokenizer: Cuts every length as a token prefix of the longest document (required).
-        seed: Generation seed (needles, queries).
-        n_docs: Documents (at most 100, one needle each).
-        n_queries: Queries, each the question of a different document's needle.
+        lengths: Document lengths in tokens under ``draw.tokenizer``.
+        draw: As for `passkey_start_tasks` (at most 100 documents, one needle each).
         haystack: A corpus name or the haystack texts; every document continues with its start.
 
     Returns:
@@ -496,31 +470,29 @@ def needle_start_tasks(
     Raises:
         StartTaskError: The shortest length cannot hold a needle whole.
     """
-    sentences, hay_name = _needle_sentences(haystack, n_docs, n_queries)
-    rng = random.Random(f"needle-start|{seed}")
-    needles = rng.sample(NEEDLES, n_docs)
-    relevant = rng.sample(range(n_docs), n_queries)
+    sentences, hay_name = _needle_sentences(haystack, draw)
+    rng = random.Random(f"needle-start|{draw.seed}")
+    needles = rng.sample(NEEDLES, draw.n_docs)
+    relevant = rng.sample(range(draw.n_docs), draw.n_queries)
     hay = _window(sentences, 0, max(lengths, default=0) + 64)
     queries = [needles[i].question for i in relevant]
-    return _start_tasks(
-        "needle-start", lengths, seed, [n.fact for n in needles], queries, relevant, hay, " ", tokenizer,
-        hay_name,
-    )  # fmt: skip
+    facts = [n.fact for n in needles]
+    return _start_tasks("needle-start", lengths, draw, facts, queries, relevant, hay, " ", hay_name)
 
 
 def _start_tasks(
     name: str,
     lengths: Sequence[int],
-    seed: int,
+    draw: Draw,
     inserts: Sequence[str],
     queries: Sequence[str],
     relevant: Sequence[int],
     hay: _Haystack,
     sep: str,
-    tokenizer: PreTrainedTokenizerBase,
     haystack_name: str,
 ) -> list[RetrievalTask]:
     """Each insert + ``sep`` + the haystack, grown to ``max(lengths)`` tokens, cut at every length."""
+    tokenizer = draw.tokenizer
     if tokenizer is None:
         raise ValueError(f"{name} cuts its documents as token prefixes: pass a tokenizer")
     if not lengths or min(lengths) < 1:
@@ -556,7 +528,7 @@ def _start_tasks(
                 documents=documents,
                 relevant=tuple(relevant),
                 depths=(0.0,) * len(inserts),
-                seed=seed,
+                seed=draw.seed,
                 inserts=tuple(inserts),
                 n_tokens=tuple(count_tokens(list(documents), tokenizer)),
                 tokenizer=tok_name,

@@ -17,7 +17,6 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from llm_collapse.adapters.inputs import Kind
 from llm_collapse.encoding.forward import EmbeddedBatch, embed_batch
 from llm_collapse.encoding.plan import plan_forwards
 from llm_collapse.encoding.prefix import shared_rows
@@ -28,27 +27,11 @@ logger = logging.getLogger(__name__)
 
 
 def iter_batches(
-    embedder,
-    texts: Sequence[str],
-    *,
-    kind: Kind = "document",
-    instruction: str | None = None,
-    batch_size: int | None = None,
-    output_hidden_states: bool = False,
-    show_progress_bar: bool | None = None,
-    share_prefixes: bool | None = None,
+    embedder, texts: Sequence[str], *, show_progress_bar: bool | None = None, **options
 ) -> Iterator[EmbeddedBatch]:
     """Runs ``texts`` through ``embedder`` in length-sorted batches and yields each with its vectors (and
-    hidden states if asked); the options are documented once, on `Embedder.iter_batches`."""
-    plan = plan_forwards(
-        embedder,
-        texts,
-        kind=kind,
-        instruction=instruction,
-        batch_size=batch_size,
-        output_hidden_states=output_hidden_states,
-        share_prefixes=share_prefixes,
-    )
+    hidden states if asked); ``options`` are `plan_forwards`'s, ``show_progress_bar`` `Embedder.iter_batches`'s."""
+    plan = plan_forwards(embedder, texts, **options)
     if show_progress_bar is None:  # never in a redirected log, nor under a run's own display
         show_progress_bar = (
             len(plan.batches) > 1 and logger.isEnabledFor(logging.INFO) and progress.batch_bars()
@@ -60,7 +43,9 @@ def iter_batches(
     with tqdm(total=len(plan.encoded), desc=label, unit="text", disable=not show_progress_bar) as bar:
         for indices in plan.batches:
             items = [plan.encoded[i] for i in indices]
-            batch, states = embed_batch(embedder, indices, items, output_hidden_states=output_hidden_states)
+            batch, states = embed_batch(
+                embedder, indices, items, output_hidden_states=plan.output_hidden_states
+            )
             rows = [batch]
             if plan.groups is not None:
                 rows = list(

@@ -31,12 +31,14 @@ class ForwardPlan:
             None when every input runs in its own row.
         batches: The inputs run together, as indices into ``encoded`` (roots only, when ``groups`` is set).
         batch_size: Most texts per batch, as planned.
+        output_hidden_states: Whether the forwards also return every layer's token states.
     """
 
     encoded: list[EncodedText]
     groups: dict[int, list[int]] | None
     batches: list[list[int]]
     batch_size: int
+    output_hidden_states: bool
 
 
 def plan_forwards(
@@ -49,11 +51,21 @@ def plan_forwards(
     output_hidden_states: bool = False,
     share_prefixes: bool | None = None,
 ) -> ForwardPlan:
-    """Tokenises ``texts`` for ``embedder`` and plans their forwards (arguments as in `Embedder.iter_batches`).
+    """Tokenises ``texts`` for ``embedder`` and plans their forwards.
 
     Refuses hidden states where there is no forward of the whole text (an `InputEmbedding` such as PCW) or
     no token states (a backend that pools itself); logs truncated and empty inputs once per call. A backend
     whose forward mixes rows (`Backend.mixes_rows`: bitsandbytes int8) runs one text per forward.
+
+    Args:
+        embedder: The `Embedder`.
+        texts: A list of strings.
+        kind: ``"query"`` (instruction template) or ``"document"`` (bare, as on the model cards).
+        instruction: Task instruction for queries; defaults to the card's example instruction.
+        batch_size: Most texts per batch (the token budget may make batches smaller); None: the embedder's.
+        output_hidden_states: Also every layer's token states (`EmbeddedBatch.hidden_states`).
+        share_prefixes: Embed texts whose input is a token prefix of another's from that forward, where
+            exact; None means ``embedder.share_prefixes``.
     """
     backend = embedder.backend
     if batch_size is not None:
@@ -81,7 +93,8 @@ def plan_forwards(
         max_tokens=embedder.max_tokens_per_batch,
         max_padding=embedder.max_padding,
     )
-    return ForwardPlan(encoded, groups, [[roots[b] for b in batch] for batch in planned], batch_size)
+    batches = [[roots[b] for b in batch] for batch in planned]
+    return ForwardPlan(encoded, groups, batches, batch_size, output_hidden_states)
 
 
 def _log_inputs(name: str, token_cap: int, encoded: list[EncodedText]) -> None:

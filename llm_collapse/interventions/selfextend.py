@@ -328,6 +328,9 @@ def _selfextend_attention(
 ) -> tuple[torch.Tensor, None]:
     """SelfExtend attention with the signature of transformers' attention functions.
 
+    Long because it follows the reference implementation's one function step by step (neighbour and grouped
+    positions, the merge by distance, softcap, masks), so it can be read against it line by line.
+
     Args:
         module: The calling attention module.
         query: (B, H, L, d), rotated at the true positions.

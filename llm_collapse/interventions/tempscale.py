@@ -115,6 +115,16 @@ class TempScale(Intervention):
         self.layer_type = layer_type
 
     @property
+    def plain(self) -> bool:
+        """The paper's method: every layer, inside any softcap, the pooler untouched (a point of a tau sweep)."""
+        return (
+            self.layers is None
+            and self.layer_type is None
+            and self.placement == "inside"
+            and not self.include_pooler
+        )
+
+    @property
     def slug(self) -> str:
         suffix = "-after" if self.placement == "after" else ""
         pooler = "-pooler" if self.include_pooler else ""

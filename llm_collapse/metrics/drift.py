@@ -41,22 +41,15 @@ def paired_cosine(A: np.ndarray, B: np.ndarray) -> np.ndarray:
 
 
 def cosine_drift(
-    A: np.ndarray,
-    B: np.ndarray,
-    n_boot: int = 1000,
-    alpha: float = 0.05,
-    seed: int = 0,
-    label: str | None = None,
+    A: np.ndarray, B: np.ndarray, label: str | None = None, **bootstrap
 ) -> tuple[float, float, float]:
     """Mean paired cosine of ``A`` and ``B`` with a percentile bootstrap interval over texts.
 
     Args:
         A: (n, d) embeddings, e.g. of the reference model.
         B: (n, d) embeddings of the same texts in the same order, e.g. of the quantized model.
-        n_boot: Bootstrap resamples.
-        alpha: Two-sided level.
-        seed: Seed of ``numpy.random.default_rng``.
         label: Group name for the warning when n = 0.
+        **bootstrap: `bootstrap_ci`'s ``n_boot``, ``alpha`` and ``seed``.
 
     Returns:
         ``(mean, low, high)``; all NaN when n = 0, NaN interval when n = 1 (a single text has no spread).
@@ -67,4 +60,4 @@ def cosine_drift(
         return (float("nan"), float("nan"), float("nan"))
     if cosines.size == 1:
         return (float(cosines[0]), float("nan"), float("nan"))
-    return bootstrap_ci(cosines, np.mean, n_boot=n_boot, alpha=alpha, seed=seed)
+    return bootstrap_ci(cosines, np.mean, **bootstrap)

@@ -175,15 +175,10 @@ def group_ids(groups: Sequence | np.ndarray, n: int) -> np.ndarray:
     return np.unique(g, return_inverse=True)[1].reshape(n)
 
 
-def knn_label_accuracy(
-    X: np.ndarray,
-    labels: Sequence | np.ndarray,
-    k: int = 10,
-    chunk_size: int = 2048,
-    label: str | None = None,
-) -> float:
-    """Leave-one-out kNN accuracy: the mean of `knn_correct`; NaN if < 2 classes or n <= k."""
-    correct = knn_correct(X, labels, k=k, chunk_size=chunk_size, label=label)
+def knn_label_accuracy(X: np.ndarray, labels: Sequence | np.ndarray, **options) -> float:
+    """Leave-one-out kNN accuracy: the mean of `knn_correct` (``options`` are its ``k``, ``chunk_size``,
+    ``label``); NaN if < 2 classes or n <= k."""
+    correct = knn_correct(X, labels, **options)
     return float("nan") if correct is None else float(correct.mean())
 
 

@@ -252,16 +252,8 @@ def paired_pairwise_cosine_ci(
     the indices equal `pairwise_cosine_ci`'s, so every resample difference is exactly the difference of the
     two unpaired resample values (the same pairs enter both, so the denominators agree).
 
-    Args:
-        X: (n, d) embeddings, e.g. under a method.
-        Y: (n, d) embeddings of the same n items, e.g. under ``base``.
-        n_boot: Number of resamples.
-        alpha: Two-sided level.
-        seed: Seed of ``numpy.random.default_rng``.
-        label: Group name for warnings.
-
-    Returns:
-        ``(point, low, high)``; NaN interval when the point is NaN (n < 2).
+    ``X`` (n, d) holds the embeddings under a method, ``Y`` (n, d) those of the same n items under ``base``;
+    the other arguments and the return value are `pairwise_cosine_ci`'s.
 
     Raises:
         ValueError: ``X`` and ``Y`` hold different numbers of rows.

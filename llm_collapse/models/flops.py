@@ -20,20 +20,25 @@ TWO_MATRIX_MLP = ENCODER_TYPES - {"modernbert", "nomic_bert", "new"}  # the othe
 matrices (gate, up, down; ModernBERT's ``Wi`` is gate and up fused)."""
 
 
-def backbone_linear_params(
-    *,
-    hidden: int,
-    layers: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    intermediate: int,
-    gated: bool = True,
-) -> int:
-    """Weights of every layer's q, k, v, o projections and MLP (3 matrices when ``gated``, else 2)."""
-    d_attn = heads * head_dim
-    attention = 2 * hidden * d_attn + 2 * hidden * kv_heads * head_dim
-    return layers * (attention + (3 if gated else 2) * hidden * intermediate)
+@dataclass(frozen=True)
+class LayerShape:
+    """The dimensions of a decoder's (or encoder's) layers that its linear weights follow."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    gated: bool = True
+    """The MLP is 3 matrices (gate, up, down) when gated, else 2."""
+
+
+def backbone_linear_params(shape: LayerShape) -> int:
+    """Weights of every layer's q, k, v, o projections and MLP."""
+    d_attn = shape.heads * shape.head_dim
+    attention = 2 * shape.hidden * d_attn + 2 * shape.hidden * shape.kv_heads * shape.head_dim
+    return shape.layers * (attention + (3 if shape.gated else 2) * shape.hidden * shape.intermediate)
 
 
 def latent_pooler_linear_params(hidden: int, heads: int, head_dim: int, ff_mult: int = 4) -> int:
@@ -85,13 +90,15 @@ class FlopModel:
         heads = int(text.num_attention_heads)
         head_dim = _head_dim(text)
         linear = backbone_linear_params(
-            hidden=hidden,
-            layers=int(text.num_hidden_layers),
-            heads=heads,
-            kv_heads=int(getattr(text, "num_key_value_heads", None) or heads),
-            head_dim=head_dim,
-            intermediate=int(getattr(text, "intermediate_size", None) or 4 * hidden),
-            gated=text.model_type not in TWO_MATRIX_MLP,
+            LayerShape(
+                hidden=hidden,
+                layers=int(text.num_hidden_layers),
+                heads=heads,
+                kv_heads=int(getattr(text, "num_key_value_heads", None) or heads),
+                head_dim=head_dim,
+                intermediate=int(getattr(text, "intermediate_size", None) or 4 * hidden),
+                gated=text.model_type not in TWO_MATRIX_MLP,
+            )
         )
         latent = getattr(full, "latent_attention_config", None)
         if isinstance(latent, Mapping):

@@ -52,14 +52,7 @@ from llm_collapse.reporting.frames import ReportData, SchemaError, load_runs, me
 from llm_collapse.reporting.length_effects import decomposition_table, interaction_table
 from llm_collapse.reporting.markup import codes, compact
 from llm_collapse.reporting.significance import table_legend
-from llm_collapse.reporting.study_summary import (
-    ANSWERS_FILE,
-    VERDICTS,
-    answers_csv,
-    answers_frame,
-    answers_table,
-    families_text,
-)
+from llm_collapse.reporting.study_summary import ANSWERS_FILE, answers_csv, answers_frame, claims_section
 from llm_collapse.reporting.tables import (
     models_table,
     one_length,
@@ -347,27 +340,6 @@ def run_claims(data: ReportData) -> pd.DataFrame | None:
             )
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else None
-
-
-def claims_section(answers: pd.DataFrame | None) -> list[Block]:
-    """The report's first section where its runs declared claims: their verdicts, from answers.csv."""
-    if answers is None:
-        return []
-    legend = "; ".join(f"**{name}**: {meaning}" for name, meaning in VERDICTS.items())
-    return [
-        Heading(2, "Claims"),
-        Paragraph(
-            "The claims the run's config declared before it ran, each read from the paired row it names."
-        ),
-        answers_table(answers, linked=False),
-        Bullets(
-            (
-                f"Verdicts, Holm's correction at 0.05 within each family: {legend}.",
-                f"Families (claims): {families_text(answers)}. Intervals are unadjusted 95% intervals; p-values "
-                f"are Holm-adjusted within the family. Every number: `{ANSWERS_FILE}`.",
-            )
-        ),
-    ]
 
 
 def report_blocks(

@@ -1,6 +1,6 @@
 """One seaborn function per figure kind, one declaration per kind (`FIGURE_KINDS`), and `make_figures`, which
 draws, task by task in report order, the kinds each task declares in the registry (`TaskSpec.figures`), then
-the temperature sweep over every task (`SWEEP_KIND`). Adding a kind: write its plot function, declare it in
+the temperature sweep over every task (`sweep_kind`). Adding a kind: write its plot function, declare it in
 `FIGURE_KINDS` and name it in the tasks' `TaskSpec.figures`.
 
 Figures (file names are slugified, deterministic, and unique within a report):
@@ -76,6 +76,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator  # noqa: E402
 
+from llm_collapse.interventions import InterventionError, parse_method  # noqa: E402
+from llm_collapse.interventions.tempscale import TempScale  # noqa: E402
 from llm_collapse.reporting.frames import (  # noqa: E402
     HEADLINE,
     HIGHER_IS_BETTER,
@@ -119,7 +121,6 @@ SWEEP_SECTION = "temperature"
 _COLORS = sns.color_palette("tab10").as_hex()
 _DASHES: tuple[tuple[float, ...], ...] = ((), (5.0, 2.0), (1.5, 1.5), (4.0, 1.5, 1.5, 1.5))
 _MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "*")
-_TEMPSCALE = re.compile(r"^tempscale-([0-9][0-9.]*(?:e-?[0-9]+)?)$")
 
 
 @dataclass(frozen=True)
@@ -193,19 +194,6 @@ def length_label(length: float) -> str:
     """Tick label for a length: 512, 1k, 32k (multiples of 1024 as k)."""
     length = int(length)
     return f"{length // 1024}k" if length >= 1024 and length % 1024 == 0 else str(length)
-
-
-def tau_of(method: str) -> float | None:
-    """Temperature of a plain ``tempscale-<tau>`` method, 1.0 for ``base``, else None."""
-    if method == "base":
-        return 1.0
-    match = _TEMPSCALE.match(method)
-    if not match:
-        return None
-    try:
-        return float(match.group(1))
-    except ValueError:
-        return None
 
 
 def _log2_lengths(ax, lengths: Sequence[float]) -> None:
@@ -871,48 +859,72 @@ FIGURE_KINDS: dict[str, FigureKind] = {
 """The figure kinds a task can declare (`TaskSpec.figures`), each drawn from that task's rows."""
 
 
-def sweep_rows(results: pd.DataFrame) -> pd.DataFrame:
-    """Overall rows of ``base`` and plain ``tempscale-<tau>`` methods with a ``tau`` column.
+def temperatures(data: ReportData) -> dict[str, float]:
+    """tau of each method that is one plain `TempScale` (a point of the sweep), by slug, from the parsed
+    ``methods`` of each run's config (`parse_method`), never decoded from a slug; ``base`` is 1."""
+    taus = {"base": 1.0}
+    for run in data.runs:
+        config = run.record.config if isinstance(run.record.config, dict) else {}
+        for text in config.get("methods") or ():
+            try:
+                method = parse_method(text)
+            except InterventionError as err:
+                logger.warning(
+                    "%s: method %r does not parse (%s); left out of the temperature sweep",
+                    run.label,
+                    text,
+                    err,
+                )
+                continue
+            part = method.stack.parts[0] if len(method.stack.parts) == 1 else None
+            if isinstance(part, TempScale) and part.plain:
+                taus[method.slug] = part.tau
+    return taus
 
-    Empty unless at least two distinct ``tempscale-<tau>`` methods exist. Where a ``tempscale-1`` exists
-    next to ``base``, the explicit one is kept for tau = 1.
+
+def sweep_rows(results: pd.DataFrame, taus: dict[str, float]) -> pd.DataFrame:
+    """Overall rows of ``base`` and the plain temperature methods with a ``tau`` column.
+
+    Empty unless at least two distinct temperature methods exist. Where a ``tempscale-1`` exists next to
+    ``base``, the explicit one is kept for tau = 1.
 
     Args:
         results: Tidy results.
+        taus: tau by method slug (`temperatures`).
 
     Returns:
         Rows (tasks with layerwise figures excluded) with ``tau``.
     """
-    methods = [m for m in results["method"].unique() if m != "base" and tau_of(m) is not None]
+    methods = [m for m in results["method"].unique() if m != "base" and m in taus]
     if len(methods) < 2:
         return results.iloc[0:0].assign(tau=pd.Series(dtype=float))
     layerwise = tasks_with(figure="layerwise")
     plain = results[~results["task"].isin(layerwise) & ~results["metric"].map(is_contrast)]
     rows = overall_rows(plain)
-    rows = rows[rows["method"].map(lambda m: tau_of(m) is not None)].assign(
-        tau=lambda f: f["method"].map(tau_of)
-    )
+    rows = rows[rows["method"].isin(taus)].assign(tau=lambda f: f["method"].map(taus))
     explicit_one = set(rows.loc[(rows["method"] != "base") & (rows["tau"] == 1.0), "model"])
     rows = rows[~((rows["method"] == "base") & rows["model"].isin(explicit_one))]
     return rows
 
 
-SWEEP_KIND = FigureKind(
-    "sweep",
-    rows=sweep_rows,
-    skip="fewer than two tempscale-<tau> methods; skipping the temperature sweep",
-    each=_each_headline,
-    keep=lambda rows: rows["tau"].nunique() >= 2,
-    draw=lambda f, title: plot_temperature_sweep(f.rows, f.metric, f.tiny, title),
-    title=lambda f: f"temperature sweep: {f.task} {f.label} ({f.corpus})",
-    caption=lambda f: (
-        f"Task {f.task}: {f.label} on {f.corpus} vs attention temperature tau (base = 1, tau < 1 sharpens); "
-        "one panel per model, one line per length bin."
-    ),
-    slug=lambda f: ("tempsweep", f.task, f.metric, f.corpus),
-    section=SWEEP_SECTION,
-)
-"""The temperature sweep: drawn once, after every task, from every task's rows (`sweep_rows`)."""
+def sweep_kind(taus: dict[str, float]) -> FigureKind:
+    """The temperature sweep over the methods of ``taus`` (`temperatures`): drawn once, after every task,
+    from every task's rows."""
+    return FigureKind(
+        "sweep",
+        rows=partial(sweep_rows, taus=taus),
+        skip="fewer than two tempscale-<tau> methods; skipping the temperature sweep",
+        each=_each_headline,
+        keep=lambda rows: rows["tau"].nunique() >= 2,
+        draw=lambda f, title: plot_temperature_sweep(f.rows, f.metric, f.tiny, title),
+        title=lambda f: f"temperature sweep: {f.task} {f.label} ({f.corpus})",
+        caption=lambda f: (
+            f"Task {f.task}: {f.label} on {f.corpus} vs attention temperature tau (base = 1, tau < 1 sharpens); "
+            "one panel per model, one line per length bin."
+        ),
+        slug=lambda f: ("tempsweep", f.task, f.metric, f.corpus),
+        section=SWEEP_SECTION,
+    )
 
 
 def figure_kinds(task: str) -> tuple[FigureKind, ...]:
@@ -968,7 +980,7 @@ def make_figures(data: ReportData, fig_dir: Path, *, draw: bool = True) -> list[
         rows, chance = results[results["task"] == task], chance_levels(data, task)
         for kind in figure_kinds(task):
             _make_kind(writer, kind, task, rows, styles, tiny, chance)
-    _make_kind(writer, SWEEP_KIND, "", results, styles, tiny, {})
+    _make_kind(writer, sweep_kind(temperatures(data)), "", results, styles, tiny, {})
     return writer.files
 
 

@@ -427,6 +427,9 @@ def metric_table(
     paired test reads it, else an unpaired one (`llm_collapse.reporting.significance`). Every test of the
     table is Holm-adjusted together; ``margins`` (`ReportData.margins`) give changes that do not survive
     their equivalence reading.
+
+    Long because one table's cells, their tests and the one Holm adjustment over them are built together (the
+    adjustment needs every cell's p-value before any cell is written).
     """
     digits = metric_info(metric).digits
     lengths = sorted(int(x) for x in rows["length"].unique())

@@ -35,6 +35,7 @@ from llm_collapse.metrics.contrasts import Contrast
 from llm_collapse.metrics.stats import holm_adjust
 from llm_collapse.records.results import ITEMS_FILE
 from llm_collapse.reporting.answer_spec import Answer
+from llm_collapse.reporting.blocks import Block, Bullets, Heading, Paragraph
 from llm_collapse.reporting.frames import load_run
 from llm_collapse.reporting.item_contrasts import (
     Cell,
@@ -360,3 +361,24 @@ def family_table(frame: pd.DataFrame) -> Table:
                      f"{declared} of {len(rows)}"))  # fmt: skip
     headers = ("family", "claims", "yes", "no, the opposite", "no, equivalent", "inconclusive", "declared")
     return Table(headers, tuple(body), (False, True, True, True, True, True, False))
+
+
+def claims_section(answers: pd.DataFrame | None) -> list[Block]:
+    """The report's first section where its runs declared claims: their verdicts, from answers.csv."""
+    if answers is None:
+        return []
+    legend = "; ".join(f"**{name}**: {meaning}" for name, meaning in VERDICTS.items())
+    return [
+        Heading(2, "Claims"),
+        Paragraph(
+            "The claims the run's config declared before it ran, each read from the paired row it names."
+        ),
+        answers_table(answers, linked=False),
+        Bullets(
+            (
+                f"Verdicts, Holm's correction at 0.05 within each family: {legend}.",
+                f"Families (claims): {families_text(answers)}. Intervals are unadjusted 95% intervals; p-values "
+                f"are Holm-adjusted within the family. Every number: `{ANSWERS_FILE}`.",
+            )
+        ),
+    ]

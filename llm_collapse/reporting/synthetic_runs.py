@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llm_collapse.interventions import Method, parse_method
+from llm_collapse.interventions.tempscale import TempScale
 from llm_collapse.records.record import RUN_FILE
 from llm_collapse.reporting.frames import (
     RESULT_COLUMNS,
@@ -22,7 +24,8 @@ from llm_collapse.reporting.frames import (
 )
 
 SYNTHETIC_MODELS: tuple[str, ...] = ("synth-decoder", "synth-encoder")
-SYNTHETIC_METHODS: tuple[str, ...] = ("base", "tempscale-0.8", "tempscale-0.9")
+SYNTHETIC_METHODS: tuple[str, ...] = ("base", "tempscale:0.8", "tempscale:0.9")
+"""As ``--methods`` writes them: the rows carry their slugs, run.json the texts."""
 SYNTHETIC_LENGTHS: tuple[int, ...] = (256, 512, 1024, 2048)
 SYNTHETIC_DEPTHS: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)
 SYNTHETIC_LAYERS: int = 6
@@ -47,8 +50,9 @@ def _row(model, method, task, corpus, length, metric, value, n, *, depth=math.na
     }
 
 
-def _tau(method: str) -> float:
-    return float(method.split("-", 1)[1]) if method.startswith("tempscale-") else 1.0
+def _tau(method: Method) -> float:
+    part = method.stack.parts[0] if len(method.stack.parts) == 1 else None
+    return part.tau if isinstance(part, TempScale) else 1.0
 
 
 def synthetic_results(
@@ -65,7 +69,8 @@ def synthetic_results(
     Args:
         seed: numpy seed; the same arguments always give the same frame.
         models: Model names.
-        methods: Method slugs (``tempscale-<tau>`` values shape the numbers, others are noise).
+        methods: Methods as ``--methods`` writes them (a temperature shapes the numbers, others are noise);
+            the rows carry their slugs.
         lengths: Length bins.
         corpus: Corpus name.
         tasks: Subset of `SYNTHETIC_TASKS` to keep.
@@ -76,10 +81,10 @@ def synthetic_results(
     rng = np.random.default_rng(seed)
     rows = []
     for mi, model in enumerate(models):
-        for method in methods:
+        for method in map(parse_method, methods):
             relief = 1.0 - _tau(method)  # tau < 1 sharpens attention: less collapse
             for li, length in enumerate(lengths):
-                rows += _synthetic_bin(rng, model, method, corpus, li, length, 0.1 * mi, relief)
+                rows += _synthetic_bin(rng, model, method.slug, corpus, li, length, 0.1 * mi, relief)
     frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
     return sort_results(frame[frame["task"].isin(tasks)])
 
@@ -149,6 +154,7 @@ def synthetic_meta(
     tiny_random: bool | Iterable[str] = False,
     hardware: dict[str, Any] | None = None,
     seed: int = 0,
+    methods: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """A ``run.json`` dict matching ``results``.
 
@@ -160,19 +166,20 @@ def synthetic_meta(
         tiny_random: True to mark every model, or the names of the models to mark.
         hardware: The ``hardware`` entry (default: a fixed CPU description).
         seed: Recorded as ``config.seed``.
+        methods: The methods as written (``config.methods``); None: the rows' slugs.
 
     Returns:
         The run metadata.
     """
     models = sorted(results["model"].unique())
-    methods = sorted_methods(results["method"].unique())
+    slugs = sorted_methods(results["method"].unique())
     tiny = set(models) if tiny_random is True else set(tiny_random or ())
     longest = int(results["length"].max())
     entries = {}
     for i, model in enumerate(models):
         window = 512 if i == 0 else None
         max_length = 1024 if i == len(models) - 1 and len(models) > 1 else 32768
-        truncated = {m: (8 if longest > max_length else 0) for m in methods}
+        truncated = {m: (8 if longest > max_length else 0) for m in slugs}
         describe = {
             "dtype": "float32",
             "attn_implementation": "sdpa",
@@ -191,7 +198,7 @@ def synthetic_meta(
         "config": {
             "seed": seed,
             "models": models,
-            "methods": methods,
+            "methods": list(methods) if methods is not None else slugs,
             "tasks": sorted(results["task"].unique()),
             "corpus": sorted(results["corpus"].unique()),
             "lengths": sorted(int(x) for x in results["length"].unique()),
@@ -211,38 +218,30 @@ def synthetic_meta(
 def write_synthetic_run(
     run_dir: Path | str,
     *,
-    seed: int = 0,
-    models: Sequence[str] = SYNTHETIC_MODELS,
-    methods: Sequence[str] = SYNTHETIC_METHODS,
-    lengths: Sequence[int] = SYNTHETIC_LENGTHS,
-    corpus: str = "synthetic",
-    tasks: Sequence[str] = SYNTHETIC_TASKS,
     tiny_random: bool | Iterable[str] = False,
     hardware: dict[str, Any] | None = None,
+    **grid: Any,
 ) -> Path:
     """Write a valid synthetic run directory (``results.parquet``, ``results.csv``, ``run.json``).
 
     Args:
         run_dir: Directory to create (parents too); existing files are overwritten.
-        seed: Seed for the numbers.
-        models: Model names (default two).
-        methods: Method slugs (default ``base`` and two temperatures, enough for a sweep figure).
-        lengths: Length bins (default four).
-        corpus: Corpus name.
-        tasks: Subset of `SYNTHETIC_TASKS` to write.
         tiny_random: Mark all (True) or the named models ``tiny_random``.
         hardware: ``hardware`` entry of ``run.json``.
+        **grid: `synthetic_results`'s arguments (``seed``, ``models``, ``methods``, ``lengths``, ``corpus``,
+            ``tasks``), documented there once.
 
     Returns:
         ``run_dir`` as a Path.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    results = synthetic_results(
-        seed=seed, models=models, methods=methods, lengths=lengths, corpus=corpus, tasks=tasks
-    )
+    results = synthetic_results(**grid)
     results.to_parquet(run_dir / RESULTS_FILE, index=False)
     results.to_csv(run_dir / RESULTS_CSV, index=False)
-    meta = synthetic_meta(results, tiny_random=tiny_random, hardware=hardware, seed=seed)
+    methods = grid.get("methods", SYNTHETIC_METHODS)
+    meta = synthetic_meta(
+        results, tiny_random=tiny_random, hardware=hardware, seed=grid.get("seed", 0), methods=methods
+    )
     (run_dir / RUN_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return run_dir

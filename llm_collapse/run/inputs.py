@@ -26,6 +26,7 @@ from llm_collapse.data.bins import empty_bin, target_bins
 from llm_collapse.data.position import POSITIONS, position_task
 from llm_collapse.data.prefixes import PrefixDesignError, nested_prefixes
 from llm_collapse.data.synthetic import (
+    Draw,
     needle_start_tasks,
     needle_task,
     passkey_start_tasks,
@@ -89,28 +90,16 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
                 seed=config.seed,
             )
         _check_every_length(config, inputs, documents, tokenizer, fallback)
-    sizes = dict(
-        seed=config.seed,
-        n_docs=config.retrieval_docs,
-        n_queries=config.retrieval_queries,
-        tokenizer=tokenizer,
-        fit_to_tokens=True,
-    )
+    draw = Draw(config.seed, config.retrieval_docs, config.retrieval_queries, tokenizer, fit_to_tokens=True)
     for task_name, make in (("passkey", passkey_task), ("needle", needle_task)):
         if task_name in config.tasks:
-            inputs.retrieval[task_name] = [make(length, **sizes) for length in config.lengths]
+            inputs.retrieval[task_name] = [make(length, draw) for length in config.lengths]
     for task_name, make in (("passkey-start", passkey_start_tasks), ("needle-start", needle_start_tasks)):
         if task_name in config.tasks:  # StartTaskError (a UserError) when a length cannot hold a key line
-            inputs.retrieval[task_name] = make(
-                config.lengths,
-                tokenizer=tokenizer,
-                seed=config.seed,
-                n_docs=config.retrieval_docs,
-                n_queries=config.retrieval_queries,
-            )
+            inputs.retrieval[task_name] = make(config.lengths, draw)
     if "position" in config.tasks:
         inputs.retrieval["position"] = [
-            position_task(length, position, **sizes) for length in config.lengths for position in POSITIONS
+            position_task(length, position, draw) for length in config.lengths for position in POSITIONS
         ]
     return inputs
 

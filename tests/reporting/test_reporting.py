@@ -126,7 +126,7 @@ def test_summary_and_caveats_content(built):
 
 def test_a_one_length_run_shows_one_value_per_metric_and_no_change(tmp_path):
     run = write_synthetic_run(
-        tmp_path / "one", methods=("base", "tempscale-0.9"), lengths=(2048,), tasks=("knn",)
+        tmp_path / "one", methods=("base", "tempscale:0.9"), lengths=(2048,), tasks=("knn",)
     )
     md = build_report([run], run)["report.md"].read_text(encoding="utf-8")
     summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
@@ -161,7 +161,7 @@ def test_report_markdown_plans_the_figures_it_does_not_draw(built, tmp_path):
 
 def test_rebuild_in_place_is_byte_identical_and_drops_stale_figures(tmp_path):
     run = write_synthetic_run(
-        tmp_path / "r", models=("m",), methods=("base", "tempscale-0.5"), tasks=("knn", "passkey")
+        tmp_path / "r", models=("m",), methods=("base", "tempscale:0.5"), tasks=("knn", "passkey")
     )
     first = build_report([run], run)
     before = _snapshot(run)
@@ -215,7 +215,7 @@ def test_tiny_random_caveat_and_summary_exclusion(tmp_path):
 
 def test_missing_data_skips_figures_cleanly(tmp_path, caplog):
     run = write_synthetic_run(
-        tmp_path / "knn-only", methods=("base", "ntk-theta1e5+window-off"), tasks=("knn",)
+        tmp_path / "knn-only", methods=("base", "ntk:1e5+window:off"), tasks=("knn",)
     )
     meta = json.loads((run / "run.json").read_text())
     meta["models"]["synth-encoder"]["not_applicable"] = {"selfextend-g9-w512": "needs a RoPE model"}
@@ -253,7 +253,7 @@ def test_depth_heatmap_is_followed_by_its_paired_rows_read_after_holm_across_the
     run = write_synthetic_run(
         tmp_path / "r",
         models=("m",),
-        methods=("base", "tempscale-0.9"),
+        methods=("base", "tempscale:0.9"),
         tasks=("passkey",),
         lengths=(256, 512),
     )
@@ -364,7 +364,7 @@ def test_position_layerwise_and_sweep_facets():
     finally:
         plt.close(fig)
     sweep = _curve("ab", ("tempscale-0.5", "base"), (256, 512)).assign(
-        tau=lambda f: f["method"].map(figures.tau_of)
+        tau=lambda f: f["method"].map({"tempscale-0.5": 0.5, "base": 1.0})
     )
     fig = figures.plot_temperature_sweep(sweep, "acc@1", {"b"}, "title")
     try:

@@ -185,7 +185,7 @@ def test_prefix_design_shares_one_forward_per_document(sotu, tiny_embedder, monk
 
 
 def test_progress_bar_moves_once_per_forward_by_every_text_it_embedded(sotu, tiny_embedder, monkeypatch):
-    import llm_collapse.embedder as embedder_module
+    import llm_collapse.encoding.pipeline as pipeline_module
 
     updates = []
 
@@ -205,7 +205,7 @@ def test_progress_bar_moves_once_per_forward_by_every_text_it_embedded(sotu, tin
         def set_postfix_str(self, *args, **kwargs):
             pass
 
-    monkeypatch.setattr(embedder_module, "tqdm", Bar)
+    monkeypatch.setattr(pipeline_module, "tqdm", Bar)
     embedder = tiny_embedder("gemma3-270m")
     lengths = [32, 64, 128]
     items = nested_prefixes(sotu, embedder.tokenizer, lengths, n_docs=3, seed=0, corpus="sotu")

@@ -11,6 +11,7 @@ import pytest
 
 from llm_collapse.data.bins import count_tokens
 from llm_collapse.data.position import POSITIONS, position_task
+from llm_collapse.data.synthetic import Draw
 from llm_collapse.metrics.proportions import wilson_interval
 from llm_collapse.tasks.base import TaskContext
 from llm_collapse.tasks.inputs import RunInputs
@@ -27,7 +28,7 @@ def tok():
 
 
 def _pair(length, **kwargs):
-    return {p: position_task(length, p, **kwargs) for p in POSITIONS}
+    return {p: position_task(length, p, Draw(**kwargs)) for p in POSITIONS}
 
 
 # --- builder ----------------------------------------------------------------------------------------------
@@ -35,12 +36,12 @@ def _pair(length, **kwargs):
 
 def test_deterministic_by_seed_and_paired_across_positions():
     a, b = _pair(512, seed=3, n_docs=12, n_queries=6), _pair(512, seed=3, n_docs=12, n_queries=6)
-    assert a == b and a["early"] != position_task(512, "early", seed=4, n_docs=12, n_queries=6)
+    assert a == b and a["early"] != position_task(512, "early", Draw(4, 12, 6))
     early, late = a["early"], a["late"]
     assert early.inserts == late.inserts and early.queries == late.queries and early.relevant == late.relevant
     assert early.documents != late.documents
     assert early.depths == (0.0,) * 12 and late.depths == (1.0,) * 12 and early.name == "position"
-    assert position_task(256, "late", seed=3, n_docs=12, n_queries=6) != late  # each length its own draw
+    assert position_task(256, "late", Draw(3, 12, 6)) != late  # each length its own draw
     with pytest.raises(ValueError, match="position must be one of"):
         position_task(256, "middle")
 
@@ -77,7 +78,7 @@ def test_documents_hold_their_sentence_once_at_the_right_end_with_one_shared_fil
 
 
 def test_word_budget_without_tokenizer():
-    task = position_task(400, "early", n_docs=8, n_queries=4)
+    task = position_task(400, "early", Draw(n_docs=8, n_queries=4))
     longest = max(len(k.split()) for k in task.inserts)
     assert all(
         len(d.split()) == 300 - longest + len(k.split())
@@ -111,7 +112,7 @@ def _hashed(words_of: Callable[[str], list[str]]) -> Callable:
 
 @pytest.fixture(scope="module")
 def tasks():
-    return [position_task(n, p, seed=1, n_docs=10, n_queries=10) for n in (128, 512) for p in POSITIONS]
+    return [position_task(n, p, Draw(1, 10, 10)) for n in (128, 512) for p in POSITIONS]
 
 
 def test_rows_for_both_positions_and_overall_with_wilson_cis(tasks):

