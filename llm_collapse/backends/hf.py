@@ -18,6 +18,7 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
@@ -93,7 +94,11 @@ class HFBackend(Backend):
 
     name = "hf"
     returns_pooled = False
-    mixes_rows: str  # set per load (bitsandbytes int8); spec, weights, dtype, tokenizer: `Backend`'s
+    mixes_rows: str
+    spec: EmbedderSpec
+    weights: WeightsLocation
+    dtype: torch.dtype
+    tokenizer: Any
 
     def __init__(
         self,

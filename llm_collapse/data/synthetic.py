@@ -170,7 +170,7 @@ class RetrievalTask:
         return sum(int(p == r) for p, r in zip(top1, self.relevant, strict=True)) / len(self.relevant)
 
 
-class _Haystack:
+class Haystack:
     """Words of a sentence stream and the word index where each sentence starts."""
 
     def __init__(self, sentences: Sequence[str]) -> None:
@@ -213,13 +213,13 @@ def corpus_sentences(name: str) -> tuple[str, ...]:
     return tuple(s for doc in load_corpus(name) for s in split_sentences(doc.text))
 
 
-def _window(sentences: Sequence[str], start: int, min_words: int) -> _Haystack:
+def _window(sentences: Sequence[str], start: int, min_words: int) -> Haystack:
     """Sentences from ``start`` until at least ``min_words`` words (or the stream ends)."""
     end, words = start, 0
     while end < len(sentences) and words < min_words:
         words += len(sentences[end].split())
         end += 1
-    return _Haystack(sentences[start:end])
+    return Haystack(sentences[start:end])
 
 
 def fit_document(
@@ -275,7 +275,7 @@ def _assemble(
     name: str,
     length: int,
     draw: Draw,
-    hays: Sequence[_Haystack],
+    hays: Sequence[Haystack],
     inserts: Sequence[str],
     depths: Sequence[float],
     queries: Sequence[str],
@@ -357,9 +357,9 @@ def _passkey_query(name: str) -> str:
     return f"what is the passkey for {name}?"
 
 
-def _passkey_haystack(length: int) -> _Haystack:
+def _passkey_haystack(length: int) -> Haystack:
     """The filler repeated to more words than ``length`` (every filler word is at least one token)."""
-    return _Haystack(split_sentences(PASSKEY_FILLER) * (length // len(PASSKEY_FILLER.split()) + 8))
+    return Haystack(split_sentences(PASSKEY_FILLER) * (length // len(PASSKEY_FILLER.split()) + 8))
 
 
 def needle_task(
@@ -487,7 +487,7 @@ def _start_tasks(
     inserts: Sequence[str],
     queries: Sequence[str],
     relevant: Sequence[int],
-    hay: _Haystack,
+    hay: Haystack,
     sep: str,
     haystack_name: str,
 ) -> list[RetrievalTask]:

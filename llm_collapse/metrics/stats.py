@@ -36,9 +36,9 @@ Decisions and gotchas:
   when the interval is O(1/sqrt(n)) wide (real, heterogeneous bins), but in near-random groups the
   naive interval can exclude the point. Means of per-row values (``statistic=np.mean``) are unbiased.
 - Paired contrasts (a method vs ``base`` on the same texts) resample or leave out *items*, applying one draw
-  to both members of each pair: ``paired_jackknife_ci`` is what runs store for set-level statistics;
-  ``paired_pairwise_cosine_ci`` and ``paired_mean_diff_ci`` (bootstraps) describe, but no verdict rests on
-  them (`llm_collapse.metrics.contrasts` holds the procedures behind the readings).
+  to both members of each pair: ``paired_jackknife_ci`` is what runs store for set-level statistics
+  (`llm_collapse.metrics.contrasts` holds the procedures behind the readings; the paired bootstraps that
+  runs before 2026-12-06 stored are gone with their last caller).
 - A NaN point estimate gives a NaN interval without resampling. Non-finite resample values are
   dropped from the quantiles (with a warning when any were dropped).
 """
@@ -236,43 +236,6 @@ def _dedup_pair_sums(U: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return num, den
 
 
-def paired_pairwise_cosine_ci(
-    X: np.ndarray,
-    Y: np.ndarray,
-    n_boot: int = 1000,
-    alpha: float = 0.05,
-    seed: int = 0,
-    label: str | None = None,
-) -> tuple[float, float, float]:
-    """Paired bootstrap interval of ``mean_pairwise_cosine(X) - mean_pairwise_cosine(Y)``.
-
-    Row i of ``X`` and of ``Y`` embed the same item (e.g. one text under a method and under ``base``). Each
-    resample draws item indices once and applies them to both matrices, so item-to-item variation common to
-    both cancels; pairs of copies of one item are excluded as in `pairwise_cosine_ci`. With the same seed
-    the indices equal `pairwise_cosine_ci`'s, so every resample difference is exactly the difference of the
-    two unpaired resample values (the same pairs enter both, so the denominators agree).
-
-    ``X`` (n, d) holds the embeddings under a method, ``Y`` (n, d) those of the same n items under ``base``;
-    the other arguments and the return value are `pairwise_cosine_ci`'s.
-
-    Raises:
-        ValueError: ``X`` and ``Y`` hold different numbers of rows.
-    """
-    U, V = normalize_rows(X), normalize_rows(Y)  # (n, d), (n, e)
-    n = _paired_n(U, V)
-    point = mean_pairwise_cosine(U, label=label) - mean_pairwise_cosine(V, label=label)
-    if not np.isfinite(point):
-        return (point, float("nan"), float("nan"))
-    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))  # (n_boot, n)
-    parts = []
-    for w in _count_blocks(idx, n):
-        num_u, den = _dedup_pair_sums(U, w)
-        num_v, _ = _dedup_pair_sums(V, w)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            parts.append(np.where(den > 0, num_u / den - num_v / den, np.nan))
-    return percentile_interval(point, np.concatenate(parts), alpha)
-
-
 def paired_jackknife_ci(
     X: np.ndarray, Y: np.ndarray, statistic: Callable, alpha: float = 0.05
 ) -> tuple[float, float, float]:
@@ -288,34 +251,6 @@ def paired_jackknife_ci(
     _paired_n(X, Y)
     pairs = np.stack([X, Y], axis=1)  # (n, 2, ...)
     return jackknife_ci(pairs, lambda p: statistic(p[:, 0]) - statistic(p[:, 1]), alpha=alpha)
-
-
-def paired_mean_diff_ci(
-    a: Sequence[float] | np.ndarray,
-    b: Sequence[float] | np.ndarray,
-    n_boot: int = 1000,
-    alpha: float = 0.05,
-    seed: int = 0,
-) -> tuple[float, float, float]:
-    """Paired percentile bootstrap of ``mean(a) - mean(b)`` over items (e.g. per-item 0/1 correctness).
-
-    One index draw per resample is applied to both vectors, i.e. the bootstrap of the per-item
-    differences ``a - b`` with ``statistic = mean``. The per-item values are held fixed: for leave-one-out
-    kNN correctness that is deliberate (re-running kNN on a resample would let duplicates vote for
-    themselves). The point is ``mean(a) - mean(b)``, so it equals the difference of the two accuracies.
-
-    Returns:
-        ``(point, low, high)``; all NaN for empty inputs.
-    """
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    n = _paired_n(a, b)
-    if n == 0:
-        return (float("nan"), float("nan"), float("nan"))
-    point = float(a.mean() - b.mean())
-    _, low, high = bootstrap_ci(
-        a - b, lambda s: s.mean(axis=-1), n_boot=n_boot, alpha=alpha, seed=seed, batched=True
-    )
-    return (point, low, high)
 
 
 def mcnemar_exact_p(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:

@@ -41,6 +41,7 @@ import math
 import os
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 import transformers
@@ -92,6 +93,10 @@ class VLLMBackend(Backend):
     """`Embedder` calls `embed` (pooled vectors) instead of ``forward`` (token states)."""
     mixes_rows = ""
     """vLLM runs no bitsandbytes int8 here (the config refuses ``--quant`` with vLLM)."""
+    spec: EmbedderSpec
+    weights: WeightsLocation
+    dtype: torch.dtype
+    tokenizer: Any
 
     def __init__(
         self,
