@@ -26,6 +26,7 @@ runs=(
   minilm_major_party minilm_reviews     # Q1, Q2: the kNN probe on two binary labels (minilm's texts; movie_reviews)
   minilm_extension                      # Q5: LongEmbed's extensions of absolute positions to 4096 on minilm
   rope                                  # Q5 by length bin to 2k: the RoPE baselines and the matched temperature control
+  pilot_retrieval_minilm                # issue 63: where base minilm is off the floor and ceiling on retrieval (a pilot)
 )
 for name in "${runs[@]}"; do
   python -m llm_collapse.compare --config "experiments/study/${name}.yaml"
