@@ -132,7 +132,7 @@ def place_passages(
             for depth in depths:
                 words = int((length - n_passage) * WORDS_PER_TOKEN)
 
-                make = functools.partial(_place, hay, depth=depth, passage=passage.text)
+                make = functools.partial(hay.build, depth=depth, insert=passage.text, sep=" ", end=True)
                 text, _, n_tokens = fit_document(make, tokenizer, length, words, len(hay.words), passage.text)
                 fitted.append(n_tokens)
                 out.append(
@@ -140,15 +140,6 @@ def place_passages(
                 )
             warn_misfits(f"placed passage {passage.doc_id} at {length} tokens", length, fitted)
     return out
-
-
-def _place(hay: Haystack, n_words: int, *, depth: float, passage: str) -> str:
-    """The first ``n_words`` filler words with ``passage`` at the boundary nearest ``depth * n_words``: a
-    sentence start, or the filler's end (so depth 1 puts the passage last)."""
-    bounds = [b for b in hay.starts if b <= n_words] + [n_words]
-    pos = min(bounds, key=lambda b: (abs(b - depth * n_words), b))
-    before, after = " ".join(hay.words[:pos]), " ".join(hay.words[pos:n_words])
-    return " ".join(part for part in (before, passage, after) if part)
 
 
 def _filler_stream(sentences: Sequence[str], length: int, rng: random.Random) -> Haystack:

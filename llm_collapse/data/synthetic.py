@@ -180,9 +180,10 @@ class Haystack:
             self.starts.append(len(self.words))
             self.words.extend(sentence.split())
 
-    def build(self, n_words: int, depth: float, insert: str, sep: str) -> str:
-        """The first ``n_words`` words with ``insert`` at the sentence start nearest ``depth * n_words``."""
-        bounds = self.starts[: bisect.bisect_right(self.starts, n_words)]
+    def build(self, n_words: int, depth: float, insert: str, sep: str, *, end: bool = False) -> str:
+        """The first ``n_words`` words with ``insert`` at the sentence start nearest ``depth * n_words``; with
+        ``end`` the end of the words counts as a boundary too (so depth 1 puts ``insert`` last)."""
+        bounds = self.starts[: bisect.bisect_right(self.starts, n_words)] + ([n_words] if end else [])
         pos = min(bounds, key=lambda b: (abs(b - depth * n_words), b), default=0)
         before, after = " ".join(self.words[:pos]), " ".join(self.words[pos:n_words])
         return sep.join(part for part in (before, insert, after) if part)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -74,6 +74,13 @@ def _layers_slug(layers: tuple[int, ...] | None) -> str:
 TAU_RANGE: tuple[float, float] = (1e-2, 1e2)
 """Temperatures accepted. tau=1e-300 made every logit inf (NaN embeddings); 1/tau <= 100 keeps bf16 logits
 finite for any attention score a trained model produces."""
+
+
+def plain_tau(parts: Sequence[Intervention]) -> float | None:
+    """tau of a method that is one plain `TempScale` (every layer, inside any softcap, pooler untouched: a point
+    of a tau sweep), else None."""
+    part = parts[0] if len(parts) == 1 else None
+    return part.tau if isinstance(part, TempScale) and part.plain else None
 
 
 class TempScale(Intervention):

@@ -77,7 +77,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator  # noqa: E402
 
 from llm_collapse.interventions import InterventionError, parse_method  # noqa: E402
-from llm_collapse.interventions.tempscale import TempScale  # noqa: E402
+from llm_collapse.interventions.tempscale import plain_tau  # noqa: E402
 from llm_collapse.reporting.frames import (  # noqa: E402
     HEADLINE,
     HIGHER_IS_BETTER,
@@ -876,9 +876,8 @@ def temperatures(data: ReportData) -> dict[str, float]:
                     err,
                 )
                 continue
-            part = method.stack.parts[0] if len(method.stack.parts) == 1 else None
-            if isinstance(part, TempScale) and part.plain:
-                taus[method.slug] = part.tau
+            if (tau := plain_tau(method.stack.parts)) is not None:
+                taus[method.slug] = tau
     return taus
 
 

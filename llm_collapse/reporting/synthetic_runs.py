@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from llm_collapse.interventions import Method, parse_method
-from llm_collapse.interventions.tempscale import TempScale
+from llm_collapse.interventions.tempscale import plain_tau
 from llm_collapse.records.record import RUN_FILE
 from llm_collapse.reporting.frames import (
     RESULT_COLUMNS,
@@ -51,8 +51,8 @@ def _row(model, method, task, corpus, length, metric, value, n, *, depth=math.na
 
 
 def _tau(method: Method) -> float:
-    part = method.stack.parts[0] if len(method.stack.parts) == 1 else None
-    return part.tau if isinstance(part, TempScale) else 1.0
+    tau = plain_tau(method.stack.parts)
+    return 1.0 if tau is None else tau
 
 
 def synthetic_results(
