@@ -349,6 +349,7 @@ def _texts_per_length(config) -> tuple[int, int, int]:
     """(documents, queries, layerwise texts) per length and method: what each task of ``config`` embeds, as
     the task registry declares it (`llm_collapse.tasks.registry.TaskSpec.texts`)."""
     from llm_collapse.tasks.registry import TASKS
+    from llm_collapse.tasks.settings import PLACED_DEPTHS
 
     kinds = [TASKS[task].texts for task in config.tasks]
     per_length = config.max_per_bin
@@ -358,6 +359,8 @@ def _texts_per_length(config) -> tuple[int, int, int]:
     texts += config.retrieval_docs * kinds.count("retrieval") + 2 * config.retrieval_docs * kinds.count(
         "retrieval-pair"
     )  # position: early and late documents; their queries are the same sentences
+    if "placed" in kinds:  # the passages, balanced over the label's values, at every depth
+        texts += config.max_per_bin * len(getattr(config, "placed_depths", None) or PLACED_DEPTHS)
     queries = config.retrieval_queries * (kinds.count("retrieval") + kinds.count("retrieval-pair"))
     layerwise = config.layerwise_per_bin if "layerwise" in kinds else 0
     return texts, queries, layerwise

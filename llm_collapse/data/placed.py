@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llm_collapse.data.bins import count_tokens
-from llm_collapse.data.corpora import Document
+from llm_collapse.data.corpora import Document, paragraphs
 from llm_collapse.data.synthetic import WORDS_PER_TOKEN, Haystack, fit_document, warn_misfits
 from llm_collapse.errors import UserError
 
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 MIN_FILLER_TOKENS = 16
 """Filler a text holds at least, at its shortest length (below it, the length is the passage's own)."""
+MIN_PASSAGE_TOKENS = 32
+"""Shortest passage `short_passages` draws: a sentence or two carries too little of a label to probe."""
 
 
 class PlacementError(UserError, ValueError):
@@ -69,24 +71,43 @@ def short_passages(
     max_tokens: int,
     per_label: int,
     *,
+    min_tokens: int = MIN_PASSAGE_TOKENS,
     seed: int = 0,
 ) -> list[Document]:
-    """A label-balanced, seeded sample of ``per_label`` documents per label value of at most ``max_tokens``
-    tokens (unlabelled documents left out), in label then draw order."""
-    labelled = [d for d in documents if d.labels.get(label_key) is not None]
-    counts = count_tokens([d.text for d in labelled], tokenizer) if labelled else []
-    fitting = [d for d, n in zip(labelled, counts, strict=True) if n <= max_tokens]
+    """A label-balanced, seeded sample of ``per_label`` passages per label value: paragraphs of ``min_tokens``
+    to ``max_tokens`` tokens, at most one per document (paragraphs of one speech share its speaker and topic,
+    which a probe could read instead of the label), unlabelled documents left out; in label then draw order.
+
+    A passage keeps its document's labels and source; its id is ``<doc_id>#<paragraph index>`` where the
+    document has more than one paragraph, else the document's id (a movie review is one paragraph)."""
+    rng = random.Random(f"placed|{seed}|{label_key}")
+    candidates = [
+        (
+            index,
+            Document(text, doc.doc_id if len(paras) == 1 else f"{doc.doc_id}#{i}", doc.labels, doc.source),
+        )
+        for index, doc in enumerate(documents)
+        if doc.labels.get(label_key) is not None
+        for paras in [paragraphs(doc.text)]
+        for i, text in enumerate(paras)
+    ]
+    counts = count_tokens([p.text for _, p in candidates], tokenizer) if candidates else []
+    by_document: dict[int, list[Document]] = {}
+    for (index, passage), n in zip(candidates, counts, strict=True):
+        if min_tokens <= n <= max_tokens:
+            by_document.setdefault(index, []).append(passage)
     by_label: dict[str, list[Document]] = {}
-    for doc in fitting:
-        by_label.setdefault(doc.labels[label_key], []).append(doc)
+    for options in by_document.values():
+        passage = rng.choice(options)
+        by_label.setdefault(passage.labels[label_key], []).append(passage)
     short = {value: len(docs) for value, docs in sorted(by_label.items()) if len(docs) < per_label}
     if len(by_label) < 2 or short:
         raise PlacementError(
-            f"need {per_label} passages of at most {max_tokens} tokens for each of >= 2 values of {label_key!r}; "
-            f"found {dict(sorted((v, len(d)) for v, d in by_label.items()))}; ask fewer per label or allow "
-            "longer passages (a higher shortest length)"
+            f"need {per_label} passages of {min_tokens}-{max_tokens} tokens (one per document) for each of "
+            f">= 2 values of {label_key!r}; found {dict(sorted((v, len(d)) for v, d in by_label.items()))}; "
+            "ask fewer per label (--max-per-bin), allow longer passages (a higher shortest length) or choose "
+            "a label with fewer values"
         )
-    rng = random.Random(f"placed|{seed}|{label_key}")
     return [doc for value in sorted(by_label) for doc in rng.sample(by_label[value], per_label)]
 
 

@@ -64,7 +64,7 @@ def _default_text(f) -> str:
 def cli_values(namespace: argparse.Namespace) -> dict:
     """Parses list- and mapping-valued flags; leaves unset flags as None."""
     values = {f.name: getattr(namespace, f.name, None) for f in fields(CompareConfig)}
-    for name in ("models", "methods", "tasks", "quants"):
+    for name in ("models", "methods", "tasks", "quants", "placed_probes"):
         if values[name] is not None:
             values[name] = [x.strip() for x in values[name].split(",") if x.strip()]
     if values["lengths"] is not None:
@@ -74,6 +74,12 @@ def cli_values(namespace: argparse.Namespace) -> dict:
             raise ConfigError(
                 f"--lengths must be comma-separated integers, got {values['lengths']!r}"
             ) from None
+    if values["placed_depths"] is not None:
+        shape = "comma-separated numbers in [0, 1], e.g. 0,0.5,1"
+        values["placed_depths"] = [
+            _number(x, f"--placed-depths {values['placed_depths']}", shape)
+            for x in values["placed_depths"].split(",")
+        ]
     if values["model_paths"] is not None:
         values["model_paths"] = _pairs(
             values["model_paths"], "--model-path", "NAME=PATH, e.g. mistral=/models/e5"

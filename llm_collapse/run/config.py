@@ -28,14 +28,16 @@ from llm_collapse.interventions import Method, parse_method
 from llm_collapse.records.claims import check_claims
 from llm_collapse.records.saved_embeddings import EMBEDDING_DTYPES
 from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
-from llm_collapse.tasks.registry import RUNNABLE, tasks_with
-from llm_collapse.tasks.settings import TaskSettings
+from llm_collapse.tasks.registry import PLACED_FOLDS, RUNNABLE, binned_tasks, tasks_with
+from llm_collapse.tasks.settings import PLACED_DEPTHS, PLACED_PROBES, TaskSettings
 from llm_collapse.utils.types import matches
 from llm_collapse.utils.yamlfile import read_yaml_mapping, short_repr, type_name
 
 TASKS: list[str] = RUNNABLE  # the registry's list: a task registered later is accepted too
 DESIGNS: tuple[str | None, ...] = (None, "bins", "prefix")  # None: prefix where the corpus allows, else bins
 DEFAULT_LABELS = {"sotu": "party", "movie_reviews": "sentiment", "kjv": "testament"}
+LABEL_TASKS = ("knn", "placed")  # the tasks that read --label
+PLACED_FILLER = ("kjv", "sotu")  # the placed task's default filler corpus, and the one when --corpus is kjv
 # Options that enter run_id only when set (see run_id); design "bins" counts as unset (it was the default
 # before 2026-12-05, so those runs keep their id) and an unset design enters as "auto".
 _HASHED_IF_SET: tuple[str, ...] = (
@@ -48,6 +50,9 @@ _HASHED_IF_SET: tuple[str, ...] = (
     "reference_model",
     "controls",
     "claims",
+    "placed_filler",
+    "placed_depths",
+    "placed_probes",
 )
 
 # where the run goes, how its report reads it, what it keeps besides results, where it computes: not what it
@@ -175,6 +180,27 @@ class CompareConfig:
         metadata={
             "help": "document label for the kNN probe",
             "default": ", ".join(f"{label} for {corpus}" for corpus, label in DEFAULT_LABELS.items()),
+        },
+    )
+    placed_filler: str | None = field(
+        default=None,
+        metadata={
+            "help": "corpus whose sentences surround the placed task's passages (its label must not be in them)",
+            "default": f"{PLACED_FILLER[0]}, or {PLACED_FILLER[1]} when --corpus is {PLACED_FILLER[0]}",
+        },
+    )
+    placed_depths: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "where the placed task's passage sits in its filler, comma-separated, 0 (first) .. 1 (last)",
+            "default": ",".join(map(str, PLACED_DEPTHS)),
+        },
+    )
+    placed_probes: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": f"the placed task's label probes, comma-separated, of {', '.join(PLACED_PROBES)}",
+            "default": ",".join(PLACED_PROBES),
         },
     )
     reference_model: str | None = field(
@@ -377,8 +403,10 @@ class CompareConfig:
                 f"--retrieval-pool applies to the retrieval tasks ({', '.join(sorted(retrieval_tasks))}) only; "
                 "add one to --tasks or drop --retrieval-pool"
             )
-        if self.label is not None and "knn" not in self.tasks:
-            raise ConfigError("--label applies to --tasks knn only; add knn to --tasks or drop --label")
+        if self.label is not None and not set(LABEL_TASKS) & set(self.tasks):
+            raise ConfigError(
+                f"--label applies to --tasks {' or '.join(LABEL_TASKS)} only; add one to --tasks or drop --label"
+            )
         for task in retrieval:
             limit = MAX_DOCUMENTS.get(task)
             if limit is not None and self.retrieval_docs > limit:
@@ -392,11 +420,14 @@ class CompareConfig:
                 "use --retrieval-docs >= 2"
             )
         self._validate_posthoc()
-        if "knn" in self.tasks:
+        self._validate_placed()
+        for task in sorted(set(LABEL_TASKS) & set(self.tasks)):
             if self.knn_label is None:
                 raise ConfigError(
-                    f"the knn task needs --label for corpus {self.corpus!r} (sotu: party, movie_reviews: sentiment)"
+                    f"the {task} task needs --label for corpus {self.corpus!r} (sotu: party, movie_reviews: "
+                    "sentiment)"
                 )
+        if "knn" in self.tasks:
             per_length = self.prefix_docs or self.max_per_bin
             if per_length <= KNN_K:
                 flag = "--prefix-docs" if self.prefix_docs else "--max-per-bin"
@@ -404,6 +435,49 @@ class CompareConfig:
                     f"{flag} {per_length} is too few texts per length for the kNN probe: each text needs "
                     f"k = {KNN_K} neighbours of its own length; use {flag} >= {KNN_K + 1}"
                 )
+
+    def _validate_placed(self) -> None:
+        """The placed task's options: only with it; depths in [0, 1] and probes known, each once; a filler corpus
+        other than --corpus; enough passages per length for the probes' folds and neighbours."""
+        options = ("placed_filler", "placed_depths", "placed_probes")
+        if "placed" not in self.tasks:
+            for name in options:
+                if getattr(self, name) is not None:
+                    flag = "--" + name.replace("_", "-")
+                    raise ConfigError(
+                        f"{flag} applies to --tasks placed only; add placed to --tasks or drop {flag}"
+                    )
+            return
+        depths = self.placed_depths
+        if depths is not None and (
+            not depths or len(set(depths)) < len(depths) or any(not 0 <= d <= 1 for d in depths)
+        ):
+            raise ConfigError(
+                f"--placed-depths must be distinct numbers in [0, 1] (0: the passage first, 1: last), got {depths}"
+            )
+        probes = self.placed_probes
+        if probes is not None and (
+            not probes or len(set(probes)) < len(probes) or set(probes) - set(PLACED_PROBES)
+        ):
+            raise ConfigError(
+                f"--placed-probes must name each of {', '.join(PLACED_PROBES)} at most once, got {probes}"
+            )
+        from llm_collapse.data import CORPORA
+
+        filler = self.filler_corpus
+        if not filler.startswith("folder:"):
+            CORPORA.get(filler)
+        if filler == self.corpus:
+            raise ConfigError(
+                f"--placed-filler {filler} is the passages' own corpus, so the filler would carry the label; "
+                f"choose another corpus, e.g. --placed-filler {PLACED_FILLER[self.corpus == PLACED_FILLER[0]]}"
+            )
+        least = 2 * max(PLACED_FOLDS, KNN_K + 1)  # two labels: folds of each, and k neighbours of a length
+        if self.max_per_bin < least:
+            raise ConfigError(
+                f"--max-per-bin {self.max_per_bin} is too few passages per length for the placed task's probes "
+                f"({PLACED_FOLDS} folds of each label, k = {KNN_K} neighbours); use --max-per-bin >= {least}"
+            )
 
     def _validate_posthoc(self) -> None:
         """A post-hoc method (`llm_collapse.interventions.posthoc`) needs enough texts per length to fit."""
@@ -492,6 +566,13 @@ class CompareConfig:
     def knn_label(self) -> str | None:
         return self.label or DEFAULT_LABELS.get(self.corpus)
 
+    @property
+    def filler_corpus(self) -> str:
+        """The placed task's filler corpus: ``placed_filler``, or the default (`PLACED_FILLER`)."""
+        if self.placed_filler is not None:
+            return self.placed_filler
+        return PLACED_FILLER[1] if self.corpus == PLACED_FILLER[0] else PLACED_FILLER[0]
+
     def parsed_methods(self) -> list[Method]:
         """``methods`` as typed values (`llm_collapse.interventions.parse_method`, the one parse of a method's
         text): the run, its plan, checks and estimate read these."""
@@ -508,6 +589,7 @@ class CompareConfig:
             retrieval_pool=self.retrieval_pool,
             layerwise_per_bin=self.layerwise_per_bin,
             quants=tuple(self.quants or ()),
+            placed_probes=tuple(self.placed_probes or PLACED_PROBES),
         )
 
     def run_id(self) -> str:
@@ -526,7 +608,7 @@ class CompareConfig:
             if k not in _NOT_HASHED
             and not (k in _HASHED_IF_SET and (v in unset or (k == "claims" and not v)))
         }
-        if self.design is None and tasks_with(reads_corpus=True) & set(self.tasks):
+        if self.design is None and binned_tasks() & set(self.tasks):
             data["design"] = "auto"  # prefix where the corpus allows (`llm_collapse.run.inputs`)
         if "embedder_specs" in data:  # what a spec file says defines the results, not where it lies
             data["embedder_specs"] = [_file_digest(path) for path in data["embedder_specs"]]
@@ -604,6 +686,7 @@ def check_types(values: dict, *, source: str) -> None:
 _MUST = {
     "list[str]": "a list of strings, e.g. [a, b]",
     "list[int]": "a list of integers, e.g. [64, 128]",
+    "list[float] | None": "a list of numbers, e.g. [0, 0.5, 1] (or null for the default)",
     "int": "an integer",
     "list[str] | None": "a list of strings, e.g. [a, b] (or null for the default)",
     "int | None": "an integer (or null for the default)",

@@ -23,10 +23,18 @@ import logging
 
 from llm_collapse.data import Document, load_corpus, sample_length_binned
 from llm_collapse.data.bins import empty_bin, target_bins
+from llm_collapse.data.placed import (
+    MIN_FILLER_TOKENS,
+    PlacedPassage,
+    PlacementError,
+    place_passages,
+    short_passages,
+)
 from llm_collapse.data.position import POSITIONS, position_task
 from llm_collapse.data.prefixes import PrefixDesignError, nested_prefixes
 from llm_collapse.data.synthetic import (
     Draw,
+    corpus_sentences,
     needle_start_tasks,
     needle_task,
     passkey_start_tasks,
@@ -35,7 +43,8 @@ from llm_collapse.data.synthetic import (
 from llm_collapse.errors import UserError
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.tasks.inputs import RunInputs
-from llm_collapse.tasks.registry import tasks_with
+from llm_collapse.tasks.registry import PLACED_FOLDS, binned_tasks, tasks_with
+from llm_collapse.tasks.settings import PLACED_DEPTHS
 
 logger = logging.getLogger(__name__)
 
@@ -58,11 +67,13 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
         PrefixDesignError: ``design="prefix"`` (or ``prefix_docs`` set) and the corpus cannot give that many
             long texts.
         StartTaskError: A ``-start`` task's shortest length cannot hold its documents' key lines whole.
+        PlacementError: The placed task cannot draw its passages (`placed_inputs`).
     """
     name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
     inputs = RunInputs(tokenizer=name, retrieval_pool=config.retrieval_pool)
     if tasks_with(reads_corpus=True) & set(config.tasks):
         documents = load_corpus(config.corpus) if documents is None else documents
+    if binned_tasks() & set(config.tasks):
         prefix, fallback = None, None
         if config.design != "bins":
             try:
@@ -101,7 +112,43 @@ def build_inputs(config: CompareConfig, tokenizer, documents: list[Document] | N
         inputs.retrieval["position"] = [
             position_task(length, position, draw) for length in config.lengths for position in POSITIONS
         ]
+    if "placed" in config.tasks:
+        inputs.placed, inputs.placed_filler = (
+            placed_inputs(config, tokenizer, documents),
+            config.filler_corpus,
+        )
     return inputs
+
+
+def placed_inputs(config: CompareConfig, tokenizer, documents: list[Document]) -> list[PlacedPassage]:
+    """The placed task's texts: ``max_per_bin`` passages of the corpus (one paragraph per document, balanced over
+    the label's values, each short enough for the shortest length with filler), every one at every length and
+    depth inside sentences of the filler corpus (`llm_collapse.data.placed`).
+
+    Raises:
+        PlacementError: Too few passages of some label value fit, or the label has one value.
+    """
+    values = {doc.labels.get(config.knn_label) for doc in documents} - {None}
+    per_label = config.max_per_bin // max(len(values), 1)
+    if len(values) > 1 and per_label < PLACED_FOLDS:
+        raise PlacementError(
+            f"--label {config.knn_label!r} has {len(values)} values in corpus {config.corpus!r}, so --max-per-bin "
+            f"{config.max_per_bin} gives {per_label} passages per value, fewer than the logistic probe's "
+            f"{PLACED_FOLDS} folds; use --max-per-bin >= {PLACED_FOLDS * len(values)} or a label with fewer values"
+        )
+    passages = short_passages(
+        documents,
+        config.knn_label,
+        tokenizer,
+        min(config.lengths) - MIN_FILLER_TOKENS,
+        per_label,
+        seed=config.seed,
+    )
+    filler = corpus_sentences(config.filler_corpus)
+    depths = config.placed_depths or list(PLACED_DEPTHS)
+    return place_passages(
+        passages, config.knn_label, filler, tokenizer, sorted(config.lengths), depths, seed=config.seed
+    )
 
 
 def _check_every_length(

@@ -97,11 +97,7 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
     tokenizer = load_tokenizer(weights[first].directory, gguf_file=weights[first].gguf_file)
     inputs = build_inputs(config, tokenizer, documents)
     check_posthoc(config, inputs)  # the run's refusal, before its plan
-    texts = [t.text for t in inputs.binned]
-    for tasks in inputs.retrieval.values():
-        for task in tasks:
-            texts += list(task.documents) + list(task.queries)
-    texts = list(dict.fromkeys(texts))  # embedded once (the cache): -start queries repeat at every length
+    texts = inputs.texts()  # embedded once (the cache)
     tokens = sum(count_tokens(texts, tokenizer)) if texts else 0
     device = resolve_device(config.device)  # --device: the plan costs the device the run will use
     gflops, rate_source = planning_gflops(resolve_dtype(config.dtype, device), device=device.type)

@@ -25,7 +25,7 @@ from llm_collapse.backends.gguf import is_gguf
 from llm_collapse.backends.weights import resolve_weights
 from llm_collapse.data import Document, load_corpus
 from llm_collapse.errors import UserError
-from llm_collapse.run.config import CompareConfig
+from llm_collapse.run.config import LABEL_TASKS, CompareConfig
 from llm_collapse.run.directory import check_run_dir
 from llm_collapse.tasks.registry import tasks_with
 from llm_collapse.utils.paths import cache_root, check_replaceable, check_writable_dir
@@ -325,26 +325,33 @@ def _check_eos_token(spec: EmbedderSpec, folder: Path, *, where: str, from_file:
 
 
 def check_corpus(config: CompareConfig) -> list[Document]:
-    """Loads the corpus; refuses one without text, and a kNN label that its documents do not carry."""
+    """Loads the corpus; refuses one without text, a label (knn, placed) that its documents do not carry, and a
+    placed filler corpus without text."""
     documents = load_corpus(config.corpus)  # CorpusError (a UserError) when missing or unreadable
     if not any(doc.text.strip() for doc in documents):
         raise PreflightError(
             f"--corpus {config.corpus} holds no text ({len(documents)} documents, all empty); "
             "point it at .txt or .jsonl files with text"
         )
-    if "knn" in config.tasks:
+    if "placed" in config.tasks:
+        filler = load_corpus(config.filler_corpus)  # CorpusError (a UserError) when missing or unreadable
+        if not any(doc.text.strip() for doc in filler):
+            raise PreflightError(
+                f"--placed-filler {config.filler_corpus} holds no text; choose a corpus with sentences"
+            )
+    if set(LABEL_TASKS) & set(config.tasks):
         label = config.knn_label
         values = {doc.labels.get(label) for doc in documents} - {None}
         if not values:
             available = sorted({key for doc in documents for key in doc.labels})
             raise PreflightError(
                 f"--label {label!r}: the documents of corpus {config.corpus!r} carry no such label; "
-                f"available: {', '.join(available) or 'none (the kNN probe needs labelled documents)'}"
+                f"available: {', '.join(available) or 'none (the label probes need labelled documents)'}"
             )
         if len(values) < 2:
             raise PreflightError(
                 f"--label {label!r} has a single value ({values.pop()!r}) in corpus {config.corpus!r}; "
-                "the kNN probe needs at least two classes"
+                "the label probes need at least two classes"
             )
     return documents
 

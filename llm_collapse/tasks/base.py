@@ -203,6 +203,33 @@ class TaskContext:
         return encode_cached(self.embedder, texts, kind=kind, cache=self.cache, batch_size=self.batch_size)
 
 
+def proportion_row(
+    ctx: TaskContext,
+    key: PairedKey,
+    metric: str,
+    correct: np.ndarray | None,
+    ids: tuple[str, ...],
+    *,
+    extra: dict[str, np.ndarray] | None = None,
+) -> dict:
+    """One accuracy row of bin ``key`` (task, length, depth): the mean of per-item 0/1 ``correct`` with its
+    Wilson interval over the ``ids`` (treated as independent), which also go to ``ctx.paired`` under ``key``
+    (with ``extra``, for the per-item results); NaN where ``correct`` is None (a probe without enough items:
+    its function said why)."""
+    from llm_collapse.metrics.proportions import wilson_interval
+
+    n = len(ids)
+    if correct is None or n == 0:
+        value, ci = math.nan, (math.nan, math.nan)
+    else:
+        value, ci = float(np.mean(correct)), wilson_interval(int(np.sum(correct)), n)
+        ctx.paired[key] = PairedItems(metric, np.asarray(correct), ids=tuple(ids), extra=extra or {})
+    depth = math.nan if key[2] is None else key[2]
+    return ctx.row(
+        task=paired_task(key[0]), length=key[1], metric=metric, depth=depth, value=value, ci=ci, n=n
+    )
+
+
 def contrast_rows(
     cell: CellKey,
     items: dict[PairedKey, PairedItems],

@@ -1,12 +1,13 @@
 """`RunInputs`: what every task of a run reads, the same for every model and method (built once under the
-first model's tokenizer by `llm_collapse.run.inputs.build_inputs`): texts per length bin and the generated
-retrieval tasks per length."""
+first model's tokenizer by `llm_collapse.run.inputs.build_inputs`): texts per length bin, the generated
+retrieval tasks per length and the placed passages per length and depth."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from llm_collapse.data.bins import BinnedText
+from llm_collapse.data.placed import PlacedPassage
 from llm_collapse.data.prefixes import documents_joined
 from llm_collapse.data.synthetic import RetrievalTask
 from llm_collapse.tasks.registry import TASKS
@@ -14,13 +15,14 @@ from llm_collapse.tasks.registry import TASKS
 
 def start_tasks() -> list[str]:
     """Retrieval tasks whose documents are token prefixes of the same documents at every length."""
-    return [name for name, spec in TASKS.items() if spec.nested_lengths]
+    return [name for name, spec in TASKS.items() if spec.nested_lengths and spec.texts == "retrieval"]
 
 
 @dataclass
 class RunInputs:
-    """Texts per length bin (collapse, knn, layerwise) and retrieval tasks per length (passkey, needle, their
-    ``-start`` variants; position: early and late per length)."""
+    """Texts per length bin (collapse, knn, layerwise), retrieval tasks per length (passkey, needle, their
+    ``-start`` variants; position: early and late per length) and labelled passages in filler per length and
+    depth (placed)."""
 
     tokenizer: str
     binned: list[BinnedText] = field(default_factory=list)
@@ -28,6 +30,9 @@ class RunInputs:
     retrieval: dict[str, list[RetrievalTask]] = field(default_factory=dict)
     retrieval_pool: int | None = None
     """Candidates per query (`CompareConfig.retrieval_pool`); None: all documents of a length."""
+    placed: list[PlacedPassage] = field(default_factory=list)
+    placed_filler: str = ""
+    """The corpus the placed passages sit in."""
 
     def by_length(self) -> dict[int, list[BinnedText]]:
         groups: dict[int, list[BinnedText]] = {}
@@ -35,14 +40,18 @@ class RunInputs:
             groups.setdefault(text.target_tokens, []).append(text)
         return groups
 
-    def n_texts(self) -> int:
-        """Distinct texts a model embeds for this run (queries included)."""
-        texts = {t.text for t in self.binned}
+    def texts(self) -> list[str]:
+        """Every distinct text a model embeds for this run (queries included), in first-use order."""
+        texts = [t.text for t in self.binned]
         for tasks in self.retrieval.values():
             for task in tasks:
-                texts.update(task.documents)
-                texts.update(task.queries)
-        return len(texts)
+                texts += [*task.documents, *task.queries]
+        texts += [p.text for p in self.placed]
+        return list(dict.fromkeys(texts))  # -start queries repeat at every length
+
+    def n_texts(self) -> int:
+        """Distinct texts a model embeds for this run (queries included)."""
+        return len(self.texts())
 
     def prefix_sweep(self) -> tuple[set[str], list[str]]:
         """(every text of a prefix sweep, the longest text of each swept document).
@@ -80,4 +89,15 @@ class RunInputs:
                 }
                 for name, tasks in self.retrieval.items()
             },
+            **({"placed": self._describe_placed()} if self.placed else {}),
+        }
+
+    def _describe_placed(self) -> dict:
+        """Passages per label, the depths, and the filler corpus."""
+        items = {p.item_id: p.label for p in self.placed}
+        labels = sorted(set(items.values()))
+        return {
+            "passages_per_label": {label: sum(v == label for v in items.values()) for label in labels},
+            "depths": sorted({p.depth for p in self.placed}),
+            "filler": self.placed_filler,
         }

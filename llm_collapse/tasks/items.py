@@ -11,7 +11,8 @@ the bin's value in ``results.parquet`` (tested):
   ``global_centroid_distance`` (to the centroid of all lengths, the TempScale paper's distance), and the
   squares of the last two (``within_length_sq_spread``, ``global_centroid_sq_distance``: the decomposition's
   per-item terms; the length centroid's offset is one number per length, in the results only);
-- knn: ``knn_accuracy`` and ``knn_cross_accuracy`` (0/1 correct);
+- knn: ``knn_accuracy`` and ``knn_cross_accuracy`` (0/1 correct); placed: ``logistic_accuracy``, ``knn_accuracy``
+  and ``knn_cross_accuracy`` (0/1 correct) at each depth;
 - retrieval tasks: ``acc@1`` (0/1) and ``gold_rank`` (the relevant document's rank, 1 = top);
 - layerwise: one row per layer with each statistic.
 

@@ -27,14 +27,12 @@ Decisions:
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 
 from llm_collapse.errors import UserError
 from llm_collapse.metrics.probes import knn_correct, knn_neighbours
-from llm_collapse.metrics.proportions import wilson_interval
-from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key
+from llm_collapse.tasks.base import TaskContext, paired_key, proportion_row
 from llm_collapse.tasks.knn_mechanism import Part, mechanism_rows
 from llm_collapse.tasks.registry import KNN_NEIGHBOURS
 
@@ -82,9 +80,9 @@ def run_knn(ctx: TaskContext) -> list[dict]:
         )
         ids = tuple(t.item_id for t in kept[length])
         parts[length] = Part(part, ids, neighbours)
-        rows.append(_row(ctx, length, WITHIN, within, ids, paired_key("knn", length)))
+        rows.append(proportion_row(ctx, paired_key("knn", length), WITHIN, within, ids))
         cross_part = None if cross is None else cross[part]
-        rows.append(_row(ctx, length, CROSS, cross_part, ids, paired_key("knn", length, metric=CROSS)))
+        rows.append(proportion_row(ctx, paired_key("knn", length, metric=CROSS), CROSS, cross_part, ids))
     return rows + mechanism_rows(ctx, labels, documents, parts, cross_neighbours, K)
 
 
@@ -95,14 +93,3 @@ def _neighbours(X: np.ndarray, groups: list[str] | None = None) -> np.ndarray | 
         return knn_neighbours(X, K, groups=groups)
     except ValueError:
         return None
-
-
-def _row(ctx: TaskContext, length: int, metric: str, correct: np.ndarray | None, ids: tuple, key) -> dict:
-    """One accuracy row with its Wilson interval; the per-text correctness also goes to ``ctx.paired``."""
-    n = len(ids)
-    if correct is None or n == 0:
-        accuracy, ci = math.nan, (math.nan, math.nan)
-    else:
-        accuracy, ci = float(correct.mean()), wilson_interval(int(correct.sum()), n)
-        ctx.paired[key] = PairedItems(metric, correct, ids=ids)
-    return ctx.row(task="knn", length=length, metric=metric, value=accuracy, ci=ci, n=n)

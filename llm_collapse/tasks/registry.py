@@ -75,14 +75,16 @@ class TaskSpec:
             needle), ``"position"`` (early vs late) or ``"layerwise"`` (statistics against layer).
         headline: Its metrics in the summary table and the temperature sweep (`HEADLINE`), in that order.
         reads_corpus: Whether it samples the run's corpus (else it generates its own texts).
-        nested_lengths: Whether its items are the same at every length whatever the design (its texts at
-            length L are token prefixes of one long text each), so length contrasts are paired. Tasks that
+        nested_lengths: Whether its items are the same at every length whatever the design (the ``-start``
+            tasks: token prefixes of one long text each; ``placed``: one passage in more filler), so length
+            contrasts are paired. Tasks that
             read the corpus are paired across lengths under ``--design prefix`` only.
         texts: What it embeds per length and method, for the cost estimates: ``"binned"`` (the run's corpus
             texts, shared by every task that says so), ``"retrieval"`` (``retrieval_docs`` documents and
             ``retrieval_queries`` queries), ``"retrieval-pair"`` (two documents each, early and late, and the
             queries once), ``"layerwise"`` (``layerwise_per_bin`` texts with every layer's hidden states) or
-            ``"variants"`` (the binned texts again per quantization, costed by ``--dry-run`` only).
+            ``"variants"`` (the binned texts again per quantization, costed by ``--dry-run`` only) or
+            ``"placed"`` (``max_per_bin`` labelled passages in filler, per depth).
         vectors_only: Whether it reads the model only through ``TaskContext.encode``'s vectors (and the
             tokenizer), so ``llm-collapse report --recompute`` can rebuild its rows from a run's saved embeddings;
             False for a task that runs the model itself (hidden states, attention, quantized variants).
@@ -118,6 +120,8 @@ def _load(target: str | None) -> Callable:
 
 KNN_NEIGHBOURS = 5
 """k of the kNN probes (`llm_collapse.tasks.knn`): each text needs more than k texts of its length."""
+PLACED_FOLDS = 5
+"""Folds of the placed task's logistic probe (`llm_collapse.tasks.placed`): each label needs this many items."""
 
 _COLLAPSE = ("pairwise_cosine", "centroid_cosine", "centroid_distance", "global_centroid_distance",
              "global_centroid_sq_distance", "within_length_sq_spread", "length_centroid_offset_sq",
@@ -125,6 +129,7 @@ _COLLAPSE = ("pairwise_cosine", "centroid_cosine", "centroid_distance", "global_
 _RETRIEVAL = ("acc@1", "ndcg@10")
 _KNN = ("knn_accuracy", "knn_cross_accuracy", "knn_longer_neighbour_share", "knn_longer_neighbour_chance",
         "knn_neighbour_occurrence", "knn_hubness_skewness", "knn_top_hub_share")  # fmt: skip
+_PLACED = ("logistic_accuracy", "knn_accuracy", "knn_cross_accuracy")
 _DRIFT = ("cosine_to_bf16", "cosine_to_fp16", "cosine_to_fp32")
 
 TASKS: dict[str, TaskSpec] = {
@@ -151,6 +156,11 @@ TASKS: dict[str, TaskSpec] = {
                  nested_lengths=True, texts="retrieval"),
         TaskSpec("position", "Early vs late position (echo test)", "llm_collapse.tasks.retrieval:run_position",
                  ("acc@1",), figures=("length", "position"), headline=("acc@1",), texts="retrieval-pair"),
+        TaskSpec("placed", "Labelled passage in growing filler (information fixed)",
+                 "llm_collapse.tasks.placed:run_placed", _PLACED, reads_corpus=True, nested_lengths=True,
+                 headline=("logistic_accuracy",  # MTEB's classification protocol
+                           "knn_cross_accuracy"),  # the paper's probe: a pool of all lengths
+                 texts="placed"),
         TaskSpec("layerwise", "Layerwise statistics", "llm_collapse.tasks.layerwise:run_layerwise",
                  ("hf_ratio", "hf_ratio_length_free", "attention_entropy", "attention_entropy_normalized"),
                  reads_corpus=True, figures=("layerwise",), texts="layerwise", vectors_only=False),
@@ -194,6 +204,9 @@ METRICS: dict[str, MetricInfo] = {
     ),
     "knn_cross_accuracy": MetricInfo(  # the within-bin probe is knn_accuracy
         "kNN accuracy, all lengths (paper)", HIGHER_IS_BETTER, paired=True, proportion=True
+    ),
+    "logistic_accuracy": MetricInfo(  # tasks.placed: out-of-fold, within one length and depth
+        "logistic-regression accuracy (MTEB protocol)", HIGHER_IS_BETTER, paired=True, proportion=True
     ),
     # The paper's mechanism (tasks.knn_mechanism): long texts as everyone's neighbours, and hubs.
     "knn_longer_neighbour_share": MetricInfo(
@@ -283,6 +296,12 @@ def length_paired_tasks(design: str) -> frozenset[str]:
         for name, spec in TASKS.items()
         if spec.runner is not None and (spec.nested_lengths or (design == "prefix" and spec.reads_corpus))
     )
+
+
+def binned_tasks() -> frozenset[str]:
+    """Tasks that read the corpus as texts per length (the ``--design``'s bins or prefixes); ``placed`` reads it
+    for passages of its own."""
+    return frozenset(name for name in tasks_with(reads_corpus=True) if TASKS[name].texts != "placed")
 
 
 def tasks_with(*, figure: str | None = None, reads_corpus: bool | None = None) -> frozenset[str]:

@@ -17,8 +17,7 @@ import numpy as np
 
 from llm_collapse.data.synthetic import RetrievalTask
 from llm_collapse.metrics.probes import retrieval_scores
-from llm_collapse.metrics.proportions import wilson_interval
-from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key
+from llm_collapse.tasks.base import TaskContext, paired_key, proportion_row
 
 DEPTH_BINS = 5
 HUB_SHARE = 0.5
@@ -96,21 +95,10 @@ def accuracy_row(
     ids: tuple[str, ...],
     depth: float = math.nan,
 ) -> dict:
-    """One acc@1 row: the mean of ``hits`` with its Wilson interval; ``hits`` (with each query's id and gold
-    rank, for the per-item results) also go to ``ctx.paired``."""
-    n = len(hits)
-    ctx.paired[paired_key(name, length, depth)] = PairedItems(
-        "acc@1", np.asarray(hits), ids=tuple(ids), extra={"gold_rank": np.asarray(ranks)}
-    )
-    return ctx.row(
-        task=name,
-        length=length,
-        metric="acc@1",
-        depth=depth,
-        value=float(hits.mean()),
-        ci=wilson_interval(int(hits.sum()), n),
-        n=n,
-    )
+    """One acc@1 row (`proportion_row`): the mean of ``hits``; each query's gold rank goes to the per-item
+    results."""
+    extra = {"gold_rank": np.asarray(ranks)}
+    return proportion_row(ctx, paired_key(name, length, depth), "acc@1", hits, tuple(ids), extra=extra)
 
 
 def run_retrieval(ctx: TaskContext, name: str) -> list[dict]:

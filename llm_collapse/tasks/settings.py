@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+PLACED_DEPTHS: tuple[float, ...] = (0.5,)
+"""The placed task's default depth: the passage in the middle of its filler."""
+PLACED_PROBES: tuple[str, ...] = ("logistic", "knn")
+"""The placed task's probes (``knn``: both kNN probes, within a length and over a pool of all lengths)."""
+
 
 @dataclass(frozen=True)
 class TaskSettings:
@@ -19,6 +24,7 @@ class TaskSettings:
         retrieval_pool: Candidates per retrieval query (None: every document of the length).
         layerwise_per_bin: Texts per bin of the per-layer analysis.
         quants: The quantized variants the quantization task compares with the cell's model.
+        placed_probes: The placed task's probes (``logistic``, ``knn``).
     """
 
     corpus: str
@@ -29,3 +35,4 @@ class TaskSettings:
     retrieval_pool: int | None = None
     layerwise_per_bin: int = 8
     quants: tuple[str, ...] = ()
+    placed_probes: tuple[str, ...] = PLACED_PROBES

@@ -12,7 +12,8 @@ from typing import Any
 
 def matches(value: Any, annotation: str) -> bool:
     """Whether ``value`` has the type an annotation names: ``str``, ``int`` (not a bool), ``bool``, ``float``
-    (an int too), ``dict...``, ``list[str]``, ``list[dict]``, ``Any``, and unions of them with ``| None``."""
+    (an int too), ``dict...``, ``list[str]``, ``list[int]``, ``list[float]`` (ints too), ``list[dict]``,
+    ``Any``, and unions of them with ``| None``."""
     parts = _top_level_union(annotation)
     if len(parts) > 1:
         return any(matches(value, part) for part in parts)
@@ -26,6 +27,9 @@ def matches(value: Any, annotation: str) -> bool:
         "list[str]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
         "list[int]": lambda v: (
             isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+        ),
+        "list[float]": lambda v: (
+            isinstance(v, list) and all(isinstance(x, int | float) and not isinstance(x, bool) for x in v)
         ),
         "list[dict]": lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
     }

@@ -73,7 +73,7 @@ def test_refusals_say_what_to_change(tok):
     with pytest.raises(PlacementError, match="depths"):
         place_passages(PASSAGES, "sentiment", FILLER, tok, [64], [1.5])
     with pytest.raises(PlacementError, match="per label"):
-        short_passages(PASSAGES, "sentiment", tok, 64, per_label=3)
+        short_passages(PASSAGES, "sentiment", tok, 64, per_label=3, min_tokens=1)
 
 
 def test_short_passages_are_balanced_seeded_and_short_enough(tok):
@@ -82,7 +82,23 @@ def test_short_passages_are_balanced_seeded_and_short_enough(tok):
         Document("word " * 200, "long", {"sentiment": "pos"}, "toy"),
         Document("x", "u", {}, "toy"),
     ]
-    chosen = short_passages(docs, "sentiment", tok, 40, per_label=2, seed=0)
+    chosen = short_passages(docs, "sentiment", tok, 40, per_label=2, min_tokens=1, seed=0)
     assert sorted(d.doc_id for d in chosen) == ["n0", "n1", "p0", "p1"]
     assert [d.labels["sentiment"] for d in chosen] == ["neg", "neg", "pos", "pos"]
-    assert chosen == short_passages(docs, "sentiment", tok, 40, per_label=2, seed=0)
+    assert chosen == short_passages(docs, "sentiment", tok, 40, per_label=2, min_tokens=1, seed=0)
+    with pytest.raises(PlacementError, match="30-40 tokens"):  # every toy passage is shorter than 30 tokens
+        short_passages(docs, "sentiment", tok, 40, per_label=2, min_tokens=30)
+
+
+def test_a_passage_is_one_paragraph_and_one_per_document(tok):
+    """A speech gives at most one passage (its paragraphs share speaker and topic), named by its index."""
+    speech = "\n\n".join(p.text for p in PASSAGES[:2])
+    docs = [Document(speech, "s1", {"party": "A"}, "toy"), Document(speech, "s2", {"party": "A"}, "toy"),
+            Document(PASSAGES[2].text, "s3", {"party": "B"}, "toy"),
+            Document(PASSAGES[3].text, "s4", {"party": "B"}, "toy")]  # fmt: skip
+    chosen = short_passages(docs, "party", tok, 40, per_label=2, min_tokens=1, seed=3)
+    ids = [d.doc_id for d in chosen]
+    assert {i.partition("#")[0] for i in ids[:2]} == {"s1", "s2"} and ids[2:] in (["s3", "s4"], ["s4", "s3"])
+    for passage in chosen[:2]:
+        index = int(passage.doc_id.partition("#")[2])
+        assert passage.text == PASSAGES[index].text and passage.labels == {"party": "A"}

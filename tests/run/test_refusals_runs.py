@@ -75,7 +75,7 @@ def _refused(run_compare, capsys, roots: list[Path], message: str, out: Path, **
          "leaves each query a single candidate, so Acc@1 is always 1; use --retrieval-docs >= 2"),
         (dict(tasks="knn"), "--max-per-bin 4 is too few texts per length for the kNN probe"),
         (dict(tasks="knn", design="prefix", prefix_docs=5), "use --prefix-docs >= 6"),
-        (dict(label="party"), "--label applies to --tasks knn only"),
+        (dict(label="party"), "--label applies to --tasks knn or placed only"),
         (dict(retrieval_pool=2), "--retrieval-pool applies to the retrieval tasks"),
     ],
 )  # fmt: skip
