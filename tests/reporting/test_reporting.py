@@ -214,9 +214,7 @@ def test_tiny_random_caveat_and_summary_exclusion(tmp_path):
 
 
 def test_missing_data_skips_figures_cleanly(tmp_path, caplog):
-    run = write_synthetic_run(
-        tmp_path / "knn-only", methods=("base", "ntk:1e5+window:off"), tasks=("knn",)
-    )
+    run = write_synthetic_run(tmp_path / "knn-only", methods=("base", "ntk:1e5+window:off"), tasks=("knn",))
     meta = json.loads((run / "run.json").read_text())
     meta["models"]["synth-encoder"]["not_applicable"] = {"selfextend-g9-w512": "needs a RoPE model"}
     # what the runner writes (each halving) and a bare count (hand-made records); before, a list was dropped

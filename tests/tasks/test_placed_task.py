@@ -89,8 +89,14 @@ def test_probes_equal_scikit_learn_and_a_brute_force_knn(placed, vectors):
                 "knn_cross_accuracy": cross[part],
             }
             for metric, correct in expected.items():
-                row = frame[(frame["length"] == length) & (frame["depth"] == depth) & (frame["metric"] == metric)]
-                assert row["value"].item() == pytest.approx(correct.mean(), abs=1e-12), (metric, length, depth)
+                row = frame[
+                    (frame["length"] == length) & (frame["depth"] == depth) & (frame["metric"] == metric)
+                ]
+                assert row["value"].item() == pytest.approx(correct.mean(), abs=1e-12), (
+                    metric,
+                    length,
+                    depth,
+                )
                 key = ("placed" if metric == "logistic_accuracy" else f"placed/{metric}", length, depth)
                 assert list(ctx.paired[key].values) == list(correct)
                 assert ctx.paired[key].ids == tuple(p.item_id for p in np.array(pool)[part])
