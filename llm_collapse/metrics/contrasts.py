@@ -14,6 +14,9 @@ not)                       Newcombe's method 10                                 
                                                                                 interval lies inside (-m, m)
 0/1 difference of          mean of d in {-2..2},       exact sign-flip          two one-sided t-tests on d
 differences (interaction)  t interval
+difference of independent  sum of the groups' means,   Welch t (Welch-          two one-sided t-tests
+groups of per-item values  Welch t interval             Satterthwaite df)        (same df)
+(bins design interaction)
 set-level (pairwise        delete-one jackknife,       z = estimate / se        two one-sided z-tests
 cosine, spread, offset)    estimate +- z se
 stored row, no per-item    its stored interval         its stored p, else       two one-sided z-tests from the
@@ -56,8 +59,8 @@ EXACT_SIGN_FLIPS = 16
 class Contrast:
     """A paired contrast (module docstring): estimate, unadjusted 95% interval, items, difference test.
 
-    ``test`` is the short name of the difference test (``paired t``, ``McNemar``, ``sign-flip`` or
-    ``paired Wald``: set-level rows, from their jackknife interval); ``se`` and ``df`` give the equivalence test's scale (``df`` infinite: z), ``counts``
+    ``test`` is the short name of the difference test (``paired t``, ``McNemar``, ``sign-flip``, ``Welch t``
+    or ``paired Wald``: set-level rows, from their jackknife interval); ``se`` and ``df`` give the equivalence test's scale (``df`` infinite: z), ``counts``
     the paired 0/1 table (e, f, g, h) for Newcombe's. Without ``se`` or ``counts`` the equivalence test uses
     the interval's half-widths.
     """
@@ -106,6 +109,26 @@ def mean_difference(d: np.ndarray, test: str = "paired t", p: float | None = Non
     half = float(sps.t.ppf(0.975, df)) * se
     t_p = float(2 * sps.t.sf(abs(estimate) / se, df))
     return Contrast(estimate, estimate - half, estimate + half, n, test, t_p if p is None else p, se, df)
+
+
+def independent_sum(parts: list[np.ndarray]) -> Contrast:
+    """The sum of the means of independent groups of per-item values (each group other items: the length bins
+    of ``--design bins``), e.g. ``mean(d_L) - mean(d_S)`` with ``parts = [d_L, -d_S]``: a Welch t interval
+    (Welch-Satterthwaite df) and test; ``n`` counts every item. Two groups give Welch's two-sample t-test of
+    ``d_L`` against ``d_S``. A group of fewer than 2 items: NaN interval and test."""
+    parts = [np.asarray(part, dtype=np.float64) for part in parts]
+    estimate = float(sum(part.mean() for part in parts)) if all(part.size for part in parts) else math.nan
+    n = int(sum(part.size for part in parts))
+    if any(part.size < 2 for part in parts):
+        return Contrast(estimate, math.nan, math.nan, n, "Welch t", math.nan)
+    shares = [part.var(ddof=1) / part.size for part in parts]
+    se = math.sqrt(sum(shares))
+    if se == 0:
+        return Contrast(estimate, estimate, estimate, n, "Welch t", 1.0 if estimate == 0 else 0.0, 0.0, n - 1)
+    df = se**4 / sum(share**2 / (part.size - 1) for share, part in zip(shares, parts, strict=True))
+    half = float(sps.t.ppf(0.975, df)) * se
+    p = float(2 * sps.t.sf(abs(estimate) / se, df))
+    return Contrast(estimate, estimate - half, estimate + half, n, "Welch t", p, se, df)
 
 
 def paired_binary(a: np.ndarray, b: np.ndarray) -> Contrast:

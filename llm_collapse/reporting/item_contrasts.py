@@ -8,7 +8,9 @@ same items, read with the procedure of its outcome type (`llm_collapse.metrics.c
   values d: two cells of 0/1 outcomes with weights +1, -1 are `paired_binary` (McNemar), four with ±1 the 0/1
   interaction (`binary_interaction`, sign-flip), anything else `mean_difference` (t);
 - a set-level quantity (the pairwise cosine, the within-length spread) combines its values and its delete-one
-  values (`pairwise_cosine_leave_one_out`, `spread_leave_one_out`), read by the jackknife.
+  values (`pairwise_cosine_leave_one_out`, `spread_leave_one_out`), read by the jackknife;
+- cells of other items (the length bins of ``--design bins``) in groups that share no item: each group's
+  per-item sum, the groups' means added, Welch's t (`independent_sum`); set-level quantities get none.
 
 This is how the study reads what no single stored row holds: the trend of an interaction across every value of
 a swept parameter (a weighted sum over the sweep's cells), and a contrast between two runs of the same texts.
@@ -26,6 +28,7 @@ import pandas as pd
 from llm_collapse.metrics.contrasts import (
     Contrast,
     binary_interaction,
+    independent_sum,
     jackknife_from_leave_one_out,
     mean_difference,
     paired_binary,
@@ -119,7 +122,7 @@ def combine(items: Items, terms: list[tuple[float, Cell]], quantity: str) -> Con
         return None
     ids = series[0].index
     if any(len(s) != len(ids) or not s.index.isin(ids).all() for s in series):
-        return None
+        return _independent_groups(series, [w for w, _ in terms], quantity)
     columns = [s.loc[ids].to_numpy(dtype=np.float64) for s in series]
     weights = [w for w, _ in terms]
     if quantity in SET_LEVEL:
@@ -135,6 +138,25 @@ def combine(items: Items, terms: list[tuple[float, Cell]], quantity: str) -> Con
     if binary and sorted(weights) == [-1.0, -1.0, 1.0, 1.0]:
         return binary_interaction(d)
     return mean_difference(d)
+
+
+def _independent_groups(series: list[pd.Series], weights: list[float], quantity: str) -> Contrast | None:
+    """`combine` where the cells fall into groups of the same items and the groups share no item (the length
+    bins of ``--design bins``): each group's per-item weighted sum, the groups' means added, Welch's t
+    (`independent_sum`); None for a set-level quantity or groups that overlap."""
+    groups: dict[frozenset, list[int]] = {}
+    for j, values in enumerate(series):
+        groups.setdefault(frozenset(values.index), []).append(j)
+    keys = list(groups)
+    if quantity in SET_LEVEL or any(a & b for i, a in enumerate(keys) for b in keys[i + 1 :]):
+        return None
+    if any(len(series[j]) != len(key) for key, members in groups.items() for j in members):
+        return None  # an item twice in a cell
+    parts = []
+    for members in groups.values():
+        ids = series[members[0]].index
+        parts.append(sum(weights[j] * series[j].loc[ids].to_numpy(dtype=np.float64) for j in members))
+    return independent_sum(parts)
 
 
 def contrast_terms(cell: Cell, suffix: str, shortest: int) -> list[tuple[float, Cell]]:

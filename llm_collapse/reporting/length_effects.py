@@ -9,7 +9,8 @@ decomposition of the paper's distance.
   tested like the summary table's changes, and the offset's share of the change (only where the change
   survives its test: the share of a change indistinguishable from 0 is noise).
 
-Both are absent where the run has no such rows (bins design; runs written before them).
+Both are absent where the run has no such rows (runs written before them; the bins design's interaction rows,
+Welch's t between the lengths, exist from 2026-12-06, its decomposition rows not).
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ equivalence tests need and brings older rows to today's procedure:
   (`llm_collapse.reporting.item_contrasts`), so the equivalence test inverts Newcombe's interval, and Newcombe's
   interval itself (runs before 2026-12-05 stored a paired bootstrap);
 - 0/1 differences of differences: the t interval of the per-item d and the exact sign-flip p from
-  ``items.parquet`` (runs before 2026-12-06 stored one from 20,000 seeded draws beyond 16 items).
+  ``items.parquet`` (runs before 2026-12-06 stored one from 20,000 seeded draws beyond 16 items);
+- interactions whose lengths hold other texts (``--design bins``): Welch's t from ``items.parquet``
+  (`llm_collapse.metrics.contrasts.independent_sum`), named in the ``test`` column.
 
 Rows it cannot read again keep what they stored (set-level rows, which store no p-value: their jackknife
 interval; 0/1 rows against another model or method, or without per-item data: their interval, read as
@@ -42,7 +44,9 @@ logger = logging.getLogger(__name__)
 COUNT_COLUMNS = ("n11", "n10", "n01", "n00")
 """The paired 0/1 table of a row: both right, only the method (or the longer length) right, only the other."""
 EXTRA_COLUMNS: dict[str, float] = {"se": math.nan, "df": math.nan, **dict.fromkeys(COUNT_COLUMNS, math.nan)}
-"""Columns `reread` adds (NaN where a row has none)."""
+"""Columns `reread` adds (NaN where a row has none), besides ``test``: the test's name where the row's metric does
+not imply it (`WELCH`), else ""."""
+WELCH = "Welch t"
 
 _SUFFIXES = (
     VS_INTERACTION,
@@ -55,7 +59,7 @@ _SUFFIXES = (
 
 def reread(results: pd.DataFrame, items: pd.DataFrame | None) -> pd.DataFrame:
     """``results`` with `EXTRA_COLUMNS` and its paired rows read with today's procedures (module docstring)."""
-    out = results.assign(**EXTRA_COLUMNS)
+    out = results.assign(**EXTRA_COLUMNS, test="")
     cells = Items(frames={RUN: items}) if items is not None and len(items) else None
     tested = out[out["p_value"].notna() & out["metric"].str.contains("_vs_", regex=False)]
     updates: dict[int, list[float]] = {}
@@ -73,6 +77,8 @@ def reread(results: pd.DataFrame, items: pd.DataFrame | None) -> pd.DataFrame:
             continue
         counts = contrast.counts or [math.nan] * 4
         updates[index] = [contrast.low, contrast.high, contrast.p, contrast.se, contrast.df, *counts]
+        if contrast.test == WELCH:
+            out.loc[index, "test"] = WELCH
     if updates:
         columns = ["ci_low", "ci_high", "p_value", "se", "df", *COUNT_COLUMNS]
         out.loc[list(updates), columns] = np.array(list(updates.values()), dtype=np.float64)
@@ -86,7 +92,8 @@ RUN = ""
 def _reread_row(row: pd.Series, quantity: str, suffix: str, cells: Items | None) -> Contrast | None:
     value, p, n = float(row["value"]), float(row["p_value"]), int(row["n"])
     if not metric_info(quantity).proportion:
-        return t_from_p(value, p, n, float(row["ci_low"]), float(row["ci_high"]))
+        welch = _welch(row, quantity, suffix, cells)  # the bins design's interaction: Welch's df, not n - 1
+        return welch or t_from_p(value, p, n, float(row["ci_low"]), float(row["ci_high"]))
     if (
         cells is None
         or not math.isnan(float(row["layer"]))
@@ -100,6 +107,21 @@ def _reread_row(row: pd.Series, quantity: str, suffix: str, cells: Items | None)
         return None
     contrast = combine(cells, merged(contrast_terms(cell, suffix, shortest)), quantity)
     return contrast if contrast is not None and contrast.n == n else None
+
+
+def _welch(row: pd.Series, quantity: str, suffix: str, cells: Items | None) -> Contrast | None:
+    """An interaction row whose lengths hold other items (`independent_sum`), recomputed from items.parquet; None
+    for any other row."""
+    if cells is None or suffix != VS_INTERACTION or not math.isnan(float(row["layer"])):
+        return None
+    depth = None if math.isnan(float(row["depth"])) else float(row["depth"])
+    cell = Cell(RUN, str(row["model"]), str(row["method"]), str(row["task"]), int(row["length"]), depth)
+    shortest = cells.shortest_length(cell, quantity)
+    if shortest is None:
+        return None
+    contrast = combine(cells, merged(contrast_terms(cell, suffix, shortest)), quantity)
+    ok = contrast is not None and contrast.test == WELCH and contrast.n == int(row["n"])
+    return contrast if ok else None
 
 
 def _same(a: float, b: float) -> bool:

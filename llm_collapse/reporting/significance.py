@@ -54,6 +54,8 @@ KINDS: dict[str, str] = {
     "McNemar": "exact McNemar test on the paired items (interval: Newcombe's)",
     "paired t": "paired t-test on the per-item differences (t interval)",
     "sign-flip": "exact sign-flip test on the per-item differences of differences (0/1 outcomes; t interval)",
+    "Welch t": "Welch's t-test of the per-item method - base differences between two lengths' other texts "
+    "(--design bins; Welch-Satterthwaite df)",
     "paired Wald": "Wald test from the paired 95% interval (set-level: the delete-one jackknife's)",
     "TOST": "two one-sided tests against ±margin (equivalence; Holm across the family's equivalence tests): "
     "t-based for per-item differences, Newcombe's interval inverted for paired 0/1, else z from the interval",
@@ -95,6 +97,8 @@ def paired_test(row: pd.Series) -> Contrast | None:
         metric = str(row.get("metric", ""))
         continuous = not metric_info(metric.split("_vs_", 1)[0]).proportion
         kind = "paired t" if continuous else "sign-flip" if metric.endswith(VS_INTERACTION) else "McNemar"
+        named = row.get("test")  # a test the metric does not imply (`reread`: Welch's), else "" or absent
+        kind = named if isinstance(named, str) and named else kind
         se, df = _float(row, "se"), _float(row, "df")
         if math.isfinite(se):  # read on loading (`llm_collapse.reporting.reread`)
             return Contrast(value, low, high, n, kind, p, se, df if math.isfinite(df) else math.inf)

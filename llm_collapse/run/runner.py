@@ -59,7 +59,7 @@ from llm_collapse.tasks.base import (
     length_contrast_rows,
     paired_task,
 )
-from llm_collapse.tasks.interaction import interaction_rows
+from llm_collapse.tasks.interaction import interaction_rows, unpaired_interaction_rows
 from llm_collapse.tasks.items import item_rows
 from llm_collapse.tasks.registry import TASKS, VS_CONTROL, VS_REFERENCE, length_paired_tasks, tasks_with
 from llm_collapse.utils.logs import WarningTally, held_logs, tallied_warnings
@@ -291,17 +291,20 @@ def _write_files(out: Path, state: RunState, record: RunRecord, *, report: bool)
 
 
 def _contrasts(model_name: str, config: CompareConfig, paired: dict[str, dict], design: str) -> list[dict]:
-    """``*_vs_base`` rows of every non-base method of one model, and where the items are the same at every
-    length its method x length interaction (`llm_collapse.tasks.interaction`); none without a base cell."""
+    """``*_vs_base`` rows of every non-base method of one model and its method x length interaction
+    (`llm_collapse.tasks.interaction`: paired where the items are the same at every length, Welch's between the
+    length bins of the bins design); none without a base cell."""
     base = paired.get(BASE_METHOD)
     if base is None:
         return []
     rows, nested = [], length_paired_tasks(design) & set(config.tasks)
+    unpaired = {task for task in config.tasks if TASKS[task].texts == "binned"} - nested  # the bins design
     for method, items in paired.items():
         if method != BASE_METHOD:
             cell = CellKey(model_name, method, config.corpus)
             rows += contrast_rows(cell, items, base)
             rows += interaction_rows(cell, items, base, nested, seed=config.seed)
+            rows += unpaired_interaction_rows(cell, items, base, unpaired)
     return rows
 
 

@@ -18,6 +18,11 @@ interval over the items, each item seen in all four cells:
   and offset): a delete-one jackknife over the items, no p-value (as their ``*_vs_base`` rows).
 
 Bins whose four cells do not hold the same items (by id, else by count) are skipped with a warning.
+
+Under ``--design bins`` the texts of length L and of the shortest length S are other texts, so the four cells
+are two pairs: `unpaired_interaction_rows` gives ``mean(m_L - b_L) - mean(m_S - b_S)`` of the per-item
+quantities (0/1 correctness, continuous values, the distances to the global centroid) with Welch's t interval
+and test (`llm_collapse.metrics.contrasts.independent_sum`); set-level statistics get no row there.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import math
 import numpy as np
 
 from llm_collapse.metrics.collapse import centroid_distance, mean_pairwise_cosine, normalize_rows
-from llm_collapse.metrics.contrasts import binary_interaction, mean_difference
+from llm_collapse.metrics.contrasts import binary_interaction, independent_sum, mean_difference
 from llm_collapse.metrics.decomposition import DECOMPOSITION_KEYS, centroid_decomposition
 from llm_collapse.metrics.stats import jackknife_ci
 from llm_collapse.records.results import CellKey, result_row
@@ -68,6 +73,54 @@ def interaction_rows(
         for part in _interactions(cells, seed):
             rows.append(result_row(**{**row, **part}))  # a per-layer part counts its own items
     return rows
+
+
+def unpaired_interaction_rows(
+    cell: CellKey,
+    items: dict[PairedKey, PairedItems],
+    base: dict[PairedKey, PairedItems],
+    tasks: set[str] | frozenset[str],
+) -> list[dict]:
+    """``*_vs_base_vs_shortest`` rows for the ``tasks`` whose texts differ between lengths (the bins design):
+    within each length the method and base embed the same texts (paired), across lengths the texts are
+    independent (module docstring). Per-layer statistics are left out."""
+    shortest: dict[tuple[str, float | None], int] = {}
+    for name, length, depth in items:
+        if paired_task(name) in tasks:
+            shortest[(name, depth)] = min(length, shortest.get((name, depth), length))
+    rows = []
+    for key in sorted(items, key=lambda k: (k[0], k[1], -1.0 if k[2] is None else k[2])):
+        name, length, depth = key
+        if paired_task(name) not in tasks or length == shortest[(name, depth)] or items[key].per_layer:
+            continue
+        short = (name, shortest[(name, depth)], depth)
+        long_pair, short_pair = [items.get(key), base.get(key)], [items.get(short), base.get(short)]
+        label = f"{cell} {key}"
+        if not (_same_items(long_pair, label) and _same_items(short_pair, label)):
+            continue
+        row = dict(**cell.fields(), task=paired_task(name), length=length,
+                   depth=math.nan if depth is None else depth)  # fmt: skip
+        for metric, (m_long, b_long), (m_short, b_short) in _per_item_pairs(long_pair, short_pair):
+            contrast = independent_sum([m_long - b_long, -(m_short - b_short)])
+            rows.append(result_row(**row, metric=metric + INTERACTION, value=contrast.estimate, n=contrast.n,
+                                   ci=(contrast.low, contrast.high), p_value=contrast.p))  # fmt: skip
+    return rows
+
+
+def _per_item_pairs(long_pair: list[PairedItems], short_pair: list[PairedItems]) -> list[tuple]:
+    """(metric, (method, base) per-item values at L, the same at S) of a bin's per-item quantities."""
+    cells = [*long_pair, *short_pair]
+    if cells[0].metric != EMBEDDINGS:
+        values = [np.asarray(c.values, dtype=np.float64) for c in cells]
+        return [(cells[0].metric, values[:2], values[2:])]
+    if any(c.reference is None for c in cells):
+        return []
+    distances = [np.linalg.norm(normalize_rows(c.values) - c.reference.reshape(1, -1), axis=1) for c in cells]
+    squares = [d**2 for d in distances]
+    return [
+        (metric, per_item[:2], per_item[2:])
+        for metric, per_item in (("global_centroid_distance", distances), ("global_centroid_sq_distance", squares))
+    ]
 
 
 def _same_items(cells: list[PairedItems | None], label: str) -> bool:

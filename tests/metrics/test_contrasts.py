@@ -135,3 +135,19 @@ def test_set_level_leave_one_out_values_from_per_item_terms_equal_the_embeddings
         assert loo == pytest.approx(brute, abs=1e-12)
         contrast = jackknife_from_leave_one_out(point, loo)
         assert (contrast.low, contrast.high) == pytest.approx(jackknife_ci(U, statistic)[1:], abs=1e-12)
+
+
+def test_independent_sum_of_two_groups_is_welchs_t_test():
+    from scipy.stats import ttest_ind
+
+    from llm_collapse.metrics.contrasts import independent_sum
+
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(0.3, 1.0, 11), rng.normal(0.0, 2.0, 17)
+    c = independent_sum([a, -b])
+    welch = ttest_ind(a, b, equal_var=False)
+    assert c.estimate == pytest.approx(a.mean() - b.mean()) and c.n == 28 and c.test == "Welch t"
+    assert c.p == pytest.approx(welch.pvalue, rel=1e-9) and c.df == pytest.approx(welch.df, rel=1e-9)
+    assert (c.low, c.high) == (pytest.approx(welch.confidence_interval().low, rel=1e-9),
+                               pytest.approx(welch.confidence_interval().high, rel=1e-9))  # fmt: skip
+    assert math.isnan(independent_sum([a, b[:1]]).p)  # a group of one item has no spread

