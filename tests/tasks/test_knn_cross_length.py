@@ -212,6 +212,9 @@ def test_sotu_major_party_label():
     assert major == {"Democratic": 93, "Republican": 92, None: 52}
     assert all(d.labels["party"] == d.labels.get("major_party", d.labels["party"]) for d in docs)
     assert max(int(d.labels["year"]) for d in docs if "major_party" not in d.labels) < 1869
+    era = Counter(d.labels["era"] for d in docs)
+    assert era == {"before 1900": 111, "1900 on": 126}
+    assert all((d.labels["era"] == "1900 on") == (int(d.labels["year"]) >= 1900) for d in docs)
 
 
 def test_compare_knn_and_collapse_movie_reviews_bins(run_compare, real_models, tmp_path):
