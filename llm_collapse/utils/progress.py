@@ -11,7 +11,8 @@ Decisions:
   have passed since the last line, whichever comes first, and one line at the end.
 * Texts: each (model, method) cell counts the run's distinct texts (``per_cell``). Inside a cell the count
   follows the texts embedded and stops at the cell's total; when the cell ends all of them count (texts served
-  by the cache, a method that does not apply). The ETA divides the texts left by the rate of texts actually
+  by the cache, a method that does not apply), but not when it raises: an interrupted run's bar and its last
+  log line (a warning) show where it stopped, never 100%. The ETA divides the texts left by the rate of texts actually
   embedded, so cells read from the cache do not make it optimistic; it is "?" until something is embedded.
 * Silent (but still hiding the per-batch bars) where the package does not log at INFO.
 """
@@ -124,10 +125,15 @@ class RunProgress:
 
     def __exit__(self, *exc) -> None:
         try:
-            if self.visible and not self.terminal and exc[0] is None:
+            if self.visible and exc[0] is None and not self.terminal:
                 logger.info(
                     "run finished: %d/%d texts in %s", self.done, self.total, clock_text(self._elapsed())
                 )
+            elif self.visible and exc[0] is not None:  # the bar and the log say where it stopped, never 100%
+                what = "interrupted" if issubclass(exc[0], KeyboardInterrupt) else "stopped"
+                if self._bar is not None:
+                    self._bar.set_postfix_str(f"{self._times()}, {what}", refresh=True)
+                logger.warning("run %s at %s", what, self.describe())
         finally:
             self._held.close()
             self._bar = None
@@ -137,14 +143,12 @@ class RunProgress:
 
     @contextlib.contextmanager
     def cell(self, model: str, method: str) -> Iterator[None]:
-        """The block that runs one (model, method) cell: its texts all count when it ends."""
+        """The block that runs one (model, method) cell: its texts all count when it ends, not when it raises."""
         self.model, self.method = model, method
         self._cell_start, self._cell_done = self.done, 0
         self._draw()
-        try:
-            yield
-        finally:
-            self._count(self.per_cell - self._cell_done)
+        yield  # an exception (Ctrl-C) leaves the count where the work stopped
+        self._count(self.per_cell - self._cell_done)
 
     def advance(self, n: int) -> None:
         """``n`` texts embedded: counted up to the cell's total, and toward the rate in full."""

@@ -130,3 +130,20 @@ def test_silent_below_info_but_still_hides_the_batch_bars():
 @pytest.mark.parametrize("seconds, text", [(0, "0:00"), (59.6, "1:00"), (61, "1:01"), (3600 + 62, "1:01:02")])
 def test_clock_text(seconds, text):
     assert clock_text(seconds) == text
+
+
+@pytest.mark.parametrize("stream", [io.StringIO(), Terminal()], ids=["log", "terminal"])
+def test_ctrl_c_shows_where_the_run_stopped_not_100_percent(logged, stream):
+    """Issue 64: an interrupted cell's texts do not all count, so neither the bar nor the log reads finished."""
+    clock = Clock()
+    display = RunProgress(["a"], ["base", "x"], 10, stream=stream, clock=clock)
+    with pytest.raises(KeyboardInterrupt), display, display.cell("a", "base"):
+        clock.now += 3
+        display.advance(3)
+        raise KeyboardInterrupt
+    assert display.done == 3
+    text = logged.getvalue()
+    assert "run interrupted at model 1/1 a, method 1/2 base: 3/20 texts (15%)" in text
+    assert "run finished" not in text and "100%" not in stream.getvalue() + text
+    if isinstance(stream, Terminal):
+        assert "3/20 texts" in stream.getvalue() and "interrupted" in stream.getvalue()
