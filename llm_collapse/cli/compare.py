@@ -32,18 +32,30 @@ DESCRIPTION = (
 )
 
 
+EXAMPLES = f"""examples:
+
+  {PROG} --models minilm --methods base,tempscale:0.8 --tasks collapse,knn --dry-run
+  {PROG} --config experiments/study/minilm.yaml --out reports/minilm"""
+
+
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog=prog, description=DESCRIPTION)
-    add_arguments(parser)
-    parser.add_argument("--config", help="YAML file with any of the options above")
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace another run in --out and recompute embeddings"
+    parser = ArgumentParser(
+        prog=prog,
+        usage="%(prog)s [--config FILE] [--dry-run] [options]",
+        description=DESCRIPTION,
+        epilog=EXAMPLES.replace(PROG, prog),
     )
-    parser.add_argument(
+    command = parser.add_argument_group("the command")
+    command.add_argument("--config", help="YAML file with any of the options below")
+    command.add_argument(
         "--dry-run", action="store_true", help="print the plan (texts, tokens, estimated time) and exit"
     )
-    parser.add_argument("--no-report", action="store_true", help="write results and run.json only")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    command.add_argument(
+        "--overwrite", action="store_true", help="replace another run in --out and recompute embeddings"
+    )
+    command.add_argument("--no-report", action="store_true", help="write results and run.json only")
+    command.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_arguments(parser)
     return parser
 
 

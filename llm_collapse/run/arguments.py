@@ -22,24 +22,40 @@ _REPEATED_FLAGS = {
 """Mapping and list fields given one value per flag, the flag named in the singular."""
 
 
+GROUPS: dict[str, tuple[str, ...]] = {
+    "what to compare": ("models", "embedder_specs", "methods", "tasks", "corpus", "lengths"),
+    "how models run": ("backend", "dtype", "device", "quant", "quants", "pooling", "model_paths", "batch_size"),
+    "texts and sizes": ("max_per_bin", "design", "prefix_docs", "retrieval_docs", "retrieval_queries",
+                        "retrieval_pool", "layerwise_per_bin", "label", "placed_filler", "placed_depths",
+                        "placed_probes", "seed"),
+    "paired comparisons": ("reference_model", "controls", "margins", "claims"),
+    "output": ("save_embeddings", "out"),
+}  # fmt: skip
+"""The ``--help`` sections, each field in one (a test checks every field is placed)."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per config field (default None, so unset flags fall through to YAML and defaults)."""
+    """One flag per config field (default None, so unset flags fall through to YAML and defaults), in the
+    ``--help`` sections of `GROUPS`."""
+    sections = {title: parser.add_argument_group(title) for title in GROUPS}
+    group_of = {name: sections[title] for title, names in GROUPS.items() for name in names}
     for f in fields(CompareConfig):
         if f.metadata.get("yaml_only"):
             continue
+        group = group_of[f.name]
         flag = "--" + f.name.replace("_", "-")
         help_text = _help(f)
         if f.name in _REPEATED_FLAGS:
             repeated, metavar = _REPEATED_FLAGS[f.name]
-            parser.add_argument(repeated, dest=f.name, action="append", metavar=metavar, help=help_text)
+            group.add_argument(repeated, dest=f.name, action="append", metavar=metavar, help=help_text)
         elif f.name == "quant":
-            parser.add_argument(flag, dest=f.name, help=help_text)
+            group.add_argument(flag, dest=f.name, help=help_text)
         elif f.name == "save_embeddings":
-            parser.add_argument(flag, nargs="?", const=EMBEDDING_DTYPES[0], metavar="DTYPE", help=help_text)
+            group.add_argument(flag, nargs="?", const=EMBEDDING_DTYPES[0], metavar="DTYPE", help=help_text)
         elif f.type in ("int", "int | None"):
-            parser.add_argument(flag, type=int, help=help_text)
+            group.add_argument(flag, type=int, help=help_text)
         else:
-            parser.add_argument(flag, help=help_text)
+            group.add_argument(flag, help=help_text)
 
 
 def _help(f) -> str:

@@ -29,13 +29,17 @@ class HelpFormatter(argparse.HelpFormatter):
         return textwrap.wrap(re.sub(r"\s+", " ", text).strip(), width, break_on_hyphens=False)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
-        return textwrap.fill(
-            re.sub(r"\s+", " ", text).strip(),
-            width,
-            initial_indent=indent,
-            subsequent_indent=indent,
-            break_on_hyphens=False,
-        )
+        """Each blank-line separated block filled, except one whose lines are indented (an example command),
+        kept line for line."""
+        blocks = []
+        for block in text.split("\n\n"):
+            if block.startswith(" "):
+                blocks.append("\n".join(indent + line for line in block.splitlines()))
+                continue
+            filled = textwrap.fill(re.sub(r"\s+", " ", block).strip(), width, initial_indent=indent,
+                                   subsequent_indent=indent, break_on_hyphens=False)  # fmt: skip
+            blocks.append(filled)
+        return "\n\n".join(blocks)
 
 
 class ArgumentParser(argparse.ArgumentParser):

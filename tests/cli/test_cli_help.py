@@ -90,3 +90,21 @@ def test_corpus_help_lists_every_corpus_and_folder(capsys):
     entry = _entries(_help(capsys, ["compare", "--help"]))["--corpus"]
     assert all(re.search(rf"[ :]{re.escape(name)}[, ]", entry) for name in CORPORA.names()), entry
     assert "folder:PATH" in entry
+
+
+def test_compare_help_is_in_sections_with_two_examples(capsys):
+    """Issue 64: every configuration flag sits in one section of --help, and the help ends with two examples
+    kept line for line."""
+    from dataclasses import fields
+
+    from llm_collapse.run.arguments import GROUPS
+    from llm_collapse.run.config import CompareConfig
+
+    placed = [name for names in GROUPS.values() for name in names]
+    assert sorted(placed) == sorted(f.name for f in fields(CompareConfig)) and len(set(placed)) == len(placed)
+    text = _help(capsys, ["compare", "--help"])
+    sections = [line.rstrip(":") for line in text.splitlines() if re.fullmatch(r"[a-z][a-z ]+:", line)]
+    assert sections == ["options", "the command", *GROUPS, "examples"]
+    examples = text.split("examples:", 1)[1].strip().splitlines()
+    assert len(examples) == 2 and all(line.strip().startswith("llm-collapse compare --") for line in examples)
+    assert text.startswith("usage: llm-collapse compare [--config FILE] [--dry-run] [options]\n")
