@@ -29,6 +29,7 @@ runs=(
   pilot_retrieval_minilm                # issue 63: where base minilm is off the floor and ceiling on retrieval (a pilot)
   echo_window_seed1                     # Q4, issue 63: echo inside the 512-token window on a second draw (declared claims)
   placed_minilm                         # issue 63: the fixed-information probe on minilm, sotu party (read at chance)
+  extension_minilm                      # Q8, issue 63: minilm read to 4k against truncation (declared claims)
 )
 for name in "${runs[@]}"; do
   python -m llm_collapse.compare --config "experiments/study/${name}.yaml"
