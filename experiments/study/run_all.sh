@@ -31,6 +31,7 @@ runs=(
   placed_minilm                         # issue 63: the fixed-information probe on minilm, sotu party (read at chance)
   extension_minilm                      # Q8, issue 63: minilm read to 4k against truncation (declared claims)
   bins_minilm                           # Q9, issue 63: the paper's length bins on minilm, every tau (declared claims)
+  minilm_seed1                          # Q9, issue 63: minilm's TempScale sweep on a second draw (declared claims)
 )
 for name in "${runs[@]}"; do
   python -m llm_collapse.compare --config "experiments/study/${name}.yaml"
