@@ -23,12 +23,13 @@ from llm_collapse.reporting.study import StudyError, load_questions
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "reports" / "study"
 ANSWERS = STUDY / "answers.csv"
-BINARY = {"acc@1", "knn_accuracy", "knn_cross_accuracy"}
+BINARY = {"acc@1", "knn_accuracy", "knn_cross_accuracy", "logistic_accuracy"}
 # the reading of a positive change, per metric (the registry's directions, written out independently)
 UP = {"global_centroid_distance": "less collapse", "centroid_distance": "less collapse",
       "within_length_sq_spread": "less collapse", "global_centroid_sq_distance": "less collapse",
       "pairwise_cosine": "more collapse", "centroid_cosine": "more collapse", "acc@1": "better",
-      "knn_accuracy": "better", "knn_cross_accuracy": "better", "cosine_to_fp32": "less drift",
+      "knn_accuracy": "better", "knn_cross_accuracy": "better", "logistic_accuracy": "better",
+      "cosine_to_fp32": "less drift",
       "attention_entropy_normalized": "higher", "attention_entropy": "higher", "hf_ratio": "higher",
       "hf_ratio_length_free": "higher"}  # fmt: skip
 DOWN = {"less collapse": "more collapse", "more collapse": "less collapse", "better": "worse",
@@ -452,3 +453,28 @@ def test_every_set_level_answer_with_items_is_the_jackknife_of_its_per_item_term
         assert (row.estimate, row.ci_low, row.ci_high) == pytest.approx(expected, abs=1e-9), row.claim
         checked += 1
     assert checked >= 20
+
+
+@pytest.mark.skipif(not ANSWERS.is_file(), reason="no committed study answers")
+def test_every_welch_answer_is_scipys_welch_test_on_items_parquet():
+    """The bins design's interactions (other texts per length): (method - base) per item at the length against the
+    same at the shortest length, by scipy's Welch t-test on items.parquet."""
+    answers = pd.read_csv(ANSWERS)
+    welch = answers[answers.test == "Welch t"]
+    for row in welch.itertuples(index=False):
+        items = pd.read_parquet(STUDY / row.run / "items.parquet")
+        quantity = row.metric.split("/")[1].split("_vs_")[0]
+        task_items = items[(items.method == row.method) & (items.task == row.metric.split("/")[0])]
+        shortest = int(task_items.length.min())
+        d = {}
+        for length in (row.length, shortest):
+            a = _cell(items, row, row.method, length, quantity)
+            d[length] = (a - _cell(items, row, "base", length, quantity).loc[a.index]).to_numpy(float)
+        assert not set(_cell(items, row, "base", row.length, quantity).index) & set(
+            _cell(items, row, "base", shortest, quantity).index
+        )  # other texts at each length
+        test = sps.ttest_ind(d[row.length], d[shortest], equal_var=False)
+        assert row.estimate == pytest.approx(d[row.length].mean() - d[shortest].mean(), abs=1e-9), row.claim
+        assert row.p == pytest.approx(test.pvalue, rel=1e-6) and row.n == len(d[row.length]) + len(d[shortest])
+        assert (row.ci_low, row.ci_high) == pytest.approx(tuple(test.confidence_interval()), rel=1e-6)
+    assert len(welch) >= 5
