@@ -100,13 +100,7 @@ def _reread_row(row: pd.Series, quantity: str, suffix: str, cells: Items | None)
         or suffix not in (VS_BASE, VS_SHORTEST, VS_INTERACTION)
     ):
         return None  # a 0/1 row against another model or method keeps its stored interval and test
-    depth = None if math.isnan(float(row["depth"])) else float(row["depth"])
-    cell = Cell(RUN, str(row["model"]), str(row["method"]), str(row["task"]), int(row["length"]), depth)
-    shortest = cells.shortest_length(cell, quantity)
-    if shortest is None:
-        return None
-    contrast = combine(cells, merged(contrast_terms(cell, suffix, shortest)), quantity)
-    return contrast if contrast is not None and contrast.n == n else None
+    return _from_items(row, quantity, suffix, cells)
 
 
 def _welch(row: pd.Series, quantity: str, suffix: str, cells: Items | None) -> Contrast | None:
@@ -114,14 +108,20 @@ def _welch(row: pd.Series, quantity: str, suffix: str, cells: Items | None) -> C
     for any other row."""
     if cells is None or suffix != VS_INTERACTION or not math.isnan(float(row["layer"])):
         return None
+    contrast = _from_items(row, quantity, suffix, cells)
+    return contrast if contrast is not None and contrast.test == WELCH else None
+
+
+def _from_items(row: pd.Series, quantity: str, suffix: str, cells: Items) -> Contrast | None:
+    """The row's contrast computed from items.parquet (`combine`), or None where the cells are not there or hold
+    another number of items than the row."""
     depth = None if math.isnan(float(row["depth"])) else float(row["depth"])
     cell = Cell(RUN, str(row["model"]), str(row["method"]), str(row["task"]), int(row["length"]), depth)
     shortest = cells.shortest_length(cell, quantity)
     if shortest is None:
         return None
     contrast = combine(cells, merged(contrast_terms(cell, suffix, shortest)), quantity)
-    ok = contrast is not None and contrast.test == WELCH and contrast.n == int(row["n"])
-    return contrast if ok else None
+    return contrast if contrast is not None and contrast.n == int(row["n"]) else None
 
 
 def _same(a: float, b: float) -> bool:

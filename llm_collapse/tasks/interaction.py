@@ -55,16 +55,9 @@ def interaction_rows(
 ) -> list[dict]:
     """``*_vs_base_vs_shortest`` rows of one method against ``base``, for the ``tasks`` whose items are the
     same at every length (`llm_collapse.tasks.registry.length_paired_tasks`)."""
-    shortest: dict[tuple[str, float | None], int] = {}
-    for name, length, depth in items:
-        if paired_task(name) in tasks:
-            shortest[(name, depth)] = min(length, shortest.get((name, depth), length))
     rows = []
-    for key in sorted(items, key=lambda k: (k[0], k[1], -1.0 if k[2] is None else k[2])):
+    for key, short in _longer_bins(items, tasks):
         name, length, depth = key
-        if paired_task(name) not in tasks or length == shortest[(name, depth)]:
-            continue
-        short = (name, shortest[(name, depth)], depth)
         cells = [items.get(key), base.get(key), items.get(short), base.get(short)]
         if not _same_items(cells, f"{cell} {key}"):
             continue
@@ -84,16 +77,11 @@ def unpaired_interaction_rows(
     """``*_vs_base_vs_shortest`` rows for the ``tasks`` whose texts differ between lengths (the bins design):
     within each length the method and base embed the same texts (paired), across lengths the texts are
     independent (module docstring). Per-layer statistics are left out."""
-    shortest: dict[tuple[str, float | None], int] = {}
-    for name, length, depth in items:
-        if paired_task(name) in tasks:
-            shortest[(name, depth)] = min(length, shortest.get((name, depth), length))
     rows = []
-    for key in sorted(items, key=lambda k: (k[0], k[1], -1.0 if k[2] is None else k[2])):
+    for key, short in _longer_bins(items, tasks):
         name, length, depth = key
-        if paired_task(name) not in tasks or length == shortest[(name, depth)] or items[key].per_layer:
+        if items[key].per_layer:
             continue
-        short = (name, shortest[(name, depth)], depth)
         long_pair, short_pair = [items.get(key), base.get(key)], [items.get(short), base.get(short)]
         label = f"{cell} {key}"
         if not (_same_items(long_pair, label) and _same_items(short_pair, label)):
@@ -105,6 +93,20 @@ def unpaired_interaction_rows(
             rows.append(result_row(**row, metric=metric + INTERACTION, value=contrast.estimate, n=contrast.n,
                                    ci=(contrast.low, contrast.high), p_value=contrast.p))  # fmt: skip
     return rows
+
+
+def _longer_bins(items: dict[PairedKey, PairedItems], tasks: set[str] | frozenset[str]) -> list[tuple]:
+    """(bin, the same task and depth at its shortest length) for every bin of ``tasks`` above its shortest length,
+    in task, length, depth order."""
+    shortest: dict[tuple[str, float | None], int] = {}
+    for name, length, depth in items:
+        if paired_task(name) in tasks:
+            shortest[(name, depth)] = min(length, shortest.get((name, depth), length))
+    return [
+        (key, (key[0], shortest[(key[0], key[2])], key[2]))
+        for key in sorted(items, key=lambda k: (k[0], k[1], -1.0 if k[2] is None else k[2]))
+        if paired_task(key[0]) in tasks and key[1] != shortest[(key[0], key[2])]
+    ]
 
 
 def _per_item_pairs(long_pair: list[PairedItems], short_pair: list[PairedItems]) -> list[tuple]:
@@ -119,7 +121,10 @@ def _per_item_pairs(long_pair: list[PairedItems], short_pair: list[PairedItems])
     squares = [d**2 for d in distances]
     return [
         (metric, per_item[:2], per_item[2:])
-        for metric, per_item in (("global_centroid_distance", distances), ("global_centroid_sq_distance", squares))
+        for metric, per_item in (
+            ("global_centroid_distance", distances),
+            ("global_centroid_sq_distance", squares),
+        )
     ]
 
 
