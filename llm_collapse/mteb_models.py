@@ -63,7 +63,19 @@ def model_meta(name: str):
         revision=spec_revision(spec),
         max_tokens=spec.max_length,
         use_instructions=spec.input_format.takes_instruction,
+        **_sizes(spec),
     )
+
+
+def _sizes(spec: EmbedderSpec) -> dict[str, int]:
+    """mteb's size fields from the catalog's published dimensions (none for models without them): parameters,
+    the pooled vector's width (the hidden size for every registered pooling) and the weights' MB (mteb's own
+    figure where the catalog quotes it, else bf16)."""
+    dims = spec.published
+    if dims is None:
+        return {}
+    size, _ = dims.download_bytes()
+    return {"n_parameters": dims.params(), "embed_dim": dims.hidden, "memory_usage_mb": round(size / 2**20)}
 
 
 def spec_revision(spec: EmbedderSpec) -> str:

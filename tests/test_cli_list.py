@@ -16,7 +16,10 @@ from llm_collapse.tasks.registry import RUNNABLE
 
 def _names(capsys, what: str) -> list[str]:
     assert main(["list", what]) == 0
-    return [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    lines = capsys.readouterr().out.splitlines()
+    if what == "models":  # a table: its first line is the header
+        lines = lines[1:]
+    return [line.split()[0] for line in lines]
 
 
 def test_list_names_what_the_registries_hold(capsys):

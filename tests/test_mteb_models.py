@@ -122,6 +122,16 @@ def test_entries_cover_the_installed_models_and_load_nothing_until_asked():
     assert mteb_models.mteb_name("all-minilm-l6-v2") == "llm-collapse/minilm"
 
 
+def test_entries_carry_the_catalogs_sizes_as_mtebs_own_entries_do():
+    """``llm-collapse/mistral`` states what mteb's ``intfloat/e5-mistral-7b-instruct`` states (issue 64)."""
+    for name in ("mistral", "nv-embed", "bge-gemma2"):
+        ours = mteb.get_model_meta(f"llm-collapse/{name}")
+        theirs = mteb.get_model_meta(resolve_spec(name)[0].hub_id)
+        assert ours.memory_usage_mb == theirs.memory_usage_mb and ours.embed_dim == theirs.embed_dim
+        assert ours.n_parameters == pytest.approx(theirs.n_parameters, rel=1e-3)
+    assert mteb.get_model_meta("llm-collapse/minilm").n_parameters is None  # no published dims: not guessed
+
+
 @pytest.fixture(scope="module")
 def direct_runs(tmp_path_factory):
     """The task through `MTEBEncoder` on one loaded minilm: base and tempscale:0.8."""

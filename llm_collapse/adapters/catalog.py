@@ -25,6 +25,7 @@ def _register(spec: EmbedderSpec) -> EmbedderSpec:
 # Published dimensions (config.json) of the checkpoints below, as the package runs them: read by the GPU estimate
 # and the device check, never by loading (which reads the folder's own config.json). Revisions: the commits
 # mteb's model registry (mteb 2.x ModelMeta) pins for these ids; the hub cannot be reached here to re-check them.
+# Download sizes (``weights_mib``): the same entries' memory_usage_mb (bge-gemma2 and gte-Qwen2 store fp32 weights).
 _MISTRAL_7B = PublishedDims(
     source="mistralai/Mistral-7B-v0.1 config.json",
     hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128, intermediate=14336, vocab=32000,
@@ -33,11 +34,12 @@ _MISTRAL_7B = PublishedDims(
 _GEMMA2_9B = PublishedDims(
     source="BAAI/bge-multilingual-gemma2 config.json (anchors.md 4.3)",
     hidden=3584, layers=42, heads=16, kv_heads=8, head_dim=256, intermediate=14336, vocab=256002,
-    window=4096, sliding="even",
+    window=4096, sliding="even", weights_mib=35254,
 )  # fmt: skip
 _QWEN2_7B = PublishedDims(
     source="Alibaba-NLP/gte-Qwen2-7B-instruct config.json",
     hidden=3584, layers=28, heads=28, kv_heads=4, head_dim=128, intermediate=18944, vocab=151646,
+    weights_mib=29040,
 )  # fmt: skip
 
 
@@ -66,7 +68,11 @@ E5_MISTRAL = _register(
         default_instruction="Given a web search query, retrieve relevant passages that answer the query",
         # anchors.md 4.1 (config.json): 4096/14336/32 layers/32 heads/8 kv/128, vocab 32000, sliding_window 4096
         # (kept by the package: base runs the window; window:off switches it off).
-        published=replace(_MISTRAL_7B, source="intfloat/e5-mistral-7b-instruct config.json (anchors.md 4.1)"),
+        published=replace(
+            _MISTRAL_7B,
+            source="intfloat/e5-mistral-7b-instruct config.json (anchors.md 4.1)",
+            weights_mib=13563,
+        ),
         revision="07163b72af1488142a360786df853f237b1a3ca1",
     )
 )
@@ -97,6 +103,7 @@ NV_EMBED = _register(
             window=None,
             sliding="none",
             pooler=LatentPooler(),
+            weights_mib=14975,
         ),
         revision="7604d305b621f14095a1aa23d351674c2859553a",  # anchors.md 4.2 quotes mteb's "7604d305b..."
     )
@@ -248,11 +255,11 @@ _WEB_SEARCH_TASK = (
 # 36/4096); these dims reproduce the parameter counts keras-hub's Qwen3-Embedding presets list (595,776,512;
 # 4,021,774,336; 8,188,515,328 with the 8B's untied LM head) exactly.
 _QWEN3_DIMS = {
-    "0.6B": (dict(hidden=1024, layers=28, heads=16, intermediate=3072, vocab=151669),
+    "0.6B": (dict(hidden=1024, layers=28, heads=16, intermediate=3072, vocab=151669, weights_mib=1136),
              "b22da495047858cce924d27d76261e96be6febc0"),
-    "4B": (dict(hidden=2560, layers=36, heads=32, intermediate=9728, vocab=151665),
+    "4B": (dict(hidden=2560, layers=36, heads=32, intermediate=9728, vocab=151665, weights_mib=7671),
            "636cd9bf47d976946cdbb2b0c3ca0cb2f8eea5ff"),
-    "8B": (dict(hidden=4096, layers=36, heads=32, intermediate=12288, vocab=151665),
+    "8B": (dict(hidden=4096, layers=36, heads=32, intermediate=12288, vocab=151665, weights_mib=14433),
            "4e423935c619ae4df87b646a3ce949610c66241c"),
 }  # fmt: skip
 

@@ -56,6 +56,10 @@ class PublishedDims(LayerShape):
     window: int | None = None
     sliding: str = "none"
     pooler: LatentPooler | None = None
+    weights_mib: int | None = None
+    """Size of the published weight files in MiB (mteb's ``ModelMeta.memory_usage_mb``, which counts MiB, at the
+    pinned revision): what a download fetches, the parameters at their stored dtype (fp32 for some). None: mteb
+    has no entry."""
 
     def layer_windows(self, *, window_off: bool = False) -> tuple[int | None, ...]:
         if window_off or self.window is None or self.sliding == "none":
@@ -76,6 +80,12 @@ class PublishedDims(LayerShape):
         """All weights: backbone linears, the embedding table, the pooler (norms ignored; no LM head)."""
         pooler = self.pooler.params(self.hidden) if self.pooler else 0
         return self.backbone_linear_params() + self.vocab * self.hidden + pooler
+
+    def download_bytes(self) -> tuple[int, bool]:
+        """Bytes a download fetches and whether that is known (`weights_mib`) rather than computed (bf16)."""
+        if self.weights_mib is not None:
+            return self.weights_mib * 2**20, True
+        return 2 * self.params(), False
 
     def flop_model(self, *, causal: bool = True, window_off: bool = False) -> FlopModel:
         return FlopModel(

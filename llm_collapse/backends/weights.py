@@ -11,15 +11,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
+import socket
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from urllib.parse import urlparse
 
 from llm_collapse.backends.gguf import check_gguf, converted_gguf_dir, find_converted
 from llm_collapse.errors import UserError
 from llm_collapse.utils.optional import require
 
 # Only what loading needs; never the duplicate .bin/.pth weights some repos carry.
-_HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "tokenizer*", "1_Pooling/*"]
+HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "tokenizer*", "1_Pooling/*"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +59,30 @@ class WeightsLocation:
 
 def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+@cache
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub's endpoint accepts a TCP connection (asked once per process).
+
+    Without it, a missing model costs huggingface_hub's five retries (~30 s) before the same refusal."""
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname, url.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def download_command(hub_id: str, revision: str | None = None, local_dir: str | None = None) -> str:
+    """The ``hf download`` command that fetches what a run reads of ``hub_id`` (`HUB_PATTERNS`) at ``revision``."""
+    words = ["hf", "download", hub_id]
+    words += ["--revision", revision] if revision else []
+    words += ["--include", *HUB_PATTERNS]
+    words += ["--local-dir", local_dir] if local_dir else []
+    return shlex.join(words)
 
 
 def resolve_weights(
@@ -143,20 +171,20 @@ def _from_hub_cache(name: str, hub_id: str, revision: str | None = None) -> Weig
     from huggingface_hub import snapshot_download
 
     try:
-        directory = Path(snapshot_download(hub_id, local_files_only=True, allow_patterns=_HUB_PATTERNS))
+        directory = Path(snapshot_download(hub_id, local_files_only=True, allow_patterns=HUB_PATTERNS))
         source = "hf-cache"
     except Exception:
-        if hub_offline():
-            raise WeightsNotFoundError(_missing(name, hub_id)) from None
+        if hub_offline() or not hub_reachable():
+            raise WeightsNotFoundError(_missing(name, hub_id, revision)) from None
         try:
-            directory = Path(snapshot_download(hub_id, revision=revision, allow_patterns=_HUB_PATTERNS))
+            directory = Path(snapshot_download(hub_id, revision=revision, allow_patterns=HUB_PATTERNS))
             source = "hf-hub"
         except Exception as err:
             raise WeightsNotFoundError(
-                _missing(name, hub_id) + f" (download failed: {type(err).__name__})"
+                _missing(name, hub_id, revision) + f" (download failed: {type(err).__name__})"
             ) from None
     if not (directory / "config.json").is_file():
-        raise WeightsNotFoundError(_missing(name, hub_id))
+        raise WeightsNotFoundError(_missing(name, hub_id, revision))
     if revision is not None and directory.name != revision:
         logger.warning(
             "%s: the cached snapshot of %s is commit %s, not the one its spec pins (%s); using it",
@@ -168,9 +196,9 @@ def _from_hub_cache(name: str, hub_id: str, revision: str | None = None) -> Weig
     return WeightsLocation(directory, source=source, revision=directory.name)
 
 
-def _missing(name: str, hub_id: str) -> str:
+def _missing(name: str, hub_id: str, revision: str | None = None) -> str:
     state = "HF_HUB_OFFLINE is set" if hub_offline() else "the hub could not be reached"
     return (
-        f"Weights for {name!r} ({hub_id}) are not in the local Hugging Face cache and {state}; "
-        f"download them on a connected machine, or pass path= to a local copy"
+        f"Weights for {name!r} ({hub_id}) are not in the local Hugging Face cache and {state}; on a connected "
+        f"machine run {download_command(hub_id, revision)}, or pass path= to a local copy"
     )

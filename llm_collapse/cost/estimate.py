@@ -163,8 +163,8 @@ def model_for(name: str, attention: str | None = None) -> ModelPlan:
     unavailable; by default such a spec is costed as ``fused``, what CUDA runs.
     """
     from llm_collapse.adapters import EMBEDDERS, resolve_spec
-    from llm_collapse.backends.chunked_attention import CHUNKED
-    from llm_collapse.backends.fused_attention import FUSED
+
+    CHUNKED, FUSED = "chunked", "fused"  # the backends' names; not imported from them (they import torch)
 
     spec, _ = resolve_spec(name)
     dims = spec.published
@@ -277,14 +277,14 @@ def peak_bytes(
     overhead_gib: float = DEFAULT_OVERHEAD_GIB,
 ) -> float:
     """Peak device memory of one forward of ``rows`` unpadded texts of ``positions`` positions (see above)."""
-    from llm_collapse.backends.chunked_attention import query_chunk_size
-
     dims, n, b = plan.dims, positions, dtype_bytes
     tokens = rows * n
     residual = 8 * tokens * dims.hidden * b  # RMSNorm and pooling run in float32: 2 x 2 bf16-sized copies
     mlp = 3 * tokens * dims.intermediate * b
     projections = tokens * (2 * dims.heads + 2 * dims.kv_heads) * dims.head_dim * b
     if selfextend or plan.attention in ("chunked", "eager"):
+        from llm_collapse.backends.chunked_attention import query_chunk_size  # imports torch: only here
+
         chunk = query_chunk_size(rows, dims.heads, n) if plan.attention != "eager" else n
         projections += (2 if selfextend else 1) * rows * dims.heads * chunk * n * LOGIT_CHUNK_BYTES
     pooler = 3 * tokens * dims.pooler.heads * dims.pooler.head_dim * b if dims.pooler else 0
@@ -295,6 +295,16 @@ def peak_bytes(
     states = (dims.layers + 1) * tokens * dims.hidden * b if hidden_states else 0
     activations = residual + max(mlp, projections, pooler) + mask + states
     return _weight_bytes(dims, b, quant) + activations + overhead_gib * GIB
+
+
+def gpu_gib(name: str, length: int, *, overhead_gib: float = DEFAULT_OVERHEAD_GIB) -> float | None:
+    """Peak GiB of one bf16 text of ``length`` tokens on ``name`` under base (None: no published dims)."""
+    try:
+        plan = model_for(name)
+    except EstimateError:
+        return None
+    positions = plan.copies * length
+    return peak_bytes(plan, positions, 1, overhead_gib=overhead_gib) / GIB
 
 
 # ------------------------------------------------------------------------------------------- a run
@@ -416,13 +426,33 @@ def estimate(config, assumptions: Assumptions | None = None) -> Estimate:
                     minutes=seconds / 60,
                 )
             )
-        logger.info("%s: %.1f min estimated", plan.name, result.model_minutes(plan.name))
+        logger.debug("%s: %.1f min estimated", plan.name, result.model_minutes(plan.name))
     if config.quant:
         result.notes.append(f"--quant {config.quant}: weights counted at its size, matmuls costed like bf16")
     return result
 
 
 # ------------------------------------------------------------------------------------------ output
+
+
+def summary(config, models: list[str], assumptions: Assumptions | None = None) -> str:
+    """One sentence: the GPU time and peak memory of ``config`` restricted to ``models`` (those with published
+    dims; the rest are named as not estimated)."""
+    from dataclasses import replace
+
+    assumptions = assumptions or Assumptions()
+    covered = [m for m in models if gpu_gib(m, 1) is not None]
+    left = [m for m in models if m not in covered]
+    said = f"; not estimated (no published dimensions): {', '.join(left)}" if left else ""
+    if not covered:
+        return f"No GPU estimate{said}"
+    result = estimate(replace(config, models=covered), assumptions)
+    peak = max(r.peak_gib for r in result.rows)
+    return (
+        f"Estimate for {', '.join(covered)} on one GPU at {assumptions.tflops:.0f} TFLOP/s sustained: "
+        f"~{_duration(result.total_minutes)}, peak {peak:.0f} GiB "
+        f"(python -m llm_collapse.estimate with the same flags){said}"
+    )
 
 
 def _duration(minutes: float) -> str:

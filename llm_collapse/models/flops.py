@@ -112,10 +112,14 @@ class FlopModel:
         """Attention width, per-layer windows and causality from a (text) transformers config."""
         heads = int(config.num_attention_heads)
         layers = int(config.num_hidden_layers)
-        types = getattr(config, "layer_types", None) or ["full_attention"] * layers
+        causal = config.model_type not in ENCODER_TYPES
         window = getattr(config, "sliding_window", None)
+        # No layer_types (Mistral): a set window slides in every layer of a causal model, as transformers runs
+        # it; a bidirectional one (NV-Embed's backbone keeps Mistral's 4096 in its config) applies none.
+        every = "sliding_attention" if window and causal else "full_attention"
+        types = getattr(config, "layer_types", None) or [every] * layers
         windows = tuple(window if (t == "sliding_attention" and window) else None for t in types)
-        return cls(linear_params, heads * _head_dim(config), windows, config.model_type not in ENCODER_TYPES)
+        return cls(linear_params, heads * _head_dim(config), windows, causal)
 
     def pairs(self, length: int, window: int | None) -> int:
         """(query, key) pairs one layer needs for ``length`` tokens."""

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llm_collapse.adapters import resolve_spec
+from llm_collapse.adapters.dims import PublishedDims
 from llm_collapse.backends.device import resolve_device, resolve_dtype
 from llm_collapse.backends.weights import load_config, resolve_weights
 from llm_collapse.cost.rate import planning_gflops
 from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
-from llm_collapse.encoding.prefix import prefix_groups, prefix_sharing
+from llm_collapse.encoding.prefix import PrefixSharing, prefix_groups, prefix_sharing
 from llm_collapse.interventions import (
     InterventionError,
     Method,
@@ -47,7 +48,7 @@ from llm_collapse.interventions.rope import rotary_modules
 from llm_collapse.models import text_config
 from llm_collapse.models.flops import FlopModel
 from llm_collapse.run.config import CompareConfig
-from llm_collapse.run.preflight import check_posthoc
+from llm_collapse.run.preflight import check_posthoc, missing_weights
 from llm_collapse.tasks.base import BASE_METHOD
 
 logger = logging.getLogger(__name__)
@@ -78,10 +79,10 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
     Long (one pass over models x methods, two branches: binned texts or the prefix sweep) because each line
     it prints sits next to the number it states; issue 64 reworks the estimate and splits it with that.
     """
-    from llm_collapse.backends.hf import load_tokenizer
     from llm_collapse.run.inputs import build_inputs
 
     specs = {name: resolve_spec(name) for name in config.models}
+    absent = set(missing_weights(config, plan_only=True))  # planned from the catalog's published dims
     weights = {
         name: resolve_weights(
             spec.name,
@@ -92,34 +93,42 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             revision=spec.revision,
         )
         for name, (spec, implied) in specs.items()
+        if name not in absent
     }
-    first = config.models[0]
-    tokenizer = load_tokenizer(weights[first].directory, gguf_file=weights[first].gguf_file)
+    first = next(iter(weights), None)
+    tokenizer, counted_by = _counting_tokenizer(weights, first)
     inputs = build_inputs(config, tokenizer, documents)
     check_posthoc(config, inputs)  # the run's refusal, before its plan
     texts = inputs.texts()  # embedded once (the cache)
-    tokens = sum(count_tokens(texts, tokenizer)) if texts else 0
+    counts = _Tokens(tokenizer)  # each text tokenized once, however many methods ask
+    tokens = sum(counts(texts)) if texts else 0
     device = resolve_device(config.device)  # --device: the plan costs the device the run will use
     gflops, rate_source = planning_gflops(resolve_dtype(config.dtype, device), device=device.type)
     lines = [
         f"run id {config.run_id()} -> {config.out}",
         f"models {config.models}; methods {config.methods}; tasks {config.tasks}; corpus {config.corpus}; lengths {config.lengths}",
         f"inputs: {json.dumps(inputs.describe())}",
-        f"{len(texts)} distinct texts, {tokens} tokens under {first}'s tokenizer, per model and method",
+        f"{len(texts)} distinct texts, {tokens} tokens under {counted_by}, per model and method",
     ]
+    if absent:
+        lines += _absent_lines(config, [n for n in config.models if n in absent])
     total = 0.0
     prefix_texts, longest = inputs.prefix_sweep()  # the prefix design and the -start tasks' documents
     for name, (spec, _) in specs.items():
-        config_json = load_config(weights[name])
+        here = name not in absent
+        counter = (
+            _Counter(load_config(weights[name]), causal=spec.causal)
+            if here
+            else _Counter(None, spec.published, spec.causal)
+        )
         copies = spec.input_format.text_copies  # echo and its twice control read the text twice
         parsed = {method.text: method for method in config.parsed_methods()}
         stacks = {text: method.stack for text, method in parsed.items()}
         widens = {
-            method: bool(config_json.get("sliding_window")) and _switches_window_off(stack)
-            for method, stack in stacks.items()
+            method: counter.has_window and _switches_window_off(stack) for method, stack in stacks.items()
         }
         if config.save_embeddings:
-            lines.append(f"  {name}: {_saved_size(config, parsed, len(texts), config_json)}")
+            lines.append(f"  {name}: {_saved_size(config, parsed, len(texts), counter.width)}")
         # layer0 runs no layers; a post-hoc method alone transforms base's (cached) vectors, with other parts it
         # embeds like them
         bare = {
@@ -128,9 +137,9 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             if method.has("layer0")
             or (method.posthoc is not None and not method.model_parts and "base" in stacks)
         }
-        model = _meta_model(spec, weights[name])
+        model = _meta_model(spec, weights[name]) if here else None
         context = ModelContext(name=name, trained_length=spec.trained_length)
-        skipped = _not_applicable(config.backend, spec, weights[name], parsed, context)
+        skipped = _not_applicable(config.backend, spec, weights[name], parsed, context) if here else {}
         methods = [m for m in config.methods if m not in skipped]  # what the run embeds on this model
         reads = {method: _reads(stack, model, context) for method, stack in stacks.items()}
         keys = {method: (widens[method], reads[method]) for method in config.methods}
@@ -141,9 +150,7 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             for method, why in skipped.items()
         ]
         costs = {
-            key: _costs(
-                config_json, key[0], texts, (prefix_texts, longest), tokenizer, copies=copies, reads=key[1]
-            )
+            key: _costs(counter, key[0], texts, (prefix_texts, longest), counts, copies=copies, reads=key[1])
             for key in {plain, *(keys[m] for m in methods)}
         }  # (window switched off, how texts are read) -> (FLOPs of every text, with prefix sharing)
         if not prefix_texts:
@@ -166,9 +173,13 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
                 lines += [f"  {name} x {method}: {line}" for line in said]
             continue
         n_docs, n_lengths = len(longest), len(config.lengths)
-        model_tokenizer = _tokenizer(weights[name], weights[first], tokenizer)
+        model_tokenizer = _tokenizer(weights[name], weights[first], tokenizer) if here else None
         for method in methods:
-            sharing = prefix_sharing(spec, model, model_tokenizer, stacks[method].parts, context)
+            sharing = (
+                prefix_sharing(spec, model, model_tokenizer, stacks[method].parts, context)
+                if here
+                else PrefixSharing(0, "not known without the weights: an upper bound")
+            )
             limit, why = sharing.limit, sharing.reason
             every, shared = costs[keys[method]]
             if method in bare:
@@ -182,10 +193,10 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             elif limit:
                 flops, runs = _bounded_cost(
                     every,
-                    config_json,
+                    counter,
                     widens[method],
                     prefix_texts,
-                    tokenizer,
+                    counts,
                     copies=copies,
                     limit=limit,
                     reads=reads[method],
@@ -205,10 +216,46 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             total += added
             lines += [f"  {name} x {method}: {line}" for line in said]
     lines.append(
-        f"estimated total ~{total / 60:.1f} min at {gflops:.0f} GFLOP/s ({rate_source}; cached embeddings "
-        "are not recomputed)"
+        f"estimated total ~{total / 60:.1f} min on {device.type} at {gflops:.0f} GFLOP/s ({rate_source}; "
+        "cached embeddings are not recomputed)"
+        + ("; the GPU estimate of the models without weights is above" if absent else "")
     )
     return "\n".join(lines), total
+
+
+STAND_IN_TOKENIZER = "minilm"
+"""Whose tokenizer cuts and counts the texts when no model of the run has its weights here (all-MiniLM-L6-v2's
+WordPiece, installed offline): lengths are in its tokens, so the plan's token counts are approximate."""
+
+
+def _counting_tokenizer(weights: dict, first: str | None):
+    """The first model's tokenizer (the run's: it cuts the texts), or the stand-in where no model is here."""
+    from llm_collapse.backends.hf import load_tokenizer
+
+    if first is not None:
+        return load_tokenizer(
+            weights[first].directory, gguf_file=weights[first].gguf_file
+        ), f"{first}'s tokenizer"
+    spec, _ = resolve_spec(STAND_IN_TOKENIZER)
+    folder = resolve_weights(spec.name, spec.hub_id, spec.source, None, convert=False).directory
+    said = f"{STAND_IN_TOKENIZER}'s tokenizer (a stand-in: no model's own is here; approximate)"
+    return load_tokenizer(folder), said
+
+
+def _absent_lines(config: CompareConfig, names: list[str]) -> list[str]:
+    """What the plan of a model without weights rests on, how to fetch them, and the GPU estimate."""
+    from llm_collapse.backends.availability import model_files
+    from llm_collapse.cost.estimate import summary
+
+    lines = []
+    for name in names:
+        files = model_files(name, config.model_paths.get(name))
+        lines.append(
+            f"  {name}: weights not here ({files.pinned}, {files.size}): costed from the catalog's published "
+            f"dimensions; which methods apply and prefix sharing are decided when they load; fetch: {files.fix}"
+        )
+    lines.append(f"  {summary(config, names)}")
+    return lines
 
 
 def _truncation(cap: int | None, lengths: list[int]) -> list[str]:
@@ -253,13 +300,10 @@ def _not_applicable(backend: str, spec, weights, methods: dict[str, Method], con
     return refused
 
 
-def _saved_size(config: CompareConfig, methods: dict[str, Method], n_texts: int, config_json: dict) -> str:
+def _saved_size(config: CompareConfig, methods: dict[str, Method], n_texts: int, width: int) -> str:
     """What ``--save-embeddings`` writes for one model: a vector per text and method without its post-hoc part
     (a post-hoc transform is refitted from them; `llm_collapse.records.saved_embeddings`)."""
     embedded = {method.model_stack.slug for method in methods.values()}
-    width = int(
-        config_json.get("hidden_size") or (config_json.get("text_config") or {}).get("hidden_size") or 0
-    )
     size = n_texts * len(embedded) * width * (2 if config.save_embeddings == "float16" else 4)
     return (
         f"embeddings.npz: {n_texts} texts x {len(embedded)} embedded methods x {width} dims in "
@@ -335,11 +379,11 @@ def _tokenizer(weights, first, first_tokenizer):
 
 
 def _costs(
-    config_json: dict,
+    counter: _Counter,
     window_off: bool,
     texts: list[str],
     sweep: tuple,
-    tokenizer,
+    counts: _Tokens,
     *,
     copies: int,
     reads: _Reads | None = None,
@@ -347,23 +391,21 @@ def _costs(
     """FLOPs of every text, and with the prefix sweep's texts read from one forward per document
     (``sweep`` = `RunInputs.prefix_sweep`); ``window_off`` widens every sliding layer to full attention
     (window:off, LongEmbed's presets); ``reads``: the forwards a text costs (`_reads`)."""
-    model_config = {**config_json, "sliding_window": None} if window_off else config_json
-    every = _flops(model_config, texts, tokenizer, copies=copies, reads=reads)
+    model = counter.flop_model(window_off)
+    every = _flops(model, texts, counts, copies=copies, reads=reads)
     prefix_texts, longest = sweep
     if not prefix_texts:
         return every, every
-    shared = every - _flops(model_config, sorted(prefix_texts), tokenizer, copies=copies, reads=reads)
-    return every, shared + _flops(
-        model_config, longest, tokenizer, copies=copies, reads=reads
-    )  # one per document
+    shared = every - _flops(model, sorted(prefix_texts), counts, copies=copies, reads=reads)
+    return every, shared + _flops(model, longest, counts, copies=copies, reads=reads)  # one per document
 
 
 def _bounded_cost(
     every: float,
-    config_json: dict,
+    counter: _Counter,
     window_off: bool,
     prefix_texts: set[str],
-    tokenizer,
+    counts: _Tokens,
     *,
     copies: int,
     limit: int,
@@ -373,14 +415,14 @@ def _bounded_cost(
     (`llm_collapse.encoding.prefix.PrefixSharing.limit`), from ``every`` (no sharing), and the prefix-sweep forwards run.
     ``limit`` counts model-input tokens, so the tokenizer's special tokens (Gemma's BOS) count here; a
     template's words do not."""
-    model_config = {**config_json, "sliding_window": None} if window_off else config_json
+    model = counter.flop_model(window_off)
     swept = sorted(prefix_texts)
-    ids = tokenizer(swept, add_special_tokens=True)["input_ids"]
+    ids = counts.tokenizer(swept, add_special_tokens=True)["input_ids"]
     short = [i for i, x in enumerate(ids) if len(x) <= limit]
     roots = [short[r] for r in prefix_groups([ids[i] for i in short])]
     run = [swept[i] for i in roots] + [swept[i] for i, x in enumerate(ids) if len(x) > limit]
-    saved = _flops(model_config, swept, tokenizer, copies=copies, reads=reads) - _flops(
-        model_config, run, tokenizer, copies=copies, reads=reads
+    saved = _flops(model, swept, counts, copies=copies, reads=reads) - _flops(
+        model, run, counts, copies=copies, reads=reads
     )
     return every - saved, len(run)
 
@@ -390,12 +432,62 @@ def _switches_window_off(stack) -> bool:
     return any("window" in part.kinds for part in stack.parts)
 
 
-def _flops(config: dict, texts: list[str], tokenizer, *, copies: int, reads: _Reads | None = None) -> float:
+def _flops(
+    counter: FlopModel, texts: list[str], counts: _Tokens, *, copies: int, reads: _Reads | None = None
+) -> float:
     """Forward FLOPs of ``texts``, each read ``copies`` times (echo: twice), the template's few tokens left out;
     ``reads``: the forwards one text costs (`_reads`; None: one of all its tokens)."""
-    counter = FlopModel.from_config(config)
     lengths = (reads or _Reads(None)).forwards
-    return sum(counter.flops(copies * k) for n in count_tokens(texts, tokenizer) for k in lengths(n))
+    return sum(counter.flops(copies * k) for n in counts(texts) for k in lengths(n))
+
+
+class _Tokens:
+    """Token counts under one tokenizer, each text tokenized once: the plan asks for the same texts once per
+    method and model (a 32k-token run's texts took minutes to count again and again)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self._counts: dict[str, int] = {}
+
+    def __call__(self, texts: list[str]) -> list[int]:
+        new = [text for text in dict.fromkeys(texts) if text not in self._counts]
+        if new:
+            self._counts.update(zip(new, count_tokens(new, self.tokenizer), strict=True))
+        return [self._counts[text] for text in texts]
+
+
+@dataclass(frozen=True)
+class _Counter:
+    """A model's forward FLOPs, from its config.json or, where its weights are not here, the catalog's
+    published dimensions (``dims``); ``causal``: the spec's (`EmbedderSpec.causal`: gte-Qwen2 and NV-Embed
+    attend bidirectionally, which their model types do not say)."""
+
+    config_json: dict | None
+    dims: PublishedDims | None = None
+    causal: bool = True
+
+    def flop_model(self, window_off: bool) -> FlopModel:
+        """``window_off`` widens every sliding layer to full attention (window:off, LongEmbed's presets)."""
+        if self.config_json is None:
+            return self.dims.flop_model(causal=self.causal, window_off=window_off)
+        config = {**self.config_json, "sliding_window": None} if window_off else self.config_json
+        model = FlopModel.from_config(
+            config
+        )  # causal by model type; the spec may run a decoder bidirectionally
+        return replace(model, causal=model.causal and self.causal)
+
+    @property
+    def has_window(self) -> bool:
+        if self.config_json is None:
+            return self.dims.window is not None
+        return bool(self.config_json.get("sliding_window"))
+
+    @property
+    def width(self) -> int:
+        if self.config_json is None:
+            return self.dims.hidden
+        text = self.config_json.get("text_config") or {}
+        return int(self.config_json.get("hidden_size") or text.get("hidden_size") or 0)
 
 
 @dataclass(frozen=True)

