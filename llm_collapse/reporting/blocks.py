@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,13 @@ class Image:
 Block = Heading | Paragraph | Bullets | Table | Image
 
 
+def anchor(heading: str) -> str:
+    """A heading's in-page id as GitHub names it: lowercase, punctuation dropped, spaces to hyphens (the HTML
+    gives its headings the same ids, so one contents list links in both)."""
+    kept = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return kept.replace(" ", "-")
+
+
 def render_markdown(blocks: Sequence[Block]) -> str:
     """The blocks as markdown (ends with one newline)."""
     parts = []
@@ -86,7 +94,9 @@ def render_html(blocks: Sequence[Block], title: str, *, embed_images: bool = Tru
     body = []
     for block in blocks:
         if isinstance(block, Heading):
-            body.append(f"<h{block.level}>{inline_html(block.text)}</h{block.level}>")
+            body.append(
+                f'<h{block.level} id="{anchor(block.text)}">{inline_html(block.text)}</h{block.level}>'
+            )
         elif isinstance(block, Paragraph):
             body.append(f"<p>{inline_html(block.text)}</p>")
         elif isinstance(block, Bullets):

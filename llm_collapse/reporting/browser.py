@@ -25,7 +25,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -48,9 +48,15 @@ window.addEventListener("load", () => {{
     const href = a.getAttribute("href");
     return [href, a.href, href.startsWith("#") ? document.getElementById(decodeURIComponent(href.slice(1))) !== null : null];
   }});
+  const box = (el) => el ? {{top: el.getBoundingClientRect().top, bottom: el.getBoundingClientRect().bottom,
+    right: el.getBoundingClientRect().right, text: (el.querySelector("th, img") || el).getAttribute("alt")
+    || el.innerText.slice(0, 200)}} : null;
+  const layout = {{width: window.innerWidth, height: window.innerHeight,
+    scroll_width: document.documentElement.scrollWidth, first_table: box(document.querySelector("table")),
+    first_figure: box(document.querySelector("figure"))}};
   const out = document.createElement("pre");
   out.id = "{_PROBE_ID}";
-  out.textContent = JSON.stringify({{images, links}});
+  out.textContent = JSON.stringify({{images, links, layout}});
   document.body.replaceChildren(out);
 }});
 </script>
@@ -69,10 +75,14 @@ class PageCheck:
     Attributes:
         images: ``(src, loaded)`` per ``<img>`` in page order; a ``data:`` src is cut to its first 40 characters.
         links: ``(href as written, target found)`` per ``<a href>``; None for a link to another site.
+        layout: The page as the window shows it: ``width``/``height`` (the window), ``scroll_width`` (wider than
+            ``width``: the page overflows sideways), and ``first_table``/``first_figure``: their ``top``,
+            ``bottom`` and ``right`` edges in pixels and ``text`` (a table's first header cell, a figure's alt).
     """
 
     images: tuple[tuple[str, bool], ...]
     links: tuple[tuple[str, bool | None], ...]
+    layout: dict = field(default_factory=dict, compare=False)
 
     @property
     def broken_images(self) -> list[str]:
@@ -126,16 +136,23 @@ def _page(path: Path | str) -> Path:
     return page
 
 
-def check_page(path: Path | str, *, chromium: str | None = None, timeout: float = TIMEOUT_S) -> PageCheck:
+def check_page(
+    path: Path | str,
+    *,
+    chromium: str | None = None,
+    timeout: float = TIMEOUT_S,
+    window: tuple[int, int] = (1400, 1000),
+) -> PageCheck:
     """Loads the page in headless Chromium: which images loaded, and whether each link's target exists.
 
     Args:
         path: An HTML file (a report.html).
         chromium: The browser binary (default: `find_chromium`).
         timeout: Seconds before the browser is given up on.
+        window: The window's width and height in pixels (the layout is measured in it).
 
     Returns:
-        The images and links of the page (`PageCheck`).
+        The images, links and layout of the page (`PageCheck`).
 
     Raises:
         MissingDependencyError: No Chromium.
@@ -151,7 +168,8 @@ def check_page(path: Path | str, *, chromium: str | None = None, timeout: float 
     with tempfile.TemporaryDirectory(prefix="llm-collapse-page-") as folder:
         probe = Path(folder) / "page.html"
         probe.write_text(text, encoding="utf-8")
-        dom = _run(chromium, ["--dump-dom", probe.as_uri()], str(page), timeout)
+        size = [f"--window-size={window[0]},{window[1]}", "--force-device-scale-factor=1"]
+        dom = _run(chromium, [*size, "--dump-dom", probe.as_uri()], str(page), timeout)
     match = _RECORD.search(dom)
     if match is None:
         raise BrowserError(f"Chromium returned no record for {page}: the page never finished loading")
@@ -159,7 +177,7 @@ def check_page(path: Path | str, *, chromium: str | None = None, timeout: float 
     images = tuple((src[:40] if src.startswith("data:") else src, bool(ok)) for src, ok in record["images"])
     links = tuple((href, _found(url, in_page)) for href, url, in_page in record["links"])
     logger.info("%s: %d images, %d links", page, len(images), len(links))
-    return PageCheck(images, links)
+    return PageCheck(images, links, record.get("layout") or {})
 
 
 def _found(url: str, in_page: bool | None) -> bool | None:

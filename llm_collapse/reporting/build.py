@@ -36,11 +36,13 @@ from llm_collapse.reporting.blocks import (
     Heading,
     Image,
     Paragraph,
+    anchor,
     render_html,
     render_markdown,
 )
 from llm_collapse.reporting.caveats import caveats
 from llm_collapse.reporting.figures import (
+    OVERVIEW_SECTION,
     SWEEP_SECTION,
     FigureFile,
     length_label,
@@ -49,7 +51,7 @@ from llm_collapse.reporting.figures import (
     task_order,
 )
 from llm_collapse.reporting.frames import ReportData, SchemaError, load_runs, metric_info, sorted_methods
-from llm_collapse.reporting.length_effects import decomposition_table, interaction_table
+from llm_collapse.reporting.length_effects import decomposition_table, verdict_table
 from llm_collapse.reporting.markup import codes, compact
 from llm_collapse.reporting.significance import table_legend
 from llm_collapse.reporting.study_summary import ANSWERS_FILE, answers_csv, answers_frame, claims_section
@@ -249,13 +251,6 @@ def summary_section(data: ReportData) -> list[Block]:
 
 _LENGTH_EFFECTS = (
     (
-        interaction_table,
-        "Does a method change the collapse that comes with length?",
-        "(method − base at the longest length) − (method − base at the shortest), on the same items, with its "
-        "95% CI; the reading says whether the method adds to (more collapse) or takes from (less collapse) the "
-        "change with length, after Holm's correction across the table.",
-    ),
-    (
         decomposition_table,
         "Spread or offset?",
         "Squared distance to the global centroid = within-length spread + the length centroid's squared offset "
@@ -298,21 +293,23 @@ def _figure_blocks(data: ReportData, fig: FigureFile, out_root: Path) -> list[Bl
     rel = fig.path.relative_to(out_root).as_posix()
     blocks: list[Block] = [Image(fig.path, rel, fig.title, fig.caption)]
     if fig.kind == "length":
-        table = values_by_length(data, fig.task, fig.metric, fig.corpus)
-        if table is not None:
-            label = metric_info(fig.metric).label
-            blocks += [Paragraph(f"{label[0].upper()}{label[1:]} by length (tokens):"), table]
+        for metric in fig.metrics or (fig.metric,):
+            table = values_by_length(data, fig.task, metric, fig.corpus)
+            if table is not None:
+                label = metric_info(metric).label
+                blocks += [Paragraph(f"{label[0].upper()}{label[1:]} by length (tokens):"), table]
     if fig.kind == "position":
         table = values_by_depth(data, fig.task, fig.metric, fig.corpus, position_label)
         if table is not None:
             label = metric_info(fig.metric).label
             blocks += [Paragraph(f"{label} by position and length (tokens), 95% CIs:"), table]
     if fig.kind == "depth":
-        table = paired_by_depth(data, fig.task, fig.metric, fig.corpus, fig.model)
-        if table is not None:
-            label = metric_info(fig.metric).label
-            text = f"{label} − base (paired) of {fig.model} by key depth and length (tokens), 95% CIs:"
-            blocks += [Paragraph(text), table, Paragraph(table_legend(table.rows))]
+        for model in [fig.model] if fig.model else sorted(data.results["model"].unique()):
+            table = paired_by_depth(data, fig.task, fig.metric, fig.corpus, model)
+            if table is not None:
+                label = metric_info(fig.metric).label
+                text = f"{label} − base (paired) of {model} by key depth and length (tokens), 95% CIs:"
+                blocks += [Paragraph(text), table, Paragraph(table_legend(table.rows))]
     return blocks
 
 
@@ -342,12 +339,56 @@ def run_claims(data: ReportData) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
+ANSWER = "Answer: does a method change the collapse that comes with length?"
+
+
+def answer_section(data: ReportData, answers: pd.DataFrame | None) -> list[Block]:
+    """The report's first section: the declared claims' verdicts where the run declared any, else the verdict
+    table (`verdict_table`: the method x length interaction read with its test, base's change beside the
+    method's). Its legend follows the overview figure, so that both fit the first screen."""
+    if answers is not None:
+        return claims_section(answers)
+    table = verdict_table(data)
+    if table is None:
+        return []
+    return [
+        Heading(2, ANSWER),
+        Paragraph(
+            "Per cell: the verdict, (method − base) at the longest length − the same at the shortest, on the same "
+            "items, with its 95% CI and test (Holm's correction across the table); then each one's own change."
+        ),
+        table,
+    ]
+
+
+def _answer_legend(data: ReportData) -> list[Block]:
+    table = verdict_table(data)
+    legend = table_legend(table.rows) if table is not None else ""
+    return [Paragraph(legend)] if legend else []
+
+
+def overview_blocks(figures: Sequence[FigureFile], out_root: Path) -> list[Block]:
+    """The overview figure (`make_figures`' first: every headline metric against length)."""
+    return [
+        Image(f.path, f.path.relative_to(out_root).as_posix(), f.title, f.caption)
+        for f in figures
+        if f.section == OVERVIEW_SECTION
+    ]
+
+
+def contents(blocks: Sequence[Block]) -> Bullets:
+    """Links to the report's sections (its level-2 headings; anchors as GitHub and the HTML name them)."""
+    return Bullets(
+        tuple(f"[{b.text}](#{anchor(b.text)})" for b in blocks if isinstance(b, Heading) and b.level == 2)
+    )
+
+
 def report_blocks(
     data: ReportData, figures: Sequence[FigureFile], out_root: Path, answers: pd.DataFrame | None = None
 ) -> list[Block]:
-    """All blocks of the report, in order: the answer first (the declared claims' verdicts, then the summary
-    table: each metric at the shortest and the longest length, the change tested), then how the run was made,
-    then the per-task tables and figures."""
+    """All blocks of the report, in order: the answer first (the declared claims' verdicts, or the verdict
+    table) and the overview figure, a contents list, then the summary table (each metric at the shortest and
+    the longest length, the change tested), how the run was made, and the per-task tables and figures."""
     warning = (
         [
             Paragraph(
@@ -357,15 +398,23 @@ def report_blocks(
         if data.tiny_models
         else []
     )
-    return [
-        Heading(1, _title(data)),
-        *warning,
-        *claims_section(answers),
+    if len(data.runs) > 1:
+        warning.append(
+            Paragraph(
+                f"Merged from {len(data.runs)} runs: each table's Holm correction spans the tests of every merged "
+                "run, so its adjusted p-values can be larger than in a run's own report (a larger family); a "
+                "run's declared claims keep their own families. The figures share their axes across the runs."
+            )
+        )
+    rest = [
         *summary_section(data),
         *run_summary(data),
         *task_sections(data, figures, out_root),
         *caveats_section(data),
     ]
+    first = [*answer_section(data, answers), *overview_blocks(figures, out_root)]
+    first += _answer_legend(data) if answers is None else []
+    return [Heading(1, _title(data)), *warning, *first, contents([*first, *rest]), *rest]
 
 
 # ---------------------------------------------------------------------------------------------- writing

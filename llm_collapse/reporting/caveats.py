@@ -29,6 +29,20 @@ def caveats(data: ReportData) -> list[str]:
     lines += _empty_caveats(data)
     lines += _merge_caveats(data)
     lines += _metadata_caveats(data)
+    lines += _limit_caveats(data)
+    return lines
+
+
+def _limit_caveats(data: ReportData) -> list[str]:
+    """Runs made with ``--limit N``: a quick look at few texts per length, not a finding."""
+    lines = []
+    for run in data.runs:
+        config = run.record.config if isinstance(run.record.config, dict) else {}
+        if config.get("limit") is not None:
+            lines.append(
+                f"Run {run.label} was a quick look (--limit {config['limit']}: at most that many texts per length "
+                "in every task): its intervals are wide and its verdicts are not findings."
+            )
     return lines
 
 

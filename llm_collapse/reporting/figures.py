@@ -55,6 +55,7 @@ Decisions:
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import textwrap
@@ -88,7 +89,14 @@ from llm_collapse.reporting.frames import (  # noqa: E402
     overall_rows,
     sorted_methods,
 )
-from llm_collapse.tasks.registry import DEFAULT_FIGURES, TASKS, VS_INTERACTION, tasks_with  # noqa: E402
+from llm_collapse.tasks.registry import (  # noqa: E402
+    DEFAULT_FIGURES,
+    TASKS,
+    VS_BASE,
+    VS_INTERACTION,
+    VS_SHORTEST,
+    tasks_with,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +126,7 @@ CHANCE_METRIC = "acc@1"
 CHANCE_LABEL = "chance"
 _CHANCE_STYLE = {"color": "0.35", "linestyle": "--", "linewidth": 1.0, "zorder": 1}
 SWEEP_SECTION = "temperature"
+OVERVIEW_SECTION = "overview"
 _COLORS = sns.color_palette("tab10").as_hex()
 _DASHES: tuple[tuple[float, ...], ...] = ((), (5.0, 2.0), (1.5, 1.5), (4.0, 1.5, 1.5, 1.5))
 _MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -148,6 +157,7 @@ class FigureFile:
     metric: str = ""
     corpus: str = ""
     model: str = ""
+    metrics: tuple[str, ...] = ()  # a figure of several metrics: the ones it draws, in order
 
 
 @dataclass(frozen=True)
@@ -166,8 +176,8 @@ class MethodStyles:
         return _COLORS[self.methods.index(method) % len(_COLORS)]
 
     def dashes(self, method: str) -> tuple[float, ...]:
-        """Dash pattern (empty: solid); changes once the ten colours are used up."""
-        return _DASHES[(self.methods.index(method) // len(_COLORS)) % len(_DASHES)]
+        """Dash pattern (empty: solid): each method its own, so lines that coincide stay visible."""
+        return _DASHES[self.methods.index(method) % len(_DASHES)]
 
     def marker(self, method: str) -> str:
         """Marker symbol."""
@@ -344,10 +354,22 @@ def _panel_title(model: str, tiny: set[str]) -> str:
     return f"{model} (tiny random)" if model in tiny else model
 
 
+PNG_COLORS = 256
+"""Colours of a saved figure's palette: a plot's few colours and their anti-aliased edges fit 256 with no visible
+change, and the file is 3-4x smaller than matplotlib's RGBA (the committed reports' figures are tracked files)."""
+
+
 def _save(fig, path: Path) -> None:
+    """Writes ``fig`` as a palette PNG (`PNG_COLORS`, no dithering: deterministic bytes) and closes it."""
+    from PIL import Image as PILImage
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=DPI, bbox_inches="tight", metadata=PNG_METADATA)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight", metadata=PNG_METADATA)
     plt.close(fig)
+    image = PILImage.open(buffer).convert("RGB")
+    palette = image.quantize(PNG_COLORS, method=PILImage.Quantize.MEDIANCUT, dither=PILImage.Dither.NONE)
+    palette.save(path, format="PNG", optimize=True)
 
 
 def _metric_order(metrics: Iterable[str]) -> list[str]:
@@ -449,38 +471,43 @@ def plot_metric_vs_length(
         )
 
 
-def plot_depth_heatmap(rows: pd.DataFrame, metric: str, title: str) -> plt.Figure:
-    """Heatmap of ``metric`` over depth (rows) x length (columns), one panel per method of one model.
+def plot_depth_heatmap(
+    rows: pd.DataFrame, metric: str, title: str, tiny: set[str] = frozenset()
+) -> plt.Figure:
+    """Heatmaps of ``metric`` over depth (rows) x length (columns): a row of panels per model, a panel per method.
 
     Every panel has every depth and length of the figure; a cell without a value is hatched and marked "–".
-    Cells print the value over its n.
+    Cells print the value over its n; one colour bar per row of panels.
 
     Args:
-        rows: Per-depth rows of one task, metric, corpus and model.
+        rows: Per-depth rows of one task, metric and corpus.
         metric: The metric (colour bar label).
-        title: Figure title (names the model).
+        title: Figure title.
+        tiny: Models marked tiny_random (flagged in panel titles).
 
     Returns:
         The figure.
     """
     methods = sorted_methods(rows["method"].unique())
+    models = sorted(rows["model"].unique())
     with sns.axes_style("white"), plt.rc_context(RC):
-        g = sns.FacetGrid(
-            rows.reset_index(drop=True), col="method", col_order=methods, col_wrap=min(len(methods), MAX_COLUMNS),
-            height=3.4, aspect=4.6 / 3.4, sharex=False, sharey=False, despine=False,
-        )  # fmt: skip
+        fig, axes = plt.subplots(
+            len(models), len(methods), figsize=(4.3 * len(methods), 3.3 * len(models)), squeeze=False
+        )
         bounded, label = _is_fraction(metric, rows["value"]), metric_info(metric).label
         depths = sorted(float(d) for d in rows["depth"].unique())
         lengths = sorted(int(n) for n in rows["length"].unique())
-        for method, ax in g.axes_dict.items():
-            _heatmap(
-                ax, rows[rows["method"] == method], depths, lengths, bounded,
-                label if method == methods[-1] else None,
-            )  # fmt: skip
-        g.set_titles("{col_name}").set(xlabel="length (tokens)", ylabel="depth")
-        _suptitle(g.figure, title)
-        g.tight_layout()
-    return g.figure
+        for i, model in enumerate(models):
+            for j, method in enumerate(methods):
+                ax = axes[i][j]
+                mine = rows[(rows["model"] == model) & (rows["method"] == method)]
+                _heatmap(ax, mine, depths, lengths, bounded, label if j == len(methods) - 1 else None)
+                ax.set_title(f"{_panel_title(model, tiny)} / {method}")
+                ax.set_xlabel("length (tokens)" if i == len(models) - 1 else "")
+                ax.set_ylabel("depth" if j == 0 else "")
+        _suptitle(fig, title)
+        fig.tight_layout()
+    return fig
 
 
 def _heatmap(
@@ -690,6 +717,14 @@ class _Figure:
     styles: MethodStyles
     tiny: set[str]
     chance: dict[str, list[dict[int, float]]]
+    group: str = ""  # a figure of a group of metrics (`LENGTH_GROUPS`): its name
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """The metrics a group figure draws, in order (its own metric otherwise)."""
+        if not self.group:
+            return (self.metric,) if self.metric else ()
+        return tuple(_metric_order(self.rows["metric"].unique()))
 
     @property
     def label(self) -> str:
@@ -786,6 +821,74 @@ def _other_layer_methods(rows: pd.DataFrame) -> str:
     )
 
 
+LENGTH_GROUPS: dict[str, tuple[str, str]] = {
+    "values": ("each metric", "each metric's value"),
+    "vs-base": ("method − base", "each method's paired difference from base on the same texts (0: none)"),
+    "vs-shortest": (
+        "change from the shortest length",
+        "the paired change from the shortest length, and that change's difference from base's (the method x "
+        "length interaction; 0: none)",
+    ),
+    "vs-other": (
+        "other paired contrasts",
+        "the paired differences from a reference model or a control method",
+    ),
+}
+"""The value-vs-length figures of a task: one per group of its metrics (name -> title, what it draws)."""
+
+
+def _group_of(metric: str) -> str:
+    if not is_contrast(metric):
+        return "values"
+    if metric.endswith(VS_SHORTEST):
+        return "vs-shortest"
+    return "vs-base" if metric.endswith(VS_BASE) else "vs-other"
+
+
+def _grouped_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Overall rows with their `LENGTH_GROUPS` name in a ``group`` column."""
+    chosen = overall_rows(rows)
+    return chosen.assign(group=chosen["metric"].map(_group_of))
+
+
+def _each_group(rows: pd.DataFrame) -> list[dict[str, str]]:
+    return [{"group": group} for group in LENGTH_GROUPS if (rows["group"] == group).any()]
+
+
+def _draw_group(f: _Figure, title: str) -> plt.Figure:
+    """A group's metrics as small multiples (`llm_collapse.reporting.small_multiples.plot_grid`)."""
+    from llm_collapse.reporting.small_multiples import plot_grid
+
+    def finish(ax, metric: str, model: str, panel: pd.DataFrame) -> None:
+        _log2_lengths(ax, f.rows["length"].unique())
+        if metric == CHANCE_METRIC and f.chance.get(model):
+            _draw_chance(ax, f.chance[model], panel["length"].unique())
+        if _is_fraction(metric, pd.concat([panel["value"], panel["ci_low"], panel["ci_high"]])) and not (
+            is_contrast(metric)
+        ):
+            ax.set_ylim(-0.02, 1.02)
+
+    def chance(ax, metric: str, model: str) -> list[Line2D]:
+        drawn = metric == CHANCE_METRIC and bool(f.chance.get(model))
+        return [Line2D([], [], label=CHANCE_LABEL, **_CHANCE_STYLE)] if drawn else []
+
+    with plt.rc_context(RC):
+        return plot_grid(
+            f.rows, [(f.task, m) for m in f.metrics], f.styles, title,
+            panel_title=lambda model: _panel_title(model, f.tiny), finish=finish, decorate=chance,
+        )  # fmt: skip
+
+
+def _group_caption(f: _Figure) -> str:
+    bands = "error bars" if f.rows["length"].nunique() == 1 else "bands"
+    chance = "; dashed: chance (1 / candidate documents)" if CHANCE_METRIC in f.metrics and f.chance else ""
+    return (
+        f"{LENGTH_GROUPS[f.group][1][0].upper()}{LENGTH_GROUPS[f.group][1][1:]} vs length (log2 axis) on corpus "
+        f"{f.corpus}: a row per metric (its axis says which way is more collapse), a column per model, a line "
+        f"per method; {bands} are the reported CIs{chance}."
+    )
+
+
 def _length_caption(f: _Figure) -> str:
     direction = f"; {metric_info(f.metric).direction}" if metric_info(f.metric).direction else ""
     chance = "; dashed: chance (1 / candidate documents)" if f.chance_lines else ""
@@ -801,30 +904,28 @@ FIGURE_KINDS: dict[str, FigureKind] = {
     for kind in (
         FigureKind(
             "length",
-            rows=overall_rows,
+            rows=_grouped_rows,
             skip="{task}: no overall rows; skipping value-vs-length figures",
-            each=_each_metric,
-            draw=lambda f, title: plot_metric_vs_length(
-                f.rows, f.metric, f.styles, f.tiny, title, f.chance_lines
-            ),
-            title=lambda f: f"{f.task}: {f.label} vs length ({f.corpus})",
-            caption=_length_caption,
-            slug=lambda f: (f.task, f.metric, f.corpus),
+            each=_each_group,
+            draw=_draw_group,
+            title=lambda f: f"{f.task}: {LENGTH_GROUPS[f.group][0]} vs length ({f.corpus})",
+            caption=_group_caption,
+            slug=lambda f: (f.task, f.group, f.corpus),
         ),
         FigureKind(
             "depth",
             rows=_heatmap_rows,
             skip=f"{{task}}: no per-depth {HEATMAP_METRIC} rows; skipping depth heatmaps",
-            each=_each_model,
+            each=lambda rows: [{}],
             metric=HEATMAP_METRIC,
-            draw=lambda f, title: plot_depth_heatmap(f.rows, f.metric, title),
-            title=lambda f: f"{f.task}: {f.label} by depth and length, {f.panel} ({f.corpus})",
+            draw=lambda f, title: plot_depth_heatmap(f.rows, f.metric, title, f.tiny),
+            title=lambda f: f"{f.task}: {f.label} by depth and length ({f.corpus})",
             caption=lambda f: (
-                f"{f.label} of {f.model} on {f.corpus} by needle depth (rows, bin centres) and length "
-                "(columns), each cell its value over n (queries), hatched where there is none; one panel per "
-                "method."
+                f"{f.label} on {f.corpus} by needle depth (rows of a panel, bin centres) and length (columns), "
+                "each cell its value over n (queries), hatched where there is none; a row of panels per model, "
+                "a panel per method."
             ),
-            slug=lambda f: (f.task, f.metric, "depth", f.model, f.corpus),
+            slug=lambda f: (f.task, f.metric, "depth", f.corpus),
         ),
         FigureKind(
             "position",
@@ -926,6 +1027,61 @@ def sweep_kind(taus: dict[str, float]) -> FigureKind:
     )
 
 
+def _overview_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Overall rows of each headline metric (`HEADLINE`) as the overview draws it (`_overview_panels`)."""
+    chosen = overall_rows(rows)
+    keys = set(_overview_panels(chosen))
+    return chosen[[(t, m) in keys for t, m in zip(chosen["task"], chosen["metric"], strict=True)]]
+
+
+def _overview_panels(rows: pd.DataFrame) -> list[tuple[str, str]]:
+    """Per headline metric present: its method x length interaction where the run has it (what the verdict table
+    tests), else its paired difference from base, else its values."""
+    present = set(zip(rows["task"], rows["metric"], strict=True))
+    panels = []
+    for task, metric in HEADLINE:
+        for name in (metric + VS_INTERACTION, metric + VS_BASE, metric):
+            if (task, name) in present:
+                panels.append((task, name))
+                break
+    return panels
+
+
+def overview_kind() -> FigureKind:
+    """The report's first figure: a panel per headline metric, as the verdict table reads it (the interaction),
+    every model x method a line (`llm_collapse.reporting.small_multiples.plot_overview`)."""
+
+    def draw(f: _Figure, title: str) -> plt.Figure:
+        from llm_collapse.reporting.small_multiples import plot_overview
+
+        def finish(ax, task: str, metric: str, panel: pd.DataFrame) -> None:
+            _log2_lengths(ax, f.rows["length"].unique())
+            if is_contrast(metric):
+                ax.axhline(0.0, color="0.4", linewidth=0.8, zorder=0)
+            elif _is_fraction(metric, pd.concat([panel["value"], panel["ci_low"], panel["ci_high"]])):
+                ax.set_ylim(-0.02, 1.02)
+
+        with plt.rc_context(RC):
+            return plot_overview(f.rows, _overview_panels(f.rows), f.styles, title, finish=finish)
+
+    return FigureKind(
+        "overview",
+        rows=_overview_rows,
+        skip="no headline metric; no overview figure",
+        each=lambda rows: [{}],
+        draw=draw,
+        title=lambda f: f"Overview ({f.corpus}): does a method change the collapse that comes with length?",
+        caption=lambda f: (
+            f"Per headline metric on {f.corpus} vs length (log2 axis): (method − base) − the same at the shortest "
+            "length where the run has it (0: the method leaves the change with length as base has it; the axis "
+            "says which way is more collapse), else method − base, else the values; colour = method, line style "
+            "and marker = model. The task figures below draw every metric with its CIs."
+        ),
+        slug=lambda f: ("overview", f.corpus),
+        section=OVERVIEW_SECTION,
+    )
+
+
 def figure_kinds(task: str) -> tuple[FigureKind, ...]:
     """The kinds of figure ``task`` gets, in order: its `TaskSpec.figures` (`DEFAULT_FIGURES` if unknown)."""
     return tuple(FIGURE_KINDS[name] for name in (TASKS[task].figures if task in TASKS else DEFAULT_FIGURES))
@@ -975,6 +1131,7 @@ def make_figures(data: ReportData, fig_dir: Path, *, draw: bool = True) -> list[
     styles = MethodStyles.of(data.results["method"])
     tiny = set(data.tiny_models)
     results = data.results
+    _make_kind(writer, overview_kind(), "", results, styles, tiny, {})
     for task in task_order(results["task"].unique()):
         rows, chance = results[results["task"] == task], chance_levels(data, task)
         for kind in figure_kinds(task):
@@ -1012,5 +1169,5 @@ def _make_kind(
             title = kind.title(f)
             writer.save(
                 partial(kind.draw, f, title), slugify(*kind.slug(f)), kind.section or f.task, title, kind.caption(f),
-                kind=kind.name, task=f.task, metric=f.metric, corpus=corpus, model=f.model,
+                kind=kind.name, task=f.task, metric=f.metric, corpus=corpus, model=f.model, metrics=f.metrics,
             )  # fmt: skip

@@ -1,9 +1,10 @@
 """Two summary tables about the change that comes with length: the method x length interaction and the
 decomposition of the paper's distance.
 
-- Interaction: per model x non-base method, each headline metric's ``*_vs_base_vs_shortest`` row at the
-  longest length, (method - base at L) - (method - base at the shortest), read with its test after Holm's
-  correction across the table ("less collapse": the method shrinks the collapse that comes with length).
+- Verdicts (the run report's answer): per model x non-base method x headline metric, base's change and the
+  method's from the shortest to the longest length, and the ``*_vs_base_vs_shortest`` row at the longest
+  length, (method - base at L) - (method - base at the shortest), read with its test after Holm's correction
+  across the table ("less collapse": the method shrinks the collapse that comes with length).
 - Decomposition: per model x method, the change from the shortest to the longest length of the squared
   distance to the global centroid and of its two parts (within-length spread, the length centroid's offset),
   tested like the summary table's changes, and the offset's share of the change (only where the change
@@ -35,8 +36,11 @@ from llm_collapse.reporting.tables import (
 from llm_collapse.tasks.registry import VS_INTERACTION, VS_SHORTEST, metric_info
 
 
-def interaction_table(data: ReportData) -> Table | None:
-    """The interaction at the longest length per model x method (columns: headline metrics that have it)."""
+def verdict_table(data: ReportData) -> Table | None:
+    """The run's answer, a row per model x non-base method and a column per headline metric: the method x
+    length interaction at the longest length (the difference of the method's change with length from base's,
+    on the same items) with its 95% CI and reading after Holm's correction across the table, then base's and
+    the method's own changes. None where the run has no interaction rows (one length, or older runs)."""
     models, all_tiny = summary_models(data)
     rows = overall_rows(data.results[data.results["model"].isin(models)])
     did = rows[rows["metric"].str.endswith(VS_INTERACTION)]
@@ -52,21 +56,40 @@ def interaction_table(data: ReportData) -> Table | None:
             row = [model_cell(model, tiny), f"`{method}`"]
             for task, metric in pairs:
                 mine = _longest(did, model, method, task, metric + VS_INTERACTION)
+                row.append("—" if mine is None else None)
                 if mine is None:
-                    row.append("—")
                     continue
                 digits = metric_info(metric).digits
-                row.append(None)
+                long = int(mine["length"])
+                base, own = (_change(rows, model, m, task, metric, long, digits) for m in ("base", method))
                 ci = fmt_ci(mine["value"], mine["ci_low"], mine["ci_high"], digits)
-                changes.append(
-                    (len(body), len(row) - 1, ci, (metric, mine["value"], paired_test(mine), digits))
-                )
+                said = (len(body), len(row) - 1, ci, f"change with length: base {base}, method {own}")
+                changes.append((*said, (metric, mine["value"], paired_test(mine), digits)))
             body.append(row)
-    for (i, j, ci, _), text in zip(
-        changes, read_changes([c for *_, c in changes], judge, data.margins), strict=True
-    ):
-        body[i][j] = f"{ci}: {text.partition(' ')[2]}"
-    return Table(tuple(headers), tuple(tuple(r) for r in body), (False, False, *(True for _ in pairs)))
+    readings = read_changes([c for *_, c in changes], judge, data.margins)
+    for (i, j, ci, own, _), text in zip(changes, readings, strict=True):
+        verdict, _, test = text.partition(" ")[2].strip("()").partition("; ")
+        body[i][j] = f"**{verdict}** {ci} ({test}); {own}"
+    return Table(tuple(headers), tuple(tuple(r) for r in body), (False, False, *(False for _ in pairs)))
+
+
+def _change(
+    rows: pd.DataFrame, model: str, method: str, task: str, metric: str, long: int, digits: int
+) -> str:
+    """``+0.19``: the metric's change from the shortest length to ``long`` tokens for one model and method."""
+    mine = rows[(rows["model"] == model) & (rows["method"] == method) & (rows["task"] == task)
+                & (rows["metric"] == metric)].dropna(subset=["value"])  # fmt: skip
+    if mine.empty or long not in set(mine["length"]):
+        return "—"
+    short = mine.sort_values("length").iloc[0]
+    end = mine[mine["length"] == long].iloc[0]
+    delta = end["value"] - short["value"]
+    return f"{delta:+.{digits}f}"
+
+
+def _at(rows: pd.DataFrame, task: str, metric: str) -> str:
+    lengths = rows.loc[(rows["task"] == task) & (rows["metric"] == metric + VS_INTERACTION), "length"]
+    return length_text(int(lengths.max()))
 
 
 def decomposition_table(data: ReportData) -> Table | None:
@@ -111,11 +134,6 @@ def decomposition_table(data: ReportData) -> Table | None:
         if not any(f"({word};" in row[3] for word in ("more collapse", "less collapse", "higher", "lower")):
             row[-1] = "—"
     return Table(tuple(headers), tuple(tuple(r) for r in body), (False, False, False, True, True, True, True))
-
-
-def _at(rows: pd.DataFrame, task: str, metric: str) -> str:
-    lengths = rows.loc[(rows["task"] == task) & (rows["metric"] == metric + VS_INTERACTION), "length"]
-    return length_text(int(lengths.max()))
 
 
 def _longest(rows: pd.DataFrame, model: str, method: str, task: str, metric: str) -> pd.Series | None:

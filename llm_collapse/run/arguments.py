@@ -27,7 +27,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "how models run": ("backend", "dtype", "device", "quant", "quants", "pooling", "model_paths", "batch_size"),
     "texts and sizes": ("max_per_bin", "design", "prefix_docs", "retrieval_docs", "retrieval_queries",
                         "retrieval_pool", "layerwise_per_bin", "label", "placed_filler", "placed_depths",
-                        "placed_probes", "seed"),
+                        "placed_probes", "limit", "seed"),
     "paired comparisons": ("reference_model", "controls", "margins", "claims"),
     "output": ("save_embeddings", "out"),
 }  # fmt: skip

@@ -57,7 +57,7 @@ _HASHED_IF_SET: tuple[str, ...] = (
 
 # where the run goes, how its report reads it, what it keeps besides results, where it computes: not what it
 # computes (`CompareConfig.run_id`)
-_NOT_HASHED = ("out", "margins", "save_embeddings", "device")
+_NOT_HASHED = ("out", "margins", "save_embeddings", "device", "limit")  # limit: its caps are hashed
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:(0|[1-9][0-9]{0,2}))?")  # ASCII digits, no leading zero, < 1000
 
@@ -175,6 +175,14 @@ class CompareConfig:
         },
     )
     layerwise_per_bin: int = field(default=8, metadata={"help": "texts per bin for the per-layer analysis"})
+    limit: int | None = field(
+        default=None,
+        metadata={
+            "help": "a quick look: at most N texts per length in every task (caps --max-per-bin, --prefix-docs, "
+            "--retrieval-docs, --retrieval-queries and --layerwise-per-bin; the report says so)",
+            "default": "no cap",
+        },
+    )
     label: str | None = field(
         default=None,
         metadata={
@@ -259,6 +267,7 @@ class CompareConfig:
         `llm_collapse.run.preflight`, which runs before any model loads.
         """
         check_types(vars(self), source="configuration")
+        self._apply_limit()
         self._register_spec_files()
         for name in ("models", "methods", "tasks"):
             if not getattr(self, name):
@@ -591,6 +600,18 @@ class CompareConfig:
             quants=tuple(self.quants or ()),
             placed_probes=tuple(self.placed_probes or PLACED_PROBES),
         )
+
+    def _apply_limit(self) -> None:
+        """``--limit N`` caps every count of texts per length at N (the capped counts define the run)."""
+        if self.limit is None:
+            return
+        if self.limit < 2:
+            raise ConfigError(f"--limit must be >= 2 (texts per length), got {self.limit}; e.g. --limit 8")
+        self.max_per_bin = min(self.max_per_bin, self.limit)
+        self.prefix_docs = None if self.prefix_docs is None else min(self.prefix_docs, self.limit)
+        self.retrieval_docs = min(self.retrieval_docs, self.limit)
+        self.retrieval_queries = min(self.retrieval_queries, self.retrieval_docs)
+        self.layerwise_per_bin = min(self.layerwise_per_bin, self.limit)
 
     def run_id(self) -> str:
         """Hash of everything that defines the results (not where they go).

@@ -78,13 +78,14 @@ def test_report_files_exist_and_cover_every_figure_kind(built):
     assert files["report.html"].is_file()
     figures = sorted(p.name for p in (run / "figures").glob("*.png"))
     assert figures == sorted(k.split("/", 1)[1] for k in files if k.startswith("figures/"))
-    assert "collapse-pairwise-cosine-synthetic.png" in figures
-    assert "knn-knn-accuracy-synthetic.png" in figures
-    assert "passkey-acc-1-synthetic.png" in figures
+    assert figures[0] == "collapse-values-synthetic.png" and "overview-synthetic.png" in figures
     assert {
-        "passkey-acc-1-depth-synth-decoder-synthetic.png",
-        "passkey-acc-1-depth-synth-encoder-synthetic.png",
-    } <= set(figures)
+        "knn-values-synthetic.png",
+        "passkey-values-synthetic.png",
+        "passkey-acc-1-depth-synthetic.png",
+    } <= set(
+        figures
+    )  # a task's metrics in one figure of small multiples; its depth heatmaps (every model) in one
     assert {"layerwise-synth-decoder-synthetic.png", "layerwise-synth-encoder-synthetic.png"} <= set(figures)
     assert "tempsweep-collapse-pairwise-cosine-synthetic.png" in figures
     assert not list(run.glob(".report-tmp-*")), "staging folder left behind"
@@ -223,7 +224,10 @@ def test_missing_data_skips_figures_cleanly(tmp_path, caplog):
     (run / "run.json").write_text(json.dumps(meta))
     with caplog.at_level("INFO", logger="llm_collapse.reporting"):
         files = build_report([run], run)
-    assert sorted(k for k in files if k.startswith("figures/")) == ["figures/knn-knn-accuracy-synthetic.png"]
+    assert sorted(k for k in files if k.startswith("figures/")) == [
+        "figures/knn-values-synthetic.png",
+        "figures/overview-synthetic.png",
+    ]
     assert "skipping the temperature sweep" in caplog.text
     md = files["report.md"].read_text(encoding="utf-8")
     assert "`ntk-theta1e5+window-off`" in md
@@ -239,8 +243,9 @@ def test_needle_from_depth_rows_without_run_json(tmp_path):
     (run / "run.json").unlink()
     files = build_report([run], run)
     assert sorted(k for k in files if k.startswith("figures/")) == [
-        "figures/needle-acc-1-depth-m-synthetic.png",
-        "figures/needle-acc-1-synthetic.png",
+        "figures/needle-acc-1-depth-synthetic.png",
+        "figures/needle-values-synthetic.png",
+        "figures/overview-synthetic.png",
     ]
     md = files["report.md"].read_text(encoding="utf-8")
     assert "## Needle retrieval" in md and "Run needle has no run.json" in md
@@ -378,8 +383,8 @@ def test_depth_heatmap_facets_one_panel_per_method_and_one_colour_bar():
     rows = pd.concat([_curve("m", ("tempscale-0.8", "base"), (256, 1024), depth=d) for d in (0.1, 0.5, 0.9)])
     fig = figures.plot_depth_heatmap(rows, "acc@1", "title")
     try:
-        panels, (bar,) = fig.axes[:2], fig.axes[2:]  # one colour bar, after the last panel
-        assert [ax.get_title() for ax in panels] == ["base", "tempscale-0.8"]
+        panels, (bar,) = fig.axes[:2], fig.axes[2:]  # one colour bar, after the last panel of a row
+        assert [ax.get_title() for ax in panels] == ["m / base", "m / tempscale-0.8"]
         assert bar.get_ylabel() == "Acc@1" and bar.get_ylim() == (0.0, 1.0)
         for ax in panels:
             assert [t.get_text() for t in ax.get_xticklabels()] == ["256", "1k"]
@@ -393,12 +398,12 @@ def test_declared_figure_kinds_drive_which_figures_a_task_gets(tmp_path, monkeyp
     run = write_synthetic_run(tmp_path / "run", models=("m",), methods=("base",), tasks=("knn", "passkey"))
     data = load_runs([run])
     default = [(f.task, f.kind) for f in figures.make_figures(data, tmp_path / "default")]
-    assert default == [("knn", "length"), ("passkey", "length"), ("passkey", "depth")]
+    assert default == [("", "overview"), ("knn", "length"), ("passkey", "length"), ("passkey", "depth")]
     monkeypatch.setitem(TASKS, "passkey", replace(TASKS["passkey"], figures=("depth", "layerwise")))
     monkeypatch.setitem(TASKS, "knn", replace(TASKS["knn"], figures=("position", "length")))
     with caplog.at_level("INFO", logger="llm_collapse.reporting"):
         declared = figures.make_figures(data, tmp_path / "declared")
-    assert [(f.task, f.kind) for f in declared] == [("knn", "length"), ("passkey", "depth")]
+    assert [(f.task, f.kind) for f in declared] == [("", "overview"), ("knn", "length"), ("passkey", "depth")]
     assert "knn: no per-position rows; skipping position figures" in caplog.text
     assert "passkey: no base-method layer rows; skipping layerwise figures" in caplog.text
 

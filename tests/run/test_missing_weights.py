@@ -4,6 +4,8 @@ mteb entries carry the catalog's sizes. No hub, no weights: the Hugging Face cac
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from llm_collapse.adapters import resolve_spec
@@ -132,3 +134,26 @@ def test_mistrals_window_slides_in_every_layer_and_nv_embeds_in_none(tiny_dir):
     nv_embed = json.loads((tiny_dir("nv-embed") / "config.json").read_text())
     assert FlopModel.from_config(mistral).layer_windows == (4096,) * mistral["num_hidden_layers"]
     assert set(FlopModel.from_config(nv_embed).layer_windows) == {None}
+
+
+def test_limit_caps_every_count_of_texts_per_length_and_the_report_says_so(tmp_path):
+    """``--limit N`` (lm-eval's habit): a quick look at N texts per length in every task."""
+    from llm_collapse.reporting import build_report
+    from llm_collapse.reporting.synthetic_runs import write_synthetic_run
+
+    config = CompareConfig(tasks=["collapse", "passkey", "layerwise"], retrieval_docs=20, limit=6).validate()
+    assert (config.max_per_bin, config.retrieval_docs, config.retrieval_queries, config.layerwise_per_bin) == (
+        6, 6, 6, 6,
+    )  # fmt: skip
+    assert config.run_id() == CompareConfig(
+        tasks=["collapse", "passkey", "layerwise"], max_per_bin=6, retrieval_docs=6, retrieval_queries=6,
+        layerwise_per_bin=6,
+    ).validate().run_id()  # fmt: skip
+    with pytest.raises(ValueError, match="--limit must be >= 2"):
+        CompareConfig(limit=1).validate()
+    run = write_synthetic_run(tmp_path / "run", models=("m",), tasks=("collapse",))
+    meta = json.loads((run / "run.json").read_text())
+    meta["config"]["limit"] = 6
+    (run / "run.json").write_text(json.dumps(meta))
+    build_report([run], run)
+    assert "was a quick look (--limit 6" in (run / "report.md").read_text()

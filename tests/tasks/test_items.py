@@ -135,14 +135,14 @@ def test_report_reads_the_interaction_and_the_decomposition(run, tmp_path):
     results, _, out = run
     build_report([out], tmp_path)
     text = (tmp_path / "report.md").read_text()
-    assert "Does a method change the collapse that comes with length?" in text and "Spread or offset?" in text
+    assert "## Answer: does a method change the collapse that comes with length?" in text
+    assert "Spread or offset?" in text
     did = results[
         (results.metric == "pairwise_cosine_vs_base_vs_shortest") & (results.method == "tempscale-0.8")
     ]
     longest = did.sort_values("length").iloc[-1]
-    assert (
-        fmt_ci(longest.value, longest.ci_low, longest.ci_high) + ": (" in text
-    )  # the cell, with its reading
+    answer = text.split("## Answer", 1)[1].split("\n## ", 1)[0]
+    assert "** " + fmt_ci(longest.value, longest.ci_low, longest.ci_high) + " (" in answer  # the cell, read
     plain = results[(results.method == "base") & results.depth.isna()].set_index(["metric", "length"])[
         "value"
     ]
