@@ -19,6 +19,8 @@ import pytest
 from llm_collapse.cli.report import main as report_main
 from llm_collapse.encoding.cache import EmbeddingCache
 from llm_collapse.reporting import build_report
+from llm_collapse.reporting.figures import make_figures
+from llm_collapse.reporting.frames import load_runs
 from llm_collapse.reporting.synthetic_runs import write_synthetic_run
 from llm_collapse.run.directory import LOCK, MARKER
 from llm_collapse.testing.cli import compare_argv
@@ -321,7 +323,9 @@ def test_a_metric_nan_at_every_length_is_left_out_and_named(tmp_path):
     run = _with_empty_metric(write_synthetic_run(tmp_path / "run", tasks=("collapse", "knn")), "knn_accuracy")
     files = build_report([run], tmp_path / "report")
     assert not any("knn-accuracy" in name for name in files)  # neither its figure nor its sweep
-    assert "figures/collapse-pairwise-cosine-synthetic.png" in files
+    assert "figures/collapse-values-synthetic.png" in files
+    planned = make_figures(load_runs([run]), tmp_path / "planned", draw=False)
+    assert planned and not any("knn_accuracy" in figure.metrics for figure in planned)  # not drawn in a group
     text = (tmp_path / "report" / "report.md").read_text()
     assert (
         "`knn_accuracy` on synthetic is NaN at every length, so it is left out of the figures and tables"

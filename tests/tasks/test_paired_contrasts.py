@@ -154,7 +154,7 @@ def test_compare_writes_contrasts_consistent_with_per_method_rows(run_compare, t
     table = summary.split("\n### ", 1)[0]  # the summary table (the interaction table follows it, about base)
     assert "vs_base" not in table and "− base" not in table
     assert "pairwise cosine − base (paired)" in report
-    assert list((out / "figures").glob("collapse-pairwise-cosine-vs-base*.png"))
+    assert list((out / "figures").glob("collapse-vs-base-*.png"))  # the contrasts' figure of small multiples
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
