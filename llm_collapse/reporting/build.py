@@ -342,16 +342,18 @@ def run_claims(data: ReportData) -> pd.DataFrame | None:
 ANSWER = "Answer: does a method change the collapse that comes with length?"
 
 
-def answer_section(data: ReportData, answers: pd.DataFrame | None) -> list[Block]:
-    """The report's first section: the declared claims' verdicts where the run declared any, else the verdict
-    table (`verdict_table`: the method x length interaction read with its test, base's change beside the
-    method's). Its legend follows the overview figure, so that both fit the first screen."""
+def answer_section(data: ReportData, answers: pd.DataFrame | None) -> tuple[list[Block], list[Block]]:
+    """The report's first section and what follows the overview figure: the declared claims' verdicts where the
+    run declared any, else the verdict table (`verdict_table`: the method x length interaction read with its
+    test, base's change beside the method's), whose legend comes after the overview so that both fit the first
+    screen."""
     if answers is not None:
-        return claims_section(answers)
+        return claims_section(answers), []
     table = verdict_table(data)
     if table is None:
-        return []
-    return [
+        return [], []
+    legend = table_legend(table.rows)
+    section = [
         Heading(2, ANSWER),
         Paragraph(
             "Per cell: the verdict, (method − base) at the longest length − the same at the shortest, on the same "
@@ -359,12 +361,7 @@ def answer_section(data: ReportData, answers: pd.DataFrame | None) -> list[Block
         ),
         table,
     ]
-
-
-def _answer_legend(data: ReportData) -> list[Block]:
-    table = verdict_table(data)
-    legend = table_legend(table.rows) if table is not None else ""
-    return [Paragraph(legend)] if legend else []
+    return section, [Paragraph(legend)] if legend else []
 
 
 def overview_blocks(figures: Sequence[FigureFile], out_root: Path) -> list[Block]:
@@ -412,8 +409,8 @@ def report_blocks(
         *task_sections(data, figures, out_root),
         *caveats_section(data),
     ]
-    first = [*answer_section(data, answers), *overview_blocks(figures, out_root)]
-    first += _answer_legend(data) if answers is None else []
+    answer, legend = answer_section(data, answers)
+    first = [*answer, *overview_blocks(figures, out_root), *legend]
     return [Heading(1, _title(data)), *warning, *first, contents([*first, *rest]), *rest]
 
 

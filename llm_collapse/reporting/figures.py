@@ -889,16 +889,6 @@ def _group_caption(f: _Figure) -> str:
     )
 
 
-def _length_caption(f: _Figure) -> str:
-    direction = f"; {metric_info(f.metric).direction}" if metric_info(f.metric).direction else ""
-    chance = "; dashed: chance (1 / candidate documents)" if f.chance_lines else ""
-    bands = "error bars" if f.rows["length"].nunique() == 1 else "bands"
-    return (
-        f"{f.label[0].upper()}{f.label[1:]} vs length (log2 axis) on corpus {f.corpus}; one panel per model, "
-        f"one line per method, {bands} are the reported CIs{direction}{chance}."
-    )
-
-
 FIGURE_KINDS: dict[str, FigureKind] = {
     kind.name: kind
     for kind in (
