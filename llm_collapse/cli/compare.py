@@ -76,9 +76,8 @@ def _compare(args: argparse.Namespace) -> int:
         from llm_collapse.run.preflight import preflight
 
         with held_logs():
-            documents = preflight(  # as the run would, but models without weights are planned from the catalog
-                config, overwrite=args.overwrite, report=not args.no_report, plan_only=True
-            )
+            # as the run would, but models without weights are planned from the catalog
+            documents = preflight(config, overwrite=args.overwrite, report=not args.no_report, plan_only=True)
             plan = describe_plan(config, documents)
         say(plan)
         return 0

@@ -19,6 +19,7 @@ from llm_collapse.encoding.cache import EmbeddingCache
 from llm_collapse.encoding.keys import cache_dir, cache_key, key_difference, text_hashes
 from llm_collapse.encoding.pipeline import iter_batches
 from llm_collapse.encoding.texts import as_text_list
+from llm_collapse.utils import progress
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +83,10 @@ def encode_cached(
     missing = [h for h in first if h not in found]
     if cache is not None:
         duplicates = f" ({len(texts) - len(first)} duplicate texts)" if len(texts) > len(first) else ""
-        logger.info("cache: %d hits, %d to embed%s", len(found), len(missing), duplicates)
+        said = "cache: %d hits, %d to embed%s", len(found), len(missing), duplicates
+        # under a run its display sums the calls into one line per cell; alone, one line per call
+        hits = {h: len(texts[first[h]]) for h in found}
+        (logger.debug if progress.served(hits, missing) else logger.info)(*said)
     vectors: dict[str, np.ndarray] = dict(found)
     misses = [texts[first[h]] for h in missing]
     batches = iter_batches(

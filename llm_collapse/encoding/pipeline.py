@@ -31,6 +31,7 @@ def iter_batches(
 ) -> Iterator[EmbeddedBatch]:
     """Runs ``texts`` through ``embedder`` in length-sorted batches and yields each with its vectors (and
     hidden states if asked); ``options`` are `plan_forwards`'s, ``show_progress_bar`` `Embedder.iter_batches`'s."""
+    texts = texts if isinstance(texts, list) else as_text_list(texts)  # indexed below (the ETA's characters)
     plan = plan_forwards(embedder, texts, **options)
     if show_progress_bar is None:  # never in a redirected log, nor under a run's own display
         show_progress_bar = (
@@ -65,9 +66,9 @@ def iter_batches(
             bar.set_postfix_str(
                 f"{tokens / max(time.perf_counter() - started, 1e-9):,.0f} tok/s", refresh=False
             )
-            done = sum(len(row.indices) for row in rows)
-            bar.update(done)
-            progress.advance(done)
+            embedded = [len(texts[i]) for row in rows for i in row.indices]  # characters: the ETA's work
+            bar.update(len(embedded))
+            progress.advance(len(embedded), embedded)
             yield from rows
 
 

@@ -52,6 +52,7 @@ from llm_collapse.run.inputs import build_inputs
 from llm_collapse.run.models import load_for_run, reference_tokenizer
 from llm_collapse.run.preflight import check_corpus, check_packages, check_posthoc, preflight
 from llm_collapse.run.replay import recomputable_run, replay_embedder
+from llm_collapse.run.work import text_costs
 from llm_collapse.tasks.base import (
     BASE_METHOD,
     TaskContext,
@@ -111,7 +112,14 @@ def run_comparison(config: CompareConfig, *, overwrite: bool = False, report: bo
                 return out
             overwrite = False  # every embedding was just (re)computed by the processes
         saved = SavedEmbeddings(config.save_embeddings) if config.save_embeddings else None
-        display = RunProgress(_reference_first(config), list(config.methods), inputs.n_texts())
+        texts = inputs.texts()
+        display = RunProgress(
+            _reference_first(config),
+            list(config.methods),
+            len(texts),
+            chars=[len(text) for text in texts],
+            costs=text_costs(config, inputs.chars_per_token()),  # the ETA counts FLOPs, not texts
+        )
         with tallied_warnings() as tally, display as progress:
             _run_models(
                 config, inputs, state, overwrite=overwrite, saved=saved, progress=progress, tally=tally

@@ -53,6 +53,16 @@ class RunInputs:
         """Distinct texts a model embeds for this run (queries included)."""
         return len(self.texts())
 
+    def chars_per_token(self, default: float = 4.0) -> float:
+        """Characters per reference-tokenizer token over the texts whose tokens were counted (binned and
+        placed texts; a retrieval document at its target length); ``default`` where there are none."""
+        counted = [(t.text, t.n_tokens) for t in self.binned] + [(p.text, p.n_tokens) for p in self.placed]
+        counted += [
+            (d, task.length) for tasks in self.retrieval.values() for task in tasks for d in task.documents
+        ]
+        tokens = sum(n for _, n in counted)
+        return sum(len(text) for text, _ in counted) / tokens if tokens else default
+
     def prefix_sweep(self) -> tuple[set[str], list[str]]:
         """(every text of a prefix sweep, the longest text of each swept document).
 

@@ -12,8 +12,12 @@ Decisions:
 * Texts: each (model, method) cell counts the run's distinct texts (``per_cell``). Inside a cell the count
   follows the texts embedded and stops at the cell's total; when the cell ends all of them count (texts served
   by the cache, a method that does not apply), but not when it raises: an interrupted run's bar and its last
-  log line (a warning) show where it stopped, never 100%. The ETA divides the texts left by the rate of texts actually
-  embedded, so cells read from the cache do not make it optimistic; it is "?" until something is embedded.
+  log line (a warning) show where it stopped, never 100%.
+* The ETA counts work, not texts: with ``costs`` (each model's forward FLOPs of a text from its characters,
+  `llm_collapse.run.work`) it divides the work left by the rate of work actually embedded, so a slow model
+  after a fast one, or long texts after short ones, do not make it off by hours; without, every text weighs
+  one. Texts served by the cache count as done but not toward the rate; it is "?" until something is embedded.
+* The cache's hits and misses (`served`) make one line per cell, not one per call of the cache.
 * Silent (but still hiding the per-batch bars) where the package does not log at INFO.
 """
 
@@ -24,7 +28,7 @@ import contextvars
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TextIO
 
 logger = logging.getLogger(__name__)
@@ -32,11 +36,22 @@ logger = logging.getLogger(__name__)
 _CURRENT: contextvars.ContextVar[RunProgress | None] = contextvars.ContextVar("run_progress", default=None)
 
 
-def advance(n: int) -> None:
-    """Counts ``n`` texts embedded toward the open run's display (nothing without one)."""
+def advance(n: int, chars: Sequence[int] | None = None) -> None:
+    """Counts ``n`` texts embedded (of ``chars`` characters each, where known) toward the open run's display
+    (nothing without one)."""
     progress = _CURRENT.get()
     if progress is not None:
-        progress.advance(n)
+        progress.advance(n, chars)
+
+
+def served(hits: Mapping[str, int], to_embed: Sequence[str]) -> bool:
+    """Tells the open run's display that the cache served ``hits`` (text hash -> characters) and left the
+    texts ``to_embed`` (hashes) to embed; False where no display is open (the caller logs it itself)."""
+    progress = _CURRENT.get()
+    if progress is None:
+        return False
+    progress.served(hits, to_embed)
+    return True
 
 
 def batch_bars(stream: TextIO | None = None) -> bool:
@@ -68,6 +83,9 @@ class RunProgress:
         models: The models in run order.
         methods: The methods, in the order each model runs them.
         per_cell: Texts one (model, method) cell embeds.
+        chars: The characters of each of those texts (with ``costs``: the ETA's work).
+        costs: Model -> the cost of a text of so many characters (`llm_collapse.run.work.text_costs`); None:
+            every text costs one.
         stream: Where a terminal bar is drawn (default stderr); a stream that is not a terminal gets no bar
             (the lines go to the log).
         every_s: Most seconds between two log lines (not on a terminal).
@@ -81,6 +99,8 @@ class RunProgress:
         methods: list[str],
         per_cell: int,
         *,
+        chars: Sequence[int] | None = None,
+        costs: Mapping[str, Callable[[int], float]] | None = None,
         stream: TextIO | None = None,
         every_s: float = 60.0,
         every_pct: float = 10.0,
@@ -91,9 +111,15 @@ class RunProgress:
         self.stream = stream or sys.stderr
         self.every_s, self.every_pct, self.clock = every_s, every_pct, clock
         self.done = 0  # texts counted, cells before this one included
-        self.embedded = 0  # texts embedded (what the rate is measured on)
+        self.embedded = 0  # texts embedded
+        self._costs = costs if chars is not None else None
+        self.cell_work = {model: self._work(model, chars, self.per_cell) for model in self.models}
+        self.total_work = sum(self.cell_work.values()) * len(self.methods)
+        self.work_done = self.work_embedded = 0.0  # the ETA's work: counted, embedded (the rate)
         self.model = self.method = None
-        self._cell_start, self._cell_done = 0, 0
+        self._cell_start, self._cell_done, self._cell_work_done = 0, 0, 0.0
+        self._cache = [0, 0]  # the cell's texts from the cache and texts embedded (`served`)
+        self._cache_seen: set[str] = set()
         self._started = self._last_time = 0.0
         self._last_done = 0
         self._bar = None
@@ -145,15 +171,31 @@ class RunProgress:
     def cell(self, model: str, method: str) -> Iterator[None]:
         """The block that runs one (model, method) cell: its texts all count when it ends, not when it raises."""
         self.model, self.method = model, method
-        self._cell_start, self._cell_done = self.done, 0
+        self._cell_start, self._cell_done, self._cell_work_done = self.done, 0, 0.0
+        self._cache, self._cache_seen = [0, 0], set()
         self._draw()
         yield  # an exception (Ctrl-C) leaves the count where the work stopped
-        self._count(self.per_cell - self._cell_done)
+        if self.visible and any(self._cache):
+            logger.info("%s x %s: %d texts from the cache, %d embedded", model, method, *self._cache)
+        self._count(self.per_cell - self._cell_done, self.cell_work.get(model, 0.0) - self._cell_work_done)
 
-    def advance(self, n: int) -> None:
-        """``n`` texts embedded: counted up to the cell's total, and toward the rate in full."""
-        self.embedded += max(int(n), 0)
-        self._count(min(max(int(n), 0), self.per_cell - self._cell_done))
+    def advance(self, n: int, chars: Sequence[int] | None = None) -> None:
+        """``n`` texts embedded (``chars``: their characters, where known): counted up to the cell's total,
+        and toward the rate in full."""
+        n = max(int(n), 0)
+        work = self._work(self.model, chars, n)
+        self.embedded += n
+        self.work_embedded += work
+        self._count(n, work)
+
+    def served(self, hits: Mapping[str, int], to_embed: Sequence[str]) -> None:
+        """The cache served ``hits`` (hash -> characters: done, not toward the rate) and left ``to_embed``
+        (hashes) to embed. A text a task of this cell embedded before is not "from the cache" again."""
+        new = {h: chars for h, chars in hits.items() if h not in self._cache_seen}
+        self._cache[0] += len(new)
+        self._cache[1] += len(set(to_embed) - self._cache_seen)
+        self._cache_seen.update(hits, to_embed)
+        self._count(len(new), self._work(self.model, list(new.values()), len(new)))
 
     def describe(self) -> str:
         """Where the run is, in words: model i/N, method j/M, texts, elapsed, ETA."""
@@ -161,7 +203,22 @@ class RunProgress:
 
     # ------------------------------------------------------------------------------------------ internals
 
-    def _count(self, n: int) -> None:
+    def _work(self, model: str | None, chars: Sequence[int] | None, n: int) -> float:
+        """The work of ``n`` texts of ``chars`` characters on ``model``: their costs; without costs (or
+        characters) ``n``, in the run's unit (one text, or a cell's mean cost)."""
+        if self._costs is None or model not in self._costs:
+            return float(n)
+        if chars is None:
+            return n * self.cell_work[model] / max(self.per_cell, 1)
+        return float(sum(self._costs[model](c) for c in chars))
+
+    def _count(self, n: int, work: float) -> None:
+        """Counts ``n`` texts and ``work`` done, each up to what is left of the cell."""
+        left_work = self.cell_work.get(self.model, 0.0) - self._cell_work_done if self.model else work
+        work = min(max(work, 0.0), max(left_work, 0.0))
+        self._cell_work_done += work
+        self.work_done += work
+        n = min(n, self.per_cell - self._cell_done) if self.model else n
         if n <= 0:
             return
         self._cell_done += n
@@ -184,11 +241,11 @@ class RunProgress:
 
     def _times(self) -> str:
         elapsed = self._elapsed()
-        left = self.total - self.done
-        if left <= 0:
+        left = self.total_work - self.work_done
+        if self.total - self.done <= 0 or left <= 0:
             eta = "0:00"
-        elif self.embedded and elapsed > 0:
-            eta = clock_text(left / (self.embedded / elapsed))
+        elif self.work_embedded and elapsed > 0:
+            eta = clock_text(left / (self.work_embedded / elapsed))
         else:
             eta = "?"
         return f"elapsed {clock_text(elapsed)}, ETA {eta}"

@@ -475,6 +475,8 @@ def test_every_welch_answer_is_scipys_welch_test_on_items_parquet():
         )  # other texts at each length
         test = sps.ttest_ind(d[row.length], d[shortest], equal_var=False)
         assert row.estimate == pytest.approx(d[row.length].mean() - d[shortest].mean(), abs=1e-9), row.claim
-        assert row.p == pytest.approx(test.pvalue, rel=1e-6) and row.n == len(d[row.length]) + len(d[shortest])
+        assert row.p == pytest.approx(test.pvalue, rel=1e-6) and row.n == len(d[row.length]) + len(
+            d[shortest]
+        )
         assert (row.ci_low, row.ci_high) == pytest.approx(tuple(test.confidence_interval()), rel=1e-6)
     assert len(welch) >= 5

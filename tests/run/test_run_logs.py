@@ -68,6 +68,15 @@ def test_redirected_run_logs_progress_lines_and_each_repeated_warning_once(
     texts = 2 * 6  # per cell: the prefix design's 6 documents at 2 lengths
     assert f"run finished: {2 * texts}/{2 * texts} texts in " in caplog.text
     assert "run at model 1/1 gemma3-270m, method " in caplog.text
+    # the cache says what it served once per cell, however many times the tasks asked it
+    cache_lines = [r.getMessage() for r in caplog.records if "from the cache" in r.getMessage()]
+    assert cache_lines == [
+        f"gemma3-270m x {method}: 0 texts from the cache, {texts} embedded"
+        for method in ("base", "tempscale:0.8")
+    ]
+    assert not [
+        r for r in caplog.records if r.getMessage().startswith("cache: ") and r.levelno >= logging.INFO
+    ]
     # every hubness warning the run made, however often, is in the log once, then once with its count
     assert len(counted.messages) > 1
     for message in set(counted.messages):

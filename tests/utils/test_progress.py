@@ -147,3 +147,42 @@ def test_ctrl_c_shows_where_the_run_stopped_not_100_percent(logged, stream):
     assert "run finished" not in text and "100%" not in stream.getvalue() + text
     if isinstance(stream, Terminal):
         assert "3/20 texts" in stream.getvalue() and "interrupted" in stream.getvalue()
+
+
+def test_eta_counts_work_so_a_slow_model_after_a_fast_one_is_not_hidden(logged):
+    """Issue 64: model b costs 10x a's per character; after a's cell (2 texts, 2 s) a text-counting ETA said
+    2 s for b's cell, the work says 20 s."""
+    clock = Clock()
+    costs = {"a": lambda chars: 1.0 * chars, "b": lambda chars: 10.0 * chars}
+    display = RunProgress(
+        ["a", "b"], ["base"], 2, chars=[1, 1], costs=costs, stream=io.StringIO(), clock=clock
+    )
+    assert display.cell_work == {"a": 2.0, "b": 20.0} and display.total_work == 22.0
+    with display:
+        with display.cell("a", "base"):
+            clock.now += 2
+            progress.advance(2, [1, 1])
+        assert display.describe().endswith("2/4 texts (50%), elapsed 0:02, ETA 0:20")
+        with display.cell("b", "base"):
+            clock.now += 10
+            progress.advance(1, [1])  # 10 work units in 10 s: the rate stays 1 per second
+            assert display.describe().endswith("3/4 texts (75%), elapsed 0:12, ETA 0:10")
+
+
+def test_the_cache_makes_one_line_per_cell_and_its_texts_count_as_done_not_toward_the_rate(logged):
+    clock = Clock()
+    display = RunProgress(
+        ["a"], ["base"], 4, chars=[1, 1, 1, 1], costs={"a": float}, stream=io.StringIO(), clock=clock
+    )
+    with display, display.cell("a", "base"):
+        assert progress.served({"h1": 1}, ["h4"])  # the first task: one hit, one text to embed
+        assert display.done == 1 and display.work_done == 1.0 and display.work_embedded == 0.0
+        assert display.describe().endswith("ETA ?")  # nothing embedded yet: no rate
+        clock.now += 5
+        progress.advance(1, [1])
+        assert progress.served({"h1": 1, "h2": 1, "h3": 1}, [])  # a second task of the cell asks again
+        assert progress.served({"h4": 1}, [])  # what the first task embedded is not "from the cache"
+        assert display.describe().endswith("4/4 texts (100%), elapsed 0:05, ETA 0:00")
+    lines = [line for line in logged.getvalue().splitlines() if "from the cache" in line]
+    assert lines == ["a x base: 3 texts from the cache, 1 embedded"]
+    assert not progress.served({"h1": 1}, [])  # no display open: the cache logs its own line
