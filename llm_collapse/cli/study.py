@@ -11,10 +11,13 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from llm_collapse.errors import UserError
 from llm_collapse.utils.commands import ArgumentParser, run_command, say, setup_logging
 from llm_collapse.utils.paths import PROJECT_ROOT, check_writable_dir, display_path
 
-DEFAULT_QUESTIONS = PROJECT_ROOT / "experiments" / "study" / "questions.yaml"
+QUESTIONS_FILE = "questions.yaml"
+PROJECT_QUESTIONS = PROJECT_ROOT / "experiments" / "study" / QUESTIONS_FILE
+"""The project's own questions: the default only where the package runs from its checkout."""
 
 
 PROG = "python -m llm_collapse.study"
@@ -29,9 +32,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
     parser.add_argument(
         "--questions",
         type=Path,
-        default=DEFAULT_QUESTIONS,
         metavar="FILE",
-        help=f"the questions file (default: {display_path(DEFAULT_QUESTIONS)})",
+        help=f"the questions file (default: STUDY_DIR/{QUESTIONS_FILE}; in the project's checkout, its "
+        f"experiments/study/{QUESTIONS_FILE})",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO)")
     args = parser.parse_args(argv)
@@ -43,6 +46,19 @@ def _study(args) -> int:
     from llm_collapse.reporting.study import build_study
 
     check_writable_dir(args.study_dir, what="STUDY_DIR")
-    out = build_study(args.study_dir, args.questions)  # StudyError (a UserError) for bad input
+    out = build_study(
+        args.study_dir, args.questions or _default_questions(args.study_dir)
+    )  # StudyError (a UserError) for bad input
     say(f"wrote {out['md']} and {out['html']}")
     return 0
+
+
+def _default_questions(study_dir: Path) -> Path:
+    """``STUDY_DIR/questions.yaml``, else the project's (a checkout); refused in one line where neither is."""
+    for path in (study_dir / QUESTIONS_FILE, PROJECT_QUESTIONS):
+        if path.is_file():
+            return path
+    raise UserError(
+        f"no questions file: {display_path(study_dir / QUESTIONS_FILE)} does not exist; write one there or "
+        "pass --questions FILE (its format: docs/study.md)"
+    )

@@ -157,3 +157,15 @@ def test_limit_caps_every_count_of_texts_per_length_and_the_report_says_so(tmp_p
     (run / "run.json").write_text(json.dumps(meta))
     build_report([run], run)
     assert "was a quick look (--limit 6" in (run / "report.md").read_text()
+
+
+def test_docs_gpu_gives_each_models_download_command_and_size_as_the_refusal_does():
+    """docs/gpu.md's commands are the catalog's (`availability.model_files`), so a new pin reaches the docs."""
+    from llm_collapse.backends.availability import model_files
+    from llm_collapse.utils.paths import PROJECT_ROOT
+
+    page = (PROJECT_ROOT / "docs" / "gpu.md").read_text()
+    for name in CompareConfig.from_sources({}, str(PROJECT_ROOT / "experiments" / "gpu_7b.yaml")).models:
+        files = model_files(name)
+        assert files.fix in page, name
+        assert files.size.split(" ")[0].lstrip("~") in page, name

@@ -193,6 +193,27 @@ def test_missing_questions_file_is_one_line(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_questions_default_to_the_study_folder_then_the_checkout(tmp_path, capsys, monkeypatch):
+    """Issue 64: ``--questions`` defaults to STUDY_DIR/questions.yaml (outside the checkout too), else the
+    project's own file; where neither is, one line and nothing written."""
+    import llm_collapse.cli.study as study_cli
+
+    assert "default: STUDY_DIR/questions.yaml" in " ".join(_help(capsys).split())
+    monkeypatch.setattr(study_cli, "PROJECT_QUESTIONS", tmp_path / "not-a-checkout" / "questions.yaml")
+    assert study_main([str(tmp_path)]) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith("error: no questions file: ") and "pass --questions FILE" in line, line
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "questions.yaml").write_text("questions: 3\n")  # found, and read as the questions
+    assert study_main([str(tmp_path)]) == 2
+    assert _one_error_line(capsys).startswith(f"error: questions file {str(tmp_path / 'questions.yaml')!r}")
+
+
+def _help(capsys) -> str:
+    assert _exit_code(study_main, ["--help"]) == 0
+    return capsys.readouterr().out
+
+
 # --------------------------------------------------------------------- the commands name themselves
 
 
