@@ -78,7 +78,14 @@ def _compare(args: argparse.Namespace) -> int:
         with held_logs():
             # as the run would, but models without weights are planned from the catalog
             documents = preflight(config, overwrite=args.overwrite, report=not args.no_report, plan_only=True)
-            plan = describe_plan(config, documents)
+            plan = describe_plan(
+                config,
+                documents,
+                report=not args.no_report,
+                step=lambda doing: say(
+                    f"planning: {doing} ...", error=True
+                ),  # stderr: the plan goes to stdout
+            )
         say(plan)
         return 0
     out = run_comparison(config, overwrite=args.overwrite, report=not args.no_report)

