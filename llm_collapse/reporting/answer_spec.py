@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from llm_collapse.records.claims import read_claim
+from llm_collapse.reporting.names import method_cell
 from llm_collapse.reporting.tables import length_text
 
 ANSWER_KEYS = ("claim", "run", "model", "method", "metric", "length", "asks")
@@ -65,7 +66,7 @@ class Answer:
         where = "" if self.layer is None else f" layer {self.layer}"
         where += "" if self.depth is None else f" depth {self.depth:g}"
         return (
-            f"{self.run}: {self.model} / `{self.method}`, `{self.task}/{self.metric}`{where} "
+            f"{self.run}: {self.model} / {method_cell(self.method)}, `{self.task}/{self.metric}`{where} "
             f"{length_text(self.length)}"
         )
 

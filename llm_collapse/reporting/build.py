@@ -53,6 +53,7 @@ from llm_collapse.reporting.figures import (
 from llm_collapse.reporting.frames import ReportData, SchemaError, load_runs, metric_info, sorted_methods
 from llm_collapse.reporting.length_effects import decomposition_table, verdict_table
 from llm_collapse.reporting.markup import codes, compact
+from llm_collapse.reporting.names import method_cell, showing
 from llm_collapse.reporting.significance import table_legend
 from llm_collapse.reporting.study_summary import ANSWERS_FILE, answers_csv, answers_frame, claims_section
 from llm_collapse.reporting.tables import (
@@ -100,7 +101,7 @@ def run_summary(data: ReportData) -> list[Block]:
     results = data.results
     lengths = sorted(int(x) for x in results["length"].unique())
     items = [
-        f"Methods: {codes(data.methods)}",
+        f"Methods: {', '.join(map(method_cell, data.methods)) or 'none'}",
         f"Tasks: {codes(task_order(data.tasks))}",
         f"Corpus: {codes(data.corpora)}",
         f"Lengths (tokens): {', '.join(length_label(n) for n in lengths)}",
@@ -150,11 +151,13 @@ def _design_lines(data: ReportData) -> list[str]:
                 if paths:
                     for method in sorted_methods(paths):
                         lines.append(
-                            f"{where}Nested lengths embedded: {model} / `{method}`: {paths[method]}."
+                            f"{where}Nested lengths embedded: {model} / {method_cell(method)}: {paths[method]}."
                         )
                 controls = record.controls
                 if controls:
-                    pairs = ", ".join(f"`{m}` − `{c}`" for m, c in sorted(controls.items()))
+                    pairs = ", ".join(
+                        f"{method_cell(m)} − {method_cell(c)}" for m, c in sorted(controls.items())
+                    )
                     lines.append(
                         f"{where}Matched controls (`*_vs_control` rows, paired over the same items): "
                         f"{model}: {pairs}."
@@ -447,8 +450,9 @@ def _answers(data: ReportData) -> tuple[str | None, pd.DataFrame | None]:
 
 def _render(data: ReportData, root: Path) -> None:
     csv_text, answers = _answers(data)
-    figures = make_figures(data, root / FIGURES_DIR)
-    blocks = report_blocks(data, figures, root, answers)
+    with showing(data.method_names()):  # every method as --methods wrote it
+        figures = make_figures(data, root / FIGURES_DIR)
+        blocks = report_blocks(data, figures, root, answers)
     (root / REPORT_MD).write_text(render_markdown(blocks), encoding="utf-8")
     (root / REPORT_HTML).write_text(render_html(blocks, _title(data)), encoding="utf-8")
     if csv_text is not None:
@@ -459,8 +463,9 @@ def report_markdown(data: ReportData, out_dir: Path | str) -> str:
     """The report.md that `write_report` would write into ``out_dir``, built with its figures planned but not
     drawn: seconds faster per report, for checks that compare committed reports (nothing is written)."""
     root = Path(out_dir).absolute()
-    figures = make_figures(data, root / FIGURES_DIR, draw=False)
-    return render_markdown(report_blocks(data, figures, root, _answers(data)[1]))
+    with showing(data.method_names()):
+        figures = make_figures(data, root / FIGURES_DIR, draw=False)
+        return render_markdown(report_blocks(data, figures, root, _answers(data)[1]))
 
 
 def _publish(staging: Path, out_dir: Path) -> None:

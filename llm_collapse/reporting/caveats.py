@@ -1,5 +1,5 @@
 """The Caveats section of a run report: only what applies. tiny_random models (in bold: code-path checks only,
-never findings), truncation counts, lengths past a sliding window without ``window-off``, methods the runner
+never findings), truncation counts, lengths past a sliding window without ``window:off``, methods the runner
 recorded as ``not_applicable`` and ``oom_retries``, series NaN at every length, merged runs (machines and
 commits), models renamed because several runs measured the same thing, missing metadata."""
 
@@ -10,6 +10,7 @@ import json
 from llm_collapse.reporting.figures import length_label
 from llm_collapse.reporting.frames import ReportData, sorted_methods
 from llm_collapse.reporting.markup import codes, compact
+from llm_collapse.reporting.names import method_cell
 from llm_collapse.reporting.tables import summary_models
 from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
 
@@ -73,7 +74,9 @@ def _truncation_caveats(data: ReportData) -> list[str]:
             max_length = record.token_caps.get(method, record.describe.get("max_length"))
             of = f" of {n_texts}" if n_texts is not None else ""
             cap = f" to max_length {max_length}" if max_length is not None else ""
-            lines.append(f"{prefix}Truncation: {model} / `{method}`: {count}{of} texts truncated{cap}.")
+            lines.append(
+                f"{prefix}Truncation: {model} / {method_cell(method)}: {count}{of} texts truncated{cap}."
+            )
     return lines
 
 
@@ -83,13 +86,13 @@ def _skipped_caveats(data: ReportData) -> list[str]:
     for prefix, model, record in data.recorded_models():
         skipped = record.not_applicable
         for what in sorted(skipped):
-            lines.append(f"{prefix}Not measured: {model} / `{what}`: {skipped[what]}")
+            lines.append(f"{prefix}Not measured: {model} / {method_cell(what)}: {skipped[what]}")
         for what, retries in sorted(record.oom_retries.items()):
             count = len(retries) if isinstance(retries, list) else retries
             if count > 0:
                 last = f"; last: {retries[-1]}" if isinstance(retries, list) else ""
                 lines.append(
-                    f"{prefix}Out-of-memory retries: {model} / `{what}`: {count} (smaller batches{last})."
+                    f"{prefix}Out-of-memory retries: {model} / {method_cell(what)}: {count} (smaller batches{last})."
                 )
     return lines
 
@@ -100,7 +103,7 @@ def _empty_caveats(data: ReportData) -> list[str]:
     for model, method, task, corpus, metric in data.empty:
         why = EMPTY_WHY.get(task, "the run's log says why")
         lines.append(
-            f"No value: {model} / `{method}` / {task} `{metric}` on {corpus} is NaN at every length, so it is "
+            f"No value: {model} / {method_cell(method)} / {task} `{metric}` on {corpus} is NaN at every length, so it is "
             f"left out of the figures and tables ({why})."
         )
     return lines
@@ -126,8 +129,8 @@ def _window_caveats(data: ReportData) -> list[str]:
         lengths = ", ".join(length_label(n) for n in sorted(rows["length"].unique()))
         lines.append(
             f"Sliding window: {model} has a {window}-token sliding window (in its sliding-window layers a token "
-            f"sees only the last {window} tokens); lengths {lengths} exceed it under {codes(sorted_methods(rows['method']))}. "
-            f"Compare with `window-off` before reading those bins as full-context behaviour."
+            f"sees only the last {window} tokens); lengths {lengths} exceed it under {', '.join(map(method_cell, sorted_methods(rows['method'])))}. "
+            f"Compare with `window:off` before reading those bins as full-context behaviour."
         )
     return lines
 

@@ -89,6 +89,7 @@ from llm_collapse.reporting.frames import (  # noqa: E402
     overall_rows,
     sorted_methods,
 )
+from llm_collapse.reporting.names import shown
 from llm_collapse.tasks.registry import (  # noqa: E402
     DEFAULT_FIGURES,
     TASKS,
@@ -185,7 +186,7 @@ class MethodStyles:
 
     def handle(self, method: str) -> Line2D:
         """Legend handle drawn like the method's lines."""
-        line = Line2D([], [], color=self.color(method), marker=self.marker(method), label=method)
+        line = Line2D([], [], color=self.color(method), marker=self.marker(method), label=shown(method))
         if self.dashes(method):
             line.set_dashes(self.dashes(method))
         return line
@@ -502,7 +503,7 @@ def plot_depth_heatmap(
                 ax = axes[i][j]
                 mine = rows[(rows["model"] == model) & (rows["method"] == method)]
                 _heatmap(ax, mine, depths, lengths, bounded, label if j == len(methods) - 1 else None)
-                ax.set_title(f"{_panel_title(model, tiny)} / {method}")
+                ax.set_title(f"{_panel_title(model, tiny)} / {shown(method)}")
                 ax.set_xlabel("length (tokens)" if i == len(models) - 1 else "")
                 ax.set_ylabel("depth" if j == 0 else "")
         _suptitle(fig, title)
@@ -572,7 +573,7 @@ def plot_position_vs_length(
     dashes = {d: _POSITION_DASHES[min(i, len(_POSITION_DASHES) - 1)] for i, d in enumerate(depths)}
     lines = {f"{m} @ {d!r}": (m, d) for m in methods for d in depths}  # style level: marker of m, dash of d
     rows = rows.assign(
-        line=[f"{m} @ {float(d)!r}" for m, d in zip(rows["method"], rows["depth"], strict=True)]
+        line=[f"{shown(m)} @ {float(d)!r}" for m, d in zip(rows["method"], rows["depth"], strict=True)]
     )
     with sns.axes_style("whitegrid"), plt.rc_context(RC):
         g = _facets(
@@ -670,7 +671,7 @@ def plot_overview(rows: pd.DataFrame, metric: str, methods: Sequence[str], title
                     line["value"],
                     color=colors[method],
                     marker=styles.marker(method),
-                    label=method,
+                    label=shown(method),
                 )
             _log2_lengths(ax, rows["length"].unique())
             ax.set_xlabel("length (tokens)")

@@ -135,6 +135,12 @@ class ReportData:
         """Methods, ``base`` first then sorted."""
         return sorted_methods(self.results["method"].unique())
 
+    def method_names(self) -> dict[str, str]:
+        """Slug -> the method as the runs' ``--methods`` wrote it (`llm_collapse.reporting.names`)."""
+        from llm_collapse.reporting.names import method_names
+
+        return method_names(m for run in self.runs for m in run.record.config.get("methods") or ())
+
     def model_sources(self, model: str) -> list[tuple[RunInfo, str]]:
         """The (run, model name as written) pairs behind a display model, in run order."""
         rows = self.results.loc[self.results["model"] == model, ["run", "source_model"]].drop_duplicates()

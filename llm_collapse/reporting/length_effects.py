@@ -22,6 +22,7 @@ import pandas as pd
 
 from llm_collapse.metrics.decomposition import DECOMPOSITION_KEYS
 from llm_collapse.reporting.frames import ReportData, overall_rows, sorted_methods
+from llm_collapse.reporting.names import method_cell
 from llm_collapse.reporting.significance import change_test, paired_test, read_changes
 from llm_collapse.reporting.tables import (
     Table,
@@ -53,7 +54,7 @@ def verdict_table(data: ReportData) -> Table | None:
     body, changes = [], []
     for model in models:
         for method in sorted_methods(did.loc[did["model"] == model, "method"]):
-            row = [model_cell(model, tiny), f"`{method}`"]
+            row = [model_cell(model, tiny), method_cell(method)]
             for task, metric in pairs:
                 mine = _longest(did, model, method, task, metric + VS_INTERACTION)
                 row.append("—" if mine is None else None)
@@ -111,7 +112,11 @@ def decomposition_table(data: ReportData) -> Table | None:
             if len(lengths) < 2:
                 continue
             short, long = lengths[0], lengths[-1]
-            row = [model_cell(model, tiny), f"`{method}`", f"{length_text(short)} → {length_text(long)}"]
+            row = [
+                model_cell(model, tiny),
+                method_cell(method),
+                f"{length_text(short)} → {length_text(long)}",
+            ]
             deltas = {}
             for key in DECOMPOSITION_KEYS:
                 a = mine[(mine["metric"] == key) & (mine["length"] == short)].iloc[0]

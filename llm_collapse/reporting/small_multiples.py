@@ -23,6 +23,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 
 from llm_collapse.reporting.frames import is_contrast, metric_info
+from llm_collapse.reporting.names import shown
 from llm_collapse.tasks.registry import (
     CLOSER_IF_HIGHER,
     HIGHER_IS_BETTER,
@@ -186,7 +187,7 @@ def plot_overview(
             arrow = ARROWS.get(metric_info(metric).direction or "", "")
             ax.set_ylabel(_wrapped(f"{what} ({arrow})" if arrow else what, 26), fontsize=8)
             finish(ax, task, metric, panel)
-        handles = [Line2D([], [], color=styles.color(m), label=m) for m in methods]
+        handles = [Line2D([], [], color=styles.color(m), label=shown(m)) for m in methods]
         handles += [
             Line2D([], [], color="0.3", marker=MODEL_MARKERS[i % len(MODEL_MARKERS)], label=model,
                    dashes=MODEL_DASHES[i % len(MODEL_DASHES)] or (None, None))

@@ -34,6 +34,7 @@ Decisions:
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -56,6 +57,7 @@ from llm_collapse.reporting.frames import (
     overall_rows,
     sorted_methods,
 )
+from llm_collapse.reporting.names import method_cell, method_names, showing
 from llm_collapse.reporting.significance import change_test, mark_survivors, read_changes, table_legend
 from llm_collapse.reporting.study_summary import (
     ANSWERS_FILE,
@@ -476,7 +478,7 @@ def metric_table(
                     (by_length[present[0]], by_length[present[-1]]) if len(present) > 1 else (None, None)
                 )
                 label = [] if split is None else [str(part) if split == "layer" else position_label(part)]
-                row = [model, f"`{method}`", *label, _n_text(by_length.values()), *values]
+                row = [model, method_cell(method), *label, _n_text(by_length.values()), *values]
                 if contrast:
                     start = len(row) - len(lengths)
                     cells += [(len(body), start + lengths.index(n), r) for n, r in by_length.items()]
@@ -633,44 +635,45 @@ def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]
     if not root.is_dir():
         raise StudyError(f"study folder {str(root)!r} does not exist")
     title, intro, questions = load_questions(questions_path)
-    blocks: list = [Heading(1, title)]
-    blocks += _wording_blocks(intro)
-    blocks.append(
-        Bullets(
-            (
-                "Every number below is read from the runs' `results.parquet`; each section names the command "
-                "that made its run (same seed, same numbers).",
-                "Δ: value at the row's longest minus its shortest length; 'vs base': the method minus the baseline "
-                "at that longest length. Each is tested (paired tests where the run stored the paired contrast: the "
-                "prefix design's `*_vs_shortest`, every run's `*_vs_base`; unpaired otherwise) and Holm-adjusted "
-                "across its table; a reading is printed only where the change survives at 5%.",
-                f"Questions file: `{display_path(questions_path)}`; rebuild: "
-                f"`python -m llm_collapse.study {root.as_posix()} --questions {display_path(questions_path)}`.",
+    with showing(_method_names(root)):  # every method as its run's --methods wrote it
+        blocks: list = [Heading(1, title)]
+        blocks += _wording_blocks(intro)
+        blocks.append(
+            Bullets(
+                (
+                    "Every number below is read from the runs' `results.parquet`; each section names the command "
+                    "that made its run (same seed, same numbers).",
+                    "Δ: value at the row's longest minus its shortest length; 'vs base': the method minus the baseline "
+                    "at that longest length. Each is tested (paired tests where the run stored the paired contrast: the "
+                    "prefix design's `*_vs_shortest`, every run's `*_vs_base`; unpaired otherwise) and Holm-adjusted "
+                    "across its table; a reading is printed only where the change survives at 5%.",
+                    f"Questions file: `{display_path(questions_path)}`; rebuild: "
+                    f"`python -m llm_collapse.study {root.as_posix()} --questions {display_path(questions_path)}`.",
+                )
             )
         )
-    )
-    csv_text = None
-    claims = [(q.id, q.family, answer) for q in questions for answer in q.answers]
-    if (answers := answers_frame(root, claims, StudyError)) is not None:
-        csv_text, written = answers_csv(answers)
-        blocks += [
-            Heading(2, "Answers"),
-            *_wording_blocks(load_takeaway(questions_path)),
-            answers_table(written),
-        ]
-        blocks += summary_legend(families_text(written))
-        blocks += [
-            Paragraph("**Verdicts per family** (every claim, each value of a sweep included):"),
-            family_table(written),
-        ]
-        if (sweeps := sweep_table(written)) is not None:
-            blocks += [Paragraph(SWEEP_INTRO), sweeps]
-    if (overview := load_overview(questions_path)) is not None:
-        blocks += _overview_blocks(root, overview)
-    for number, q in enumerate(questions, start=1):
-        blocks += _question_blocks(root, q, number)
-    markdown = render_markdown(blocks)
-    page = render_html(blocks, title, embed_images=False)
+        csv_text = None
+        claims = [(q.id, q.family, answer) for q in questions for answer in q.answers]
+        if (answers := answers_frame(root, claims, StudyError)) is not None:
+            csv_text, written = answers_csv(answers)
+            blocks += [
+                Heading(2, "Answers"),
+                *_wording_blocks(load_takeaway(questions_path)),
+                answers_table(written),
+            ]
+            blocks += summary_legend(families_text(written))
+            blocks += [
+                Paragraph("**Verdicts per family** (every claim, each value of a sweep included):"),
+                family_table(written),
+            ]
+            if (sweeps := sweep_table(written)) is not None:
+                blocks += [Paragraph(SWEEP_INTRO), sweeps]
+        if (overview := load_overview(questions_path)) is not None:
+            blocks += _overview_blocks(root, overview)
+        for number, q in enumerate(questions, start=1):
+            blocks += _question_blocks(root, q, number)
+        markdown = render_markdown(blocks)
+        page = render_html(blocks, title, embed_images=False)
     out = {"md": root / "report.md", "html": root / "report.html", "csv": root / ANSWERS_FILE}
     atomic_write(out["md"], lambda tmp: Path(tmp).write_text(markdown, encoding="utf-8"))
     atomic_write(out["html"], lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
@@ -680,3 +683,14 @@ def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]
         atomic_write(out["csv"], lambda tmp: Path(tmp).write_text(csv_text, encoding="utf-8"))
     logger.info("wrote %s", ", ".join(str(path) for path in out.values()))
     return out
+
+
+def _method_names(root: Path) -> dict[str, str]:
+    """Slug -> method as written, over every run of the study (its run.json ``config.methods``)."""
+    methods = []
+    for path in sorted(root.glob("*/run.json")):
+        try:
+            methods += json.loads(path.read_text()).get("config", {}).get("methods") or []
+        except (OSError, ValueError):  # a run without a readable record keeps its slugs
+            continue
+    return method_names(methods)

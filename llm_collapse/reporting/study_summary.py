@@ -45,6 +45,7 @@ from llm_collapse.reporting.item_contrasts import (
     merged,
     trend_terms,
 )
+from llm_collapse.reporting.names import method_cell
 from llm_collapse.reporting.significance import ALPHA, equivalence_testable, p_text, paired_test
 from llm_collapse.reporting.tables import Table, fmt_ci, judge, length_text
 from llm_collapse.tasks.registry import metric_info
@@ -281,7 +282,7 @@ def answers_table(frame: pd.DataFrame, *, linked: bool = True) -> Table:
         else:
             where = "" if pd.isna(row.depth) else f" depth {row.depth:g}"
             where += "" if pd.isna(row.layer) else f" layer {int(row.layer)}"
-            source = f"{row.model} / `{row.method}`, `{row.metric}`{where} {length_text(int(row.length))}"
+            source = f"{row.model} / {method_cell(row.method)}, `{row.metric}`{where} {length_text(int(row.length))}"
         source += "" if row.per_item else AGGREGATES
         body.append(
             (

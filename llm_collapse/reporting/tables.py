@@ -41,6 +41,7 @@ from llm_collapse.reporting.frames import (
     sorted_methods,
 )
 from llm_collapse.reporting.markup import inline_html
+from llm_collapse.reporting.names import method_cell
 from llm_collapse.reporting.significance import change_test, paired_test, read_changes
 from llm_collapse.utils.markdown import markdown_table
 
@@ -213,7 +214,7 @@ def summary_table(data: ReportData) -> Table | None:
     body, changes = [], []
     for key in keys:
         model, method, corpus = key
-        row = [model_cell(model, tiny), f"`{method}`"] + ([corpus] if len(corpora) > 1 else [])
+        row = [model_cell(model, tiny), method_cell(method)] + ([corpus] if len(corpora) > 1 else [])
         for pair, per_cell in zip(pairs, columns, strict=True):
             cells, change = _summary_cells(
                 ends[(key, pair)], pair, per_cell, _cell_rows(paired, key, pair, VS_SHORTEST)
@@ -332,7 +333,7 @@ def values_by_depth(
                     else "—"
                     for n in lengths
                 ]
-                body.append((model_cell(model, tiny), f"`{method}`", label(depth), *cells))
+                body.append((model_cell(model, tiny), method_cell(method), label(depth), *cells))
     headers = ("model", "method", "position", *(length_text(n)[1:] for n in lengths))
     return Table(headers, tuple(body), (False, False, False, *([True] * len(lengths))))
 
@@ -355,7 +356,7 @@ def paired_by_depth(data: ReportData, task: str, metric: str, corpus: str, model
     for method in sorted_methods(rows["method"]):
         for depth in sorted(rows.loc[rows["method"] == method, "depth"].unique()):
             cell = rows[(rows["method"] == method) & (rows["depth"] == depth)].set_index("length")
-            row = [f"`{method}`", f"{depth:.2f}"]
+            row = [method_cell(method), f"{depth:.2f}"]
             for n in lengths:
                 if n not in cell.index:
                     row.append("—")
@@ -404,7 +405,7 @@ def values_by_length(data: ReportData, task: str, metric: str, corpus: str) -> T
                 )
             )
             cells = [_value_cell(values[n], digits, contrast) if n in values else "—" for n in lengths]
-            body.append((model_cell(model, tiny), f"`{method}`", *cells))
+            body.append((model_cell(model, tiny), method_cell(method), *cells))
     headers = ("model", "method", *(length_text(n)[1:] for n in lengths))
     return Table(headers, tuple(body), (False, False, *([True] * len(lengths))))
 

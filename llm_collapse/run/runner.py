@@ -402,7 +402,7 @@ def _run_cell(
             record.prefix_sharing[slug] = _prefix_path(embedder)
         for task in config.tasks:
             clock = time.perf_counter()
-            logger.info("%s x %s: %s", model_name, slug, task)
+            logger.info("%s x %s: %s", model_name, method.text, task)
             try:
                 if posthoc is not None and task not in POSTHOC_TASKS:
                     raise NotApplicable(f"{slug} transforms the texts of {', '.join(POSTHOC_TASKS)} only")

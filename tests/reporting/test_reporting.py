@@ -230,7 +230,7 @@ def test_missing_data_skips_figures_cleanly(tmp_path, caplog):
     ]
     assert "skipping the temperature sweep" in caplog.text
     md = files["report.md"].read_text(encoding="utf-8")
-    assert "`ntk-theta1e5+window-off`" in md
+    assert "`ntk:1e5+window:off`" in md and "ntk-theta1e5" not in md  # as --methods wrote it, never its slug
     assert "Not measured: synth-encoder / `selfextend-g9-w512`: needs a RoPE model" in md
     assert "Out-of-memory retries: synth-encoder / `base`: 2 (smaller batches)." in md
     assert "Out-of-memory retries: synth-encoder / `tempscale-0.8`: 2 (smaller batches; last: OOM: 4)." in md
@@ -273,9 +273,9 @@ def test_depth_heatmap_is_followed_by_its_paired_rows_read_after_holm_across_the
     lines = table.split("\n\n", 2)[1].splitlines()
     assert lines[0] == "| method | depth | 256 | 512 |"
     assert lines[2:] == [  # 0.03 alone would read "better"; Holm across the 3 cells makes it 0.06
-        "| `tempscale-0.9` | 0.10 | 0.250 [0.100, 0.400]: (better; McNemar, Holm p=0.003) "
+        "| `tempscale:0.9` | 0.10 | 0.250 [0.100, 0.400]: (better; McNemar, Holm p=0.003) "
         "| 0.250 [0.100, 0.400]: (inconclusive; McNemar, Holm p=0.060) |",
-        "| `tempscale-0.9` | 0.90 | 0.250 [0.100, 0.400]: (inconclusive; McNemar, Holm p=0.300) | — |",
+        "| `tempscale:0.9` | 0.90 | 0.250 [0.100, 0.400]: (inconclusive; McNemar, Holm p=0.300) | — |",
     ]
 
 

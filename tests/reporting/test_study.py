@@ -79,8 +79,8 @@ def test_tables_quote_the_results(study_root):
     n = str(cells["n"].iloc[0]) if cells["n"].nunique() == 1 else f"{cells['n'].min()}–{cells['n'].max()}"
     first = cells.iloc[0]
     # the n column (items per length) sits before the shortest length's cell
-    assert f"| synth-encoder | `tempscale-0.8` | {n} | {first['value']:.3f} [{first['ci_low']:.3f}," in text
-    assert "tempscale-0.9" not in text.split("## Q2")[0]  # method filter
+    assert f"| synth-encoder | `tempscale:0.8` | {n} | {first['value']:.3f} [{first['ci_low']:.3f}," in text
+    assert "tempscale:0.9" not in text.split("## Q2")[0]  # method filter
     assert "## Q2. Per layer" in text and "| synth-decoder | `base` | 0 |" in text
     assert "sweep/figures/collapse-pairwise-cosine-synthetic.png" in text
     q3 = text.split("## Q3")[1]
