@@ -180,3 +180,10 @@ def test_no_private_names_imported_across_modules():
                 if private:
                     hits.append(f"{name}: from {node.module} import {', '.join(private)}")
     assert not hits, "\n".join(hits)
+
+
+def test_test_modules_have_unique_basenames():
+    """The tests folders have no __init__.py, so pytest imports each test module by its basename: two of one
+    name cannot be collected in one session (the second is an import-file-mismatch error)."""
+    names = [path.name for path in (PACKAGE.parent / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

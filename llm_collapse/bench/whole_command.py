@@ -71,15 +71,15 @@ def measure(case: str, args: list[str], root: Path) -> dict:
 
 def _timed(command: list[str], env: dict) -> tuple[str, float, float | None]:
     """stdout, wall seconds and the other processes' CPU cores meanwhile (machine busy time minus the child's)."""
-    from llm_collapse.cost.timing import _cpu_ticks
+    from llm_collapse.cost.timing import cpu_ticks
 
-    ticks, children = _cpu_ticks(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    ticks, children = cpu_ticks(), resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
-    after, used = _cpu_ticks(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    after, used = cpu_ticks(), resource.getrusage(resource.RUSAGE_CHILDREN)
     child = (used.ru_utime - children.ru_utime) + (used.ru_stime - children.ru_stime)
     other = None if ticks is None or after is None else max(0.0, after[0] - ticks[0] - child) / wall
     return done.stdout, wall, other

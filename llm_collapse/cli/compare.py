@@ -21,7 +21,7 @@ import os
 
 from llm_collapse.run.arguments import add_arguments, cli_values
 from llm_collapse.run.config import CompareConfig
-from llm_collapse.utils.commands import ArgumentParser, run_command, say, setup_logging
+from llm_collapse.utils.commands import ArgumentParser, run_command, say, setup_logging, status_line
 from llm_collapse.utils.logs import held_logs
 
 PROG = "python -m llm_collapse.compare"
@@ -75,16 +75,14 @@ def _compare(args: argparse.Namespace) -> int:
         from llm_collapse.run.plan import describe_plan
         from llm_collapse.run.preflight import preflight
 
-        with held_logs():
+        with held_logs(), status_line() as show:  # on a terminal: what it is doing, cleared before any line
             # as the run would, but models without weights are planned from the catalog
             documents = preflight(config, overwrite=args.overwrite, report=not args.no_report, plan_only=True)
             plan = describe_plan(
                 config,
                 documents,
                 report=not args.no_report,
-                step=lambda doing: say(
-                    f"planning: {doing} ...", error=True
-                ),  # stderr: the plan goes to stdout
+                step=lambda doing: show(f"planning: {doing} ..."),
             )
         say(plan)
         return 0

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
-def _cpu_ticks() -> tuple[float, float] | None:
+def cpu_ticks() -> tuple[float, float] | None:
     """(busy, steal) CPU seconds of the whole machine since boot, from ``/proc/stat`` (None elsewhere)."""
     try:
         fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -39,13 +39,13 @@ def timed(record: dict) -> Iterator[None]:
     ``/proc/stat`` minus this process's CPU time); ``steal_cores``: the same for hypervisor steal. On a
     2-core machine anything above ~0.2 means the timed side competed for the cores.
     """
-    ticks, wall, cpu = _cpu_ticks(), time.perf_counter(), time.process_time()
+    ticks, wall, cpu = cpu_ticks(), time.perf_counter(), time.process_time()
     record["loadavg_before"] = os.getloadavg()[0]
     yield
     record["seconds"] = time.perf_counter() - wall
     record["cpu_seconds"] = time.process_time() - cpu
     record["loadavg_after"] = os.getloadavg()[0]
-    after = _cpu_ticks()
+    after = cpu_ticks()
     if ticks is not None and after is not None:
         seconds = max(record["seconds"], 1e-9)
         record["other_cores"] = max(0.0, after[0] - ticks[0] - record["cpu_seconds"]) / seconds

@@ -8,12 +8,14 @@ are bugs and keep their traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import TextIO
 
 from llm_collapse.errors import UserError
 
@@ -96,3 +98,26 @@ def reader_left() -> None:
 def say(line: str, *, error: bool = False) -> None:
     """The command lines' only way to print."""
     print(line, file=sys.stderr if error else sys.stdout, flush=True)  # noqa: T201
+
+
+@contextlib.contextmanager
+def status_line(stream: TextIO | None = None) -> Iterator[Callable[[str], None]]:
+    """A callback showing what a command is doing as one line redrawn in place on a terminal, and cleared when
+    the block ends, so a refusal that follows is still the only line left; nothing where ``stream`` (default
+    stderr) is not a terminal (a log, a pipe, a test)."""
+    from llm_collapse.utils.progress import is_terminal
+
+    stream = stream or sys.stderr
+    if not is_terminal(stream):
+        yield lambda text: None
+        return
+
+    def show(text: str) -> None:
+        stream.write(f"\r\x1b[K{text}")
+        stream.flush()
+
+    try:
+        yield show
+    finally:
+        stream.write("\r\x1b[K")
+        stream.flush()

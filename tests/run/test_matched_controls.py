@@ -39,7 +39,7 @@ def test_a_method_is_paired_with_its_control(run_compare, tmp_path, assert_paire
     report = (out / "report.md").read_text()
     assert "matched control (paired)" in report
     assert (
-        "Matched controls (`*_vs_control` rows, paired over the same items): gemma3-270m: `tempscale-0.5` − `tempscale-0.8`."
+        "Matched controls (`*_vs_control` rows, paired over the same items): gemma3-270m: `tempscale:0.5` − `tempscale:0.8`."
         in report
     )
 

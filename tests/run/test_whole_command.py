@@ -33,11 +33,22 @@ def test_the_last_line_adds_every_part_to_the_embedding():
     assert overheads.report_part(2, 3, report=False) is None and overheads.conversion_part({}) is None
 
 
-def test_dry_run_prints_what_it_does_and_the_whole_command(run_compare, tmp_path, capsys):
+@pytest.fixture
+def terminal(monkeypatch):
+    """stderr reads as a terminal, where the plan's status line is drawn."""
+    import llm_collapse.utils.progress as progress
+
+    monkeypatch.setattr(progress, "is_terminal", lambda stream: True)
+
+
+def test_dry_run_shows_what_it_does_on_a_terminal_and_prints_the_whole_command(
+    run_compare, tmp_path, capsys, terminal
+):
     assert run_compare(tmp_path / "run", "--dry-run", models="minilm", **SMALL) == 0
     captured = capsys.readouterr()
-    assert "planning: building the inputs (sotu, lengths [64, 128]) ..." in captured.err
-    assert "planning: costing minilm ..." in captured.err
+    assert "\r\x1b[Kplanning: building the inputs (sotu, lengths [64, 128]) ..." in captured.err
+    assert "\r\x1b[Kplanning: costing minilm ..." in captured.err
+    assert captured.err.endswith("\r\x1b[K")  # cleared: nothing of it stays above the plan
     lines = captured.out.strip().splitlines()
     assert any(
         line.startswith("  minilm: forwards at ~") and "random replica timed" in line for line in lines
@@ -52,8 +63,21 @@ def test_dry_run_prints_what_it_does_and_the_whole_command(run_compare, tmp_path
     assert "report ~" not in capsys.readouterr().out.strip().splitlines()[-1]
 
 
+def test_off_a_terminal_the_plan_says_nothing_on_stderr_and_a_refusal_stays_one_line(
+    run_compare, tmp_path, capsys
+):
+    assert run_compare(tmp_path / "run", "--dry-run", models="minilm", **SMALL) == 0
+    assert "planning:" not in capsys.readouterr().err
+    flags = {**SMALL, "tasks": "passkey", "lengths": "8,64"}
+    assert run_compare(tmp_path / "run", "--dry-run", models="minilm", **flags) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: length 8 is too short for passkey")
+
+
 @pytest.mark.slow  # ~60 s: the tokenizer is read from the GGUF file itself, as a first plan on a machine does
-def test_a_gguf_model_not_converted_yet_costs_its_conversion(run_compare, tmp_path, capsys, monkeypatch):
+def test_a_gguf_model_not_converted_yet_costs_its_conversion(
+    run_compare, tmp_path, capsys, monkeypatch, terminal
+):
     monkeypatch.setenv("LLM_COLLAPSE_PLAN_GFLOPS", "100")  # no replica: this test is about the conversion
     assert run_compare(tmp_path / "run", "--dry-run", models="gemma3-270m", **SMALL) == 0
     captured = capsys.readouterr()
