@@ -1,6 +1,9 @@
-"""``python -m llm_collapse.bench.throughput``: the ``--dry-run`` estimate against a real run of the same config.
+"""``python -m llm_collapse.bench.throughput``: the ``--dry-run`` embedding estimate against a real run of the same config.
 
-It calibrates `llm_collapse.cost.rate.FORWARD_EFFICIENCY` (the README records the numbers).
+Since the plan times a replica of each model's layers (`llm_collapse.cost.forward_rate`) it checks that rate;
+with ``LLM_COLLAPSE_PLAN_GFLOPS`` unset and no replica possible it checks the fallback, the matmul benchmark x
+`llm_collapse.cost.rate.FORWARD_EFFICIENCY` (docs/performance.md records the numbers it gave before replicas).
+The whole command, startup to report, is `llm_collapse.bench.whole_command`'s.
 """
 
 from __future__ import annotations
