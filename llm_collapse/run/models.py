@@ -19,11 +19,17 @@ def reference_tokenizer(config: CompareConfig):
     return load_tokenizer(model_weights(config.models[0], config).directory)
 
 
-def model_weights(name: str, config: CompareConfig) -> WeightsLocation:
-    """Where model ``name``'s files are, as the run finds them (``model_paths``); nothing is loaded."""
+def model_weights(name: str, config: CompareConfig, *, convert: bool = True) -> WeightsLocation:
+    """Where model ``name``'s files are, as the run finds them (``model_paths``); nothing is loaded. With
+    ``convert=False`` a GGUF file not converted yet is returned as it is (a plan converts nothing)."""
     spec, implied = resolve_spec(name)
     return resolve_weights(
-        spec.name, spec.hub_id, spec.source, config.model_paths.get(name) or implied, revision=spec.revision
+        spec.name,
+        spec.hub_id,
+        spec.source,
+        config.model_paths.get(name) or implied,
+        convert=convert,
+        revision=spec.revision,
     )
 
 

@@ -54,6 +54,7 @@ from llm_collapse.models import text_config
 from llm_collapse.models.flops import FlopModel
 from llm_collapse.run import overheads
 from llm_collapse.run.config import CompareConfig
+from llm_collapse.run.models import model_weights
 from llm_collapse.run.preflight import check_posthoc, missing_weights
 from llm_collapse.tasks.base import BASE_METHOD
 
@@ -107,18 +108,7 @@ def plan(
     step("reading the models' configs and tokenizers")
     specs = {name: resolve_spec(name) for name in config.models}
     absent = set(missing_weights(config, plan_only=True))  # planned from the catalog's published dims
-    weights = {
-        name: resolve_weights(
-            spec.name,
-            spec.hub_id,
-            spec.source,
-            config.model_paths.get(name) or implied,
-            convert=False,
-            revision=spec.revision,
-        )
-        for name, (spec, implied) in specs.items()
-        if name not in absent
-    }
+    weights = {name: model_weights(name, config, convert=False) for name in specs if name not in absent}
     first = next(iter(weights), None)
     for name, where in weights.items():
         if where.gguf_file is not None:

@@ -21,9 +21,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from llm_collapse.adapters import resolve_spec
-from llm_collapse.backends.weights import load_config, resolve_weights
+from llm_collapse.backends.weights import load_config
 from llm_collapse.models.flops import ENCODER_TYPES, FlopModel
 from llm_collapse.run.config import CompareConfig
+from llm_collapse.run.models import model_weights
 
 logger = logging.getLogger(__name__)
 
@@ -45,16 +46,8 @@ def text_costs(config: CompareConfig, chars_per_token: float) -> dict[str, TextC
 
 
 def _text_cost(name: str, config: CompareConfig, chars_per_token: float) -> TextCost:
-    spec, implied = resolve_spec(name)
-    weights = resolve_weights(
-        spec.name,
-        spec.hub_id,
-        spec.source,
-        config.model_paths.get(name) or implied,
-        convert=False,
-        revision=spec.revision,
-    )
-    model_config = load_config(weights)
+    spec, _ = resolve_spec(name)
+    model_config = load_config(model_weights(name, config, convert=False))
     flops = FlopModel.from_config(model_config)
     flops = replace(flops, causal=flops.causal and spec.causal)  # gte-Qwen2, NV-Embed run bidirectionally
     text = model_config.get("text_config") or model_config
