@@ -46,9 +46,8 @@ def _study(args) -> int:
     from llm_collapse.reporting.study import build_study
 
     check_writable_dir(args.study_dir, what="STUDY_DIR")
-    out = build_study(
-        args.study_dir, args.questions or _default_questions(args.study_dir)
-    )  # StudyError (a UserError) for bad input
+    questions = args.questions or _default_questions(args.study_dir)
+    out = build_study(args.study_dir, questions)  # StudyError (a UserError) for bad input
     say(f"wrote {out['md']} and {out['html']}")
     return 0
 
@@ -60,5 +59,5 @@ def _default_questions(study_dir: Path) -> Path:
             return path
     raise UserError(
         f"no questions file: {display_path(study_dir / QUESTIONS_FILE)} does not exist; write one there or "
-        "pass --questions FILE (its format: docs/study.md)"
+        "pass --questions FILE (its format: the module docstring of llm_collapse.reporting.study)"
     )

@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from llm_collapse.models.flops import ENCODER_TYPES, FlopModel
+from llm_collapse.models import position_table
+from llm_collapse.models.flops import FlopModel
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +66,7 @@ def time_replica(
     from llm_collapse.backends.attention_direction import set_attention_direction
 
     replica, layers = _replica_config(config_json)
-    if replica.get("model_type") in ENCODER_TYPES and replica.get("max_position_embeddings"):
-        table = int(replica["max_position_embeddings"])  # an absolute-position table: times within it
+    if (table := position_table(replica)) is not None:  # an absolute-position table: timed within it
         lengths = (min(lengths[0], table // 2), min(lengths[1], table))
     config = AutoConfig.for_model(**replica)
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
@@ -92,11 +92,8 @@ def _replica_config(config_json: dict) -> tuple[dict, int]:
     """The config with one period of its layer types (at least one layer) and a small vocabulary."""
     text = dict(config_json.get("text_config") or config_json)
     types = list(text.get("layer_types") or [])
-    period = next((i + 1 for i, t in enumerate(types) if t != types[0]), 1) if types else 1
-    if (
-        types and period > 1
-    ):  # a period ends with the first layer of another type (Gemma 3: 5 sliding + 1 full)
-        period = min(period, len(types))
+    # one period: up to the first layer of another type (Gemma 3: 5 sliding + 1 full); no types: one layer
+    period = next((i + 1 for i, t in enumerate(types) if t != types[0]), 1)
     text.update(num_hidden_layers=period, vocab_size=REPLICA_VOCAB)
     if types:
         text["layer_types"] = types[:period]

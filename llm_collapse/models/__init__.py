@@ -27,6 +27,21 @@ FLOP model and the vLLM backend read this one set. A decoder run bidirectionally
 (``attention="bidirectional"``: gte-Qwen2, NV-Embed-v2)."""
 
 
+ABSOLUTE_POSITION_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra"})
+"""config.json ``model_type`` values with a learned absolute position table: they read at most
+``max_position_embeddings`` tokens (the run truncates there). ModernBERT, nomic-bert and gte's NewModel are
+encoders with rotary positions; DeBERTa's are relative."""
+
+
+def position_table(config_json: dict) -> int | None:
+    """The most tokens a model reads, for a config.json dict whose text model has an absolute position table;
+    None for rotary or relative positions (no table caps the input)."""
+    text = config_json.get("text_config") or config_json
+    if text.get("model_type") not in ABSOLUTE_POSITION_TYPES or not text.get("max_position_embeddings"):
+        return None
+    return int(text["max_position_embeddings"])
+
+
 def text_config(config):
     """The language model's config inside ``config``: ``get_text_config()`` where the config has it (every
     transformers config; wrappers such as NV-Embed-v2's return their ``text_config``), else ``config`` itself

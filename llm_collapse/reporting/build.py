@@ -53,7 +53,7 @@ from llm_collapse.reporting.figures import (
 from llm_collapse.reporting.frames import ReportData, SchemaError, load_runs, metric_info, sorted_methods
 from llm_collapse.reporting.length_effects import decomposition_table, verdict_table
 from llm_collapse.reporting.markup import codes, compact
-from llm_collapse.reporting.names import method_cell, showing
+from llm_collapse.reporting.names import method_cell, method_cells, showing
 from llm_collapse.reporting.significance import table_legend
 from llm_collapse.reporting.study_summary import ANSWERS_FILE, answers_csv, answers_frame, claims_section
 from llm_collapse.reporting.tables import (
@@ -101,7 +101,7 @@ def run_summary(data: ReportData) -> list[Block]:
     results = data.results
     lengths = sorted(int(x) for x in results["length"].unique())
     items = [
-        f"Methods: {', '.join(map(method_cell, data.methods)) or 'none'}",
+        f"Methods: {method_cells(data.methods)}",
         f"Tasks: {codes(task_order(data.tasks))}",
         f"Corpus: {codes(data.corpora)}",
         f"Lengths (tokens): {', '.join(length_label(n) for n in lengths)}",

@@ -10,7 +10,7 @@ import json
 from llm_collapse.reporting.figures import length_label
 from llm_collapse.reporting.frames import ReportData, sorted_methods
 from llm_collapse.reporting.markup import codes, compact
-from llm_collapse.reporting.names import method_cell
+from llm_collapse.reporting.names import method_cell, method_cells
 from llm_collapse.reporting.tables import summary_models
 from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
 
@@ -129,7 +129,7 @@ def _window_caveats(data: ReportData) -> list[str]:
         lengths = ", ".join(length_label(n) for n in sorted(rows["length"].unique()))
         lines.append(
             f"Sliding window: {model} has a {window}-token sliding window (in its sliding-window layers a token "
-            f"sees only the last {window} tokens); lengths {lengths} exceed it under {', '.join(map(method_cell, sorted_methods(rows['method'])))}. "
+            f"sees only the last {window} tokens); lengths {lengths} exceed it under {method_cells(sorted_methods(rows['method']))}. "
             f"Compare with `window:off` before reading those bins as full-context behaviour."
         )
     return lines

@@ -54,3 +54,8 @@ def shown(method: str) -> str:
 def method_cell(method: str) -> str:
     """The method as a table cell: its shown name in code style."""
     return f"`{shown(method)}`"
+
+
+def method_cells(methods: Iterable[str]) -> str:
+    """The methods in code style, comma-separated ("none" for none): `markup.codes` with the shown names."""
+    return ", ".join(map(method_cell, methods)) or "none"

@@ -34,7 +34,6 @@ Decisions:
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -45,6 +44,7 @@ from typing import NoReturn
 import pandas as pd
 
 from llm_collapse.errors import UserError
+from llm_collapse.records.record import RUN_FILE, RunRecord, RunRecordError
 from llm_collapse.reporting.answer_spec import Answer, parse_answers
 from llm_collapse.reporting.blocks import Bullets, Heading, Image, Paragraph, render_html, render_markdown
 from llm_collapse.reporting.figures import position_label
@@ -686,11 +686,12 @@ def build_study(root: Path | str, questions_path: Path | str) -> dict[str, Path]
 
 
 def _method_names(root: Path) -> dict[str, str]:
-    """Slug -> method as written, over every run of the study (its run.json ``config.methods``)."""
+    """Slug -> method as written, over every run of the study (`RunRecord.read`: its ``config.methods``)."""
     methods = []
-    for path in sorted(root.glob("*/run.json")):
+    for run_dir in sorted(path.parent for path in root.glob(f"*/{RUN_FILE}")):
         try:
-            methods += json.loads(path.read_text()).get("config", {}).get("methods") or []
-        except (OSError, ValueError):  # a run without a readable record keeps its slugs
+            record = RunRecord.read(run_dir)
+        except RunRecordError:  # a run without a readable record keeps its slugs
             continue
+        methods += (record.config.get("methods") or []) if record is not None else []
     return method_names(methods)

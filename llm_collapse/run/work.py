@@ -22,7 +22,8 @@ from dataclasses import replace
 
 from llm_collapse.adapters import resolve_spec
 from llm_collapse.backends.weights import load_config
-from llm_collapse.models.flops import ENCODER_TYPES, FlopModel
+from llm_collapse.models import position_table
+from llm_collapse.models.flops import FlopModel
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.models import model_weights
 
@@ -50,13 +51,11 @@ def _text_cost(name: str, config: CompareConfig, chars_per_token: float) -> Text
     model_config = load_config(model_weights(name, config, convert=False))
     flops = FlopModel.from_config(model_config)
     flops = replace(flops, causal=flops.causal and spec.causal)  # gte-Qwen2, NV-Embed run bidirectionally
-    text = model_config.get("text_config") or model_config
-    absolute = text.get("model_type") in ENCODER_TYPES
-    cap = int(text.get("max_position_embeddings") or 0) if absolute else 0
+    cap = position_table(model_config)
     copies = spec.input_format.text_copies
 
     def cost(chars: int) -> float:
         tokens = max(int(chars / chars_per_token), 1)
-        return flops.flops(copies * (min(tokens, cap) if cap else tokens))
+        return flops.flops(copies * (tokens if cap is None else min(tokens, cap)))
 
     return cost
