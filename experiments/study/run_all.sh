@@ -31,6 +31,7 @@ runs=(
   placed_minilm                         # Q7, issue 63: the fixed-information probe on minilm, sotu party (read at chance)
   placed_minilm_era                     # Q7, issue 63: the fixed-information probe on minilm, sotu era (declared claims)
   placed_minilm_era_seed1               # Q7, issue 63: the same on a second draw (declared claims)
+  placed_gemma                          # Q7, issue 63: the fixed-information probe on gemma3-270m to 32000 tokens (declared claims)
   extension_minilm                      # Q8, issue 63: minilm read to 4k against truncation (declared claims)
   bins_minilm                           # Q9, issue 63: the paper's length bins on minilm, every tau (declared claims)
   minilm_seed1                          # Q9, issue 63: minilm's TempScale sweep on a second draw (declared claims)
