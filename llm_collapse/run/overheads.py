@@ -9,11 +9,13 @@ part here is either measured in the planning process itself or scaled from a com
 * inputs: the plan builds the run's inputs exactly as the run does, and times it;
 * loading: the weights on disk at `LOAD_S_PER_GB`;
 * GGUF conversion, when a model's converted copy is not cached yet, at `GGUF_CONVERSION_S_PER_MB`;
-* the report: `REPORT_FIXED_S` plus `REPORT_S_PER_PANEL` per model x task.
+* the report: `REPORT_FIXED_S` plus `REPORT_S_PER_ROOT_CELL` times the square root of its model x method x task x
+  length cells.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,12 +29,13 @@ GGUF_CONVERSION_S_PER_MB = 0.32
 """Seconds per MB of a GGUF file to convert it once into a transformers folder: 50-80 s for Gemma 3 270M's
 253 MB file (docs/install.md), the upper end."""
 
-REPORT_FIXED_S = 15.0
-REPORT_S_PER_PANEL = 1.0
-"""The report: a fixed part (imports, statistics, the HTML) and a part per model x task (its tables and figure
-panels). Provisional: `python -m llm_collapse.report` took 17.8-19.0 s on three committed minilm and
-gemma3-270m runs of 1 model x 1-2 tasks beside another run (2-core Intel Xeon with AMX); `python -m
-llm_collapse.bench.whole_command` measures the whole command against this estimate."""
+REPORT_FIXED_S = 1.0
+REPORT_S_PER_ROOT_CELL = 1.0
+"""The report: ~1 s of imports, then ~1 s x sqrt(model x method x task x length cells). Building the report in
+one warm process took 2.6-11.3 s on seven runs of 9-144 cells (placed_gemma 9 cells 2.6 s, the default run 72
+cells 10.5 s, minilm 144 cells 11.3 s; 2-core Intel Xeon with AMX, quiet): the square root fits them within
+0.8-1.3x, a fixed part plus a part per model x task (the first guess, 15 s + 1 s each, from rebuilds beside a
+run) was 3-4x too long for a small run. `python -m llm_collapse.bench.whole_command` checks the sum."""
 
 
 @dataclass(frozen=True)
@@ -77,12 +80,12 @@ def conversion_part(gguf_mb: dict[str, float]) -> Part | None:
     return Part("GGUF conversion", seconds, f"{', '.join(gguf_mb)}, once (then cached)")
 
 
-def report_part(models: int, tasks: int, *, report: bool) -> Part | None:
-    """The report of ``models`` x ``tasks`` (None with ``--no-report``)."""
+def report_part(cells: int, *, report: bool) -> Part | None:
+    """The report of a run of ``cells`` model x method x task x length cells (None with ``--no-report``)."""
     if not report:
         return None
-    seconds = REPORT_FIXED_S + REPORT_S_PER_PANEL * models * tasks
-    return Part("report", seconds, f"{models} model(s) x {tasks} task(s)")
+    seconds = REPORT_FIXED_S + REPORT_S_PER_ROOT_CELL * math.sqrt(cells)
+    return Part("report", seconds, f"{cells} model x method x task x length cells")
 
 
 def whole_command_line(parts: list[Part | None], embedding_s: float) -> str:

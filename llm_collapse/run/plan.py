@@ -258,7 +258,10 @@ def plan(
         overheads.conversion_part(
             {name: where.gguf_file.stat().st_size / 1e6 for name, where in weights.items() if where.gguf_file}
         ),
-        overheads.report_part(len(config.models), len(config.tasks), report=report),
+        overheads.report_part(
+            len(config.models) * len(config.methods) * len(config.tasks) * max(len(config.lengths or ()), 1),
+            report=report,
+        ),
     ]
     lines.append(overheads.whole_command_line(parts, total))
     return "\n".join(lines), total

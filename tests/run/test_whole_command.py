@@ -17,20 +17,24 @@ def test_the_last_line_adds_every_part_to_the_embedding():
         overheads.Part("startup", 5.0, "measured"),
         None,  # a part that does not apply (no conversion due)
         overheads.load_part({"a": 1.0, "b": 0.5}),
-        overheads.report_part(2, 3, report=True),
+        overheads.report_part(36, report=True),
     ]
-    line = overheads.whole_command_line(parts, 100.0)
+    line = overheads.whole_command_line(parts, 110.0)
     total = (
-        100 + 5 + overheads.LOAD_S_PER_GB * 1.5 + overheads.REPORT_FIXED_S + 6 * overheads.REPORT_S_PER_PANEL
+        110
+        + 5
+        + overheads.LOAD_S_PER_GB * 1.5
+        + overheads.REPORT_FIXED_S
+        + 6 * overheads.REPORT_S_PER_ROOT_CELL
     )
     assert line.startswith(
-        f"whole command ~{total / 60:.1f} min: embedding ~100 s; startup ~5 s (measured); "
+        f"whole command ~{total / 60:.1f} min: embedding ~110 s; startup ~5 s (measured); "
     )
     assert (
         "loading ~4 s (2 model(s), 1.50 GB at 3 s/GB)" in line
-        and "report ~21 s (2 model(s) x 3 task(s))" in line
+        and "report ~7 s (36 model x method x task x length cells)" in line
     )
-    assert overheads.report_part(2, 3, report=False) is None and overheads.conversion_part({}) is None
+    assert overheads.report_part(36, report=False) is None and overheads.conversion_part({}) is None
 
 
 @pytest.fixture
@@ -57,6 +61,7 @@ def test_dry_run_shows_what_it_does_on_a_terminal_and_prints_the_whole_command(
     assert last.startswith("whole command ~") and "GGUF" not in last
     for part in ("embedding ~", "startup ~", "inputs ~", "loading ~", "report ~"):
         assert part in last, part
+    assert "(2 model x method x task x length cells)" in last  # minilm x base x collapse x 2 lengths
     assert not (tmp_path / "run").exists()  # a plan writes nothing
 
     assert run_compare(tmp_path / "run", "--dry-run", "--no-report", models="minilm", **SMALL) == 0
