@@ -41,7 +41,9 @@ from llm_collapse.testing import (  # noqa: E402
     save_tiny_bge_gemma2,
     save_tiny_e5_mistral,
     save_tiny_gemma3,
+    save_tiny_gte_qwen2,
     save_tiny_nv_embed,
+    save_tiny_qwen3_embedding,
 )
 
 # Lengths from a few tokens to well past the tiny models' 16-token sliding windows.
@@ -59,6 +61,8 @@ MODELS = {
     "e5": ("e5-mistral", save_tiny_e5_mistral, {"sliding_window": 16}),
     "bge": ("bge-gemma2", save_tiny_bge_gemma2, {"sliding_window": 16}),
     "gemma3": ("gemma3-270m", save_tiny_gemma3, {}),
+    "qwen3": ("qwen3-embedding-0.6b", save_tiny_qwen3_embedding, {}),
+    "gte": ("gte-qwen2", save_tiny_gte_qwen2, {}),  # bidirectional: hf_overrides is_causal false
 }
 CASES = [f"{model}-{dtype}" for model in MODELS for dtype in DTYPES]
 
@@ -213,7 +217,7 @@ def test_echo_and_mean_agree_with_hf(pair):
 def test_rope_and_window_agree_with_hf(pair, spec):
     """Engine overrides (hf_overrides) restart the engine; fp32 only, e5 (Mistral) and gemma3 (RoPE and
     window per layer type)."""
-    if not pair.case.endswith("fp32") or pair.case.startswith("bge"):
+    if not pair.case.endswith("fp32") or not pair.case.startswith(("e5", "gemma3")):
         pytest.skip("each restart costs ~20 s: checked on e5 and gemma3 in fp32")
     base = _base(pair)
     with pair.intervene(spec):
