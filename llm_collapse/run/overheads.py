@@ -31,11 +31,12 @@ GGUF_CONVERSION_S_PER_MB = 0.32
 
 REPORT_FIXED_S = 1.0
 REPORT_S_PER_ROOT_CELL = 1.0
-"""The report: ~1 s of imports, then ~1 s x sqrt(model x method x task x length cells). Building the report in
-one warm process took 2.6-11.3 s on seven runs of 9-144 cells (placed_gemma 9 cells 2.6 s, the default run 72
-cells 10.5 s, minilm 144 cells 11.3 s; 2-core Intel Xeon with AMX, quiet): the square root fits them within
-0.8-1.3x, a fixed part plus a part per model x task (the first guess, 15 s + 1 s each, from rebuilds beside a
-run) was 3-4x too long for a small run. `python -m llm_collapse.bench.whole_command` checks the sum."""
+"""The report: ~1 s of imports, then ~1 s x sqrt(model x method x task x length cells). Built in one warm process
+(`experiments/bench_report_time.py`, imports done) five committed study runs of 9-144 cells took 2.6-11.7 s and
+the default and small runs 10.8 and 4.7 s (2-core Intel Xeon with AMX, quiet); this estimate is 0.88-1.54x of
+those times, highest on the smallest runs, where the imports it adds weigh most. The first guess (15 s + 1 s
+per model x task, from rebuilds beside a run) was 3-4x too long for a small run. `python -m
+llm_collapse.bench.whole_command` checks the sum."""
 
 
 @dataclass(frozen=True)
