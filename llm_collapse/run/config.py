@@ -641,6 +641,11 @@ class CompareConfig:
     # --- construction -----------------------------------------------------------------------------------
 
     @classmethod
+    def from_values(cls, values: dict) -> CompareConfig:
+        """The config of a flat mapping of option names to values (a run.json's ``config``), not validated."""
+        return cls(**values)
+
+    @classmethod
     def from_sources(cls, cli: dict, yaml_path: str | None = None) -> CompareConfig:
         """Defaults, overridden by the YAML file, overridden by command-line values that were given."""
         values = asdict(cls())

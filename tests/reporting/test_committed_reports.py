@@ -92,3 +92,20 @@ def test_runs_on_the_same_documents_agree_on_base():
                 compared |= {a, b}
                 pd.testing.assert_frame_equal(frames[b].loc[common], frames[a].loc[common], check_exact=True, obj=f"{b} vs {a}")  # fmt: skip
     assert {"retrieval32k", "retrieval16k_rope", "retrieval32k_tau"} <= compared, sorted(compared)
+
+
+RUN_JSONS = sorted(REPORTS.glob("**/run.json"))
+
+
+@pytest.mark.parametrize("path", RUN_JSONS, ids=[str(p.parent.relative_to(REPORTS)) for p in RUN_JSONS])
+def test_every_committed_run_id_is_recomputed_from_its_stored_config(path):
+    """A run's folder is found again by its id (a resumed run, ``report --recompute``), so the id today's code
+    computes from the stored config must be the stored one: a change to the run-id rules that would orphan a
+    committed run fails here. reports/study/echo, pooling_last and rope stored ``design: null`` from before the
+    prefix design; they ran the bins design (their ``inputs.design``), which their configs now say."""
+    import json
+
+    from llm_collapse.run.config import CompareConfig
+
+    record = json.loads(path.read_text())
+    assert CompareConfig.from_values(record["config"]).run_id() == record["run_id"]
