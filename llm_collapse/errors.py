@@ -18,6 +18,15 @@ class UserError(Exception):
         return " ".join(text.split("\n"))
 
 
+class ConfigError(UserError, ValueError):
+    """A configuration value that is not allowed (a run's or a task's option); the message is one line."""
+
+
+class PreflightError(UserError, ValueError):
+    """Something a run needs is missing or unusable (a package, a file, a corpus label); the message says what and
+    how to fix it."""
+
+
 class OutputError(UserError, OSError):
     """An output location that cannot be written (a file where a folder is needed, no permission...)."""
 

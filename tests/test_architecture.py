@@ -109,6 +109,7 @@ MODEL_LAYERS = (
     ("lower", "upper"),
     [("llm_collapse.cost", "llm_collapse.run"), ("llm_collapse.cost", "llm_collapse.bench"),
      ("llm_collapse.run", "llm_collapse.bench"), ("llm_collapse.tasks", "llm_collapse.run"),
+     ("llm_collapse.tasks", "llm_collapse.cost"),
      ("llm_collapse.records", "llm_collapse.run"), ("llm_collapse.reporting", "llm_collapse.run"),
      ("llm_collapse.bench", "llm_collapse.cli"), ("llm_collapse.encoding", "llm_collapse.embedder"),
      ("llm_collapse.interventions", "llm_collapse.encoding"),

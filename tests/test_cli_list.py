@@ -11,7 +11,7 @@ from llm_collapse.adapters import list_embedders
 from llm_collapse.cli import main
 from llm_collapse.data import CORPORA
 from llm_collapse.interventions.parse import METHODS
-from llm_collapse.tasks.registry import RUNNABLE
+from llm_collapse.tasks.registry import TASKS
 
 
 def _names(capsys, what: str) -> list[str]:
@@ -25,7 +25,7 @@ def _names(capsys, what: str) -> list[str]:
 def test_list_names_what_the_registries_hold(capsys):
     assert _names(capsys, "models") == [*list_embedders(), "echo:<model>", "st:<folder>", "hf:<folder>"]
     assert [re.split(r"[:|\[]", usage)[0] for usage in _names(capsys, "methods")] == METHODS.names()
-    assert _names(capsys, "tasks") == [t for t in RUNNABLE]
+    assert _names(capsys, "tasks") == list(TASKS)
     assert _names(capsys, "corpora") == [*CORPORA.names(), "folder:PATH"]
 
 

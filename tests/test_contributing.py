@@ -1,5 +1,6 @@
-"""docs/contributing.md's examples run as written: a toy intervention and a toy task, each one file of its own
-beside this test, registered without touching the package; their numbers checked by another road."""
+"""docs/contributing.md's examples run as written: a toy intervention and two toy tasks (one reading the run's
+corpus sample, one with an option and inputs of its own), each one file of its own beside this test, registered
+without touching the package; their numbers checked by another road."""
 
 from __future__ import annotations
 
@@ -35,13 +36,7 @@ def example(tmp_path, monkeypatch):
     registers is undone after the test (the registries are shared, so they are restored in place)."""
     monkeypatch.setattr(METHODS, "_items", dict(METHODS._items))
     monkeypatch.setattr(METHODS, "_aliases", dict(METHODS._aliases))
-    containers = (
-        registry.TASKS,
-        registry.METRICS,
-        registry.RUNNABLE,
-        registry.HEADLINE,
-        registry.PAIRED_METRICS,
-    )
+    containers = (registry.TASKS, registry.METRICS, registry.HEADLINE, registry.PAIRED_METRICS)
     saved = [container.copy() for container in containers]
     folder = tmp_path / "user_code"
     folder.mkdir()
@@ -94,3 +89,44 @@ def test_the_toy_task_runs_reports_and_equals_the_collapse_tasks_centroid_distan
     assert list(spread.index) == [16, 32]
     np.testing.assert_allclose(spread, distance.loc[spread.index], rtol=1e-5)
     assert "Spread (toy)" in (out / "report.md").read_text(encoding="utf-8")
+
+
+def test_a_toy_task_with_its_own_option_and_inputs_runs_plans_and_equals_numpy_on_its_saved_vectors(
+    example, run_compare, tmp_path, capsys
+):
+    """The guide's second task: its flag in ``--help`` (a section of its own), its option checked, its inputs in
+    run.json, its workload in the plan, its rows recomputed from the run's saved vectors by hand."""
+    import json
+
+    from llm_collapse.cli import main
+    from llm_collapse.encoding.keys import text_hashes
+    from llm_collapse.records.saved_embeddings import EMBEDDINGS_FILE, SavedEmbeddings
+
+    noise = example("noise_task.py")
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    assert "the noise task (toy) (--tasks noise):\n  --noise-texts NOISE_TEXTS" in capsys.readouterr().out
+    out = tmp_path / "run"
+    flags = dict(RUN, methods="base", tasks="noise", noise_texts=4)
+    assert run_compare(None, "--dry-run", **flags) == 0
+    assert "8 distinct texts" in capsys.readouterr().out  # its workload: 4 texts at each of 2 lengths
+    assert run_compare(out, save_embeddings="float32", **flags) == 0
+    rows = pd.read_parquet(out / "results.parquet").set_index("length")
+    saved = SavedEmbeddings.read(out / EMBEDDINGS_FILE)
+    texts = noise.noise_texts([16, 32], 4, seed=0)
+    for length, group in texts.items():
+        X = saved.get("gemma3-270m", "base", text_hashes(group, "document", None)).astype(np.float64)
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        pairs = [float(X[i] @ X[j]) for i in range(4) for j in range(4) if i != j]
+        assert rows.loc[length, "value"] == pytest.approx(np.mean(pairs), rel=1e-5)
+    record = json.loads((out / "run.json").read_text())
+    assert record["config"]["noise_texts"] == 4 and record["inputs"]["noise"] == {"16": 4, "32": 4}
+    assert "Random words (toy)" in (out / "report.md").read_text(encoding="utf-8")
+    assert (
+        run_compare(
+            tmp_path / "refused", "--noise-texts", "1", **{**RUN, "methods": "base", "tasks": "noise"}
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert "--noise-texts must be >= 2" in err and len(err.splitlines()) == 1

@@ -36,6 +36,7 @@ Decisions (several processes share one cache, e.g. every rank of ``torchrun`` on
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -82,8 +83,17 @@ def check_gguf(path: str | Path, *, what: str) -> None:
 
 
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    """The file's SHA-256, read once per process for each (file, size, modification time): a run resolves a
+    model's weights several times (its checks, plan, progress line and load), and a GGUF given as a path is
+    hundreds of MB."""
+    stat = Path(path).stat()
+    return _sha256(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, chunk)
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256(path: str, size: int, mtime_ns: int, chunk: int) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with open(path, "rb") as handle:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()

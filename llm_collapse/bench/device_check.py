@@ -80,7 +80,7 @@ class DeviceCheckConfig:
             raise UserError(f"--device-check: layer counts must be 1 <= l1 < l2, got {self.layers}")
         if not self.lengths or min(self.lengths) < 8 or max(self.lengths) > MAX_POSITIONS:
             raise UserError(f"--device-check: lengths must lie in 8..{MAX_POSITIONS}, got {self.lengths}")
-        from llm_collapse.run.config import valid_device
+        from llm_collapse.run.checks import valid_device
         from llm_collapse.utils.paths import check_writable_dir
 
         if not valid_device(self.device) or self.device == "auto":

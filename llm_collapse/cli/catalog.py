@@ -85,7 +85,7 @@ def _lines(what: str) -> list[tuple[str, str]]:
     if what == "tasks":
         from llm_collapse.tasks.registry import TASKS
 
-        return [(name, spec.title) for name, spec in TASKS.items() if spec.runner is not None]
+        return [(name, task.title) for name, task in TASKS.items()]
     from llm_collapse.data import CORPORA
 
     lines = [(name, CORPORA.get(name).description) for name in CORPORA.names()]

@@ -47,10 +47,11 @@ Decisions
       assumed unpadded (the planner sorts by length).
     * One sustained TFLOP/s for every matmul and fused attention kernel: kernel efficiency differences
       (NV-Embed's masked sdpa runs the memory-efficient kernel, not flash) are inside that assumption.
-    * Totals: texts per length from the config: ``max_per_bin`` binned texts for collapse/knn (an upper
-      bound: a corpus may hold fewer long texts), ``retrieval_docs`` documents for each of passkey, needle and
-      their ``-start`` variants (two position variants for ``position``), ``retrieval_queries`` queries per
-      retrieval task at `QUERY_TOKENS` tokens, ``layerwise_per_bin`` extra forwards with hidden states; times
+    * Totals: texts per length as the tasks count them (`llm_collapse.tasks.task.Workload`): ``max_per_bin``
+      texts of the shared sample where a task embeds it (an upper bound: a corpus may hold fewer long texts),
+      each task's own documents (``retrieval_docs`` for each of passkey, needle and their ``-start`` variants,
+      two position variants for ``position``) and queries at `QUERY_TOKENS` tokens, and the extra forwards
+      with hidden states of a pass (``layerwise_per_bin``); times
       the methods (each method re-embeds everything; ``window:off`` on a model without a window is not
       applicable and costs nothing). Prefix sharing and the embedding cache of an earlier run are not counted (an upper
       bound): the ``-start`` tasks cost one forward per document and length here, which is exact for the
@@ -356,24 +357,21 @@ class Estimate:
 
 
 def _texts_per_length(config) -> tuple[int, int, int]:
-    """(documents, queries, layerwise texts) per length and method: what each task of ``config`` embeds, as
-    the task registry declares it (`llm_collapse.tasks.registry.TaskSpec.texts`)."""
+    """(documents, queries, texts with hidden states) per length and method: what the tasks of ``config`` count
+    (`llm_collapse.tasks.task.Task.count`): the shared sample once where a task embeds it, each task's own
+    documents and queries, and the sample's texts that a pass re-reads with every layer's hidden states (a pass
+    without them, a quantized variant, is costed by ``--dry-run`` only)."""
     from llm_collapse.tasks.registry import TASKS
-    from llm_collapse.tasks.settings import PLACED_DEPTHS
 
-    kinds = [TASKS[task].texts for task in config.tasks]
+    workloads = [TASKS[name].count(config, options, "cuda") for name, options in config.tasks.items()]
     per_length = config.max_per_bin
     if getattr(config, "design", None) == "prefix":
         per_length = config.prefix_docs or config.max_per_bin
-    texts = per_length if "binned" in kinds else 0  # shared by every task that embeds the binned texts
-    texts += config.retrieval_docs * kinds.count("retrieval") + 2 * config.retrieval_docs * kinds.count(
-        "retrieval-pair"
-    )  # position: early and late documents; their queries are the same sentences
-    if "placed" in kinds:  # the passages, balanced over the label's values, at every depth
-        texts += config.max_per_bin * len(getattr(config, "placed_depths", None) or PLACED_DEPTHS)
-    queries = config.retrieval_queries * (kinds.count("retrieval") + kinds.count("retrieval-pair"))
-    layerwise = config.layerwise_per_bin if "layerwise" in kinds else 0
-    return texts, queries, layerwise
+    texts = per_length if any(w.sample for w in workloads) else 0  # shared by every task that embeds it
+    texts += sum(w.documents for w in workloads)
+    queries = sum(w.queries for w in workloads)
+    hidden = sum(each.texts for w in workloads for each in w.passes if each.hidden_states)
+    return texts, queries, hidden
 
 
 def estimate(config, assumptions: Assumptions | None = None) -> Estimate:

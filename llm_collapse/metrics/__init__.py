@@ -16,102 +16,69 @@
 - `proportions`: Wilson and Newcombe (paired) intervals, TOST equivalence tests with declared margins, and
   the "different" / "equivalent within ±m" / "inconclusive" reading of a paired contrast.
 
+The names below load their module on first use (module ``__getattr__``): `hidden` and `attention` import
+torch, the rest only NumPy and SciPy, so a task module reads its metrics without loading model code.
 Each module's docstring gives the exact definitions. Below a metric's minimum group size the value is
 NaN (never 0) and a warning is logged.
 """
 
 from __future__ import annotations
 
-from llm_collapse.metrics.attention import attention_entropy
-from llm_collapse.metrics.collapse import (
-    METRIC_KEYS,
-    MIN_GROUP_SIZE,
-    centroid,
-    centroid_cosine,
-    centroid_distance,
-    collapse_metrics,
-    effective_rank,
-    global_centroid_distance,
-    mean_pairwise_cosine,
-    normalize_rows,
-)
-from llm_collapse.metrics.decomposition import (
-    DECOMPOSITION_KEYS,
-    CentroidDecomposition,
-    centroid_decomposition,
-)
-from llm_collapse.metrics.hidden import high_frequency_energy_ratio, layerwise_high_frequency
-from llm_collapse.metrics.hubness import (
-    chance_longer_share,
-    hubness_ci,
-    k_occurrence,
-    length_neighbour_summary,
-    longer_neighbour_share,
-    neighbour_lengths,
-)
-from llm_collapse.metrics.posthoc import (
-    WhiteningParams,
-    all_but_the_top,
-    apply_whitening,
-    center_per_length,
-    fit_whitening,
-    split_halves,
-)
-from llm_collapse.metrics.probes import knn_correct, knn_label_accuracy, knn_neighbours, retrieval_scores
-from llm_collapse.metrics.proportions import (
-    DEFAULT_MARGINS,
-    TostResult,
-    margin_for,
-    newcombe_paired_interval,
-    tost_paired_mean,
-    tost_paired_proportions,
-    verdict,
-    wilson_interval,
-)
-from llm_collapse.metrics.stats import bootstrap_ci, pairwise_cosine_ci, spearman_trend
+import importlib
 
-__all__ = [
-    "DECOMPOSITION_KEYS",
-    "DEFAULT_MARGINS",
-    "METRIC_KEYS",
-    "MIN_GROUP_SIZE",
-    "CentroidDecomposition",
-    "WhiteningParams",
-    "all_but_the_top",
-    "apply_whitening",
-    "TostResult",
-    "attention_entropy",
-    "bootstrap_ci",
-    "center_per_length",
-    "centroid",
-    "chance_longer_share",
-    "centroid_cosine",
-    "centroid_distance",
-    "centroid_decomposition",
-    "collapse_metrics",
-    "effective_rank",
-    "fit_whitening",
-    "global_centroid_distance",
-    "high_frequency_energy_ratio",
-    "hubness_ci",
-    "k_occurrence",
-    "knn_correct",
-    "knn_label_accuracy",
-    "knn_neighbours",
-    "layerwise_high_frequency",
-    "length_neighbour_summary",
-    "longer_neighbour_share",
-    "margin_for",
-    "mean_pairwise_cosine",
-    "neighbour_lengths",
-    "newcombe_paired_interval",
-    "normalize_rows",
-    "pairwise_cosine_ci",
-    "retrieval_scores",
-    "split_halves",
-    "spearman_trend",
-    "tost_paired_mean",
-    "tost_paired_proportions",
-    "verdict",
-    "wilson_interval",
-]
+_MODULE_OF: dict[str, str] = {
+    "CentroidDecomposition": "decomposition",
+    "DECOMPOSITION_KEYS": "decomposition",
+    "METRIC_KEYS": "collapse",
+    "MIN_GROUP_SIZE": "collapse",
+    "TostResult": "proportions",
+    "WhiteningParams": "posthoc",
+    "all_but_the_top": "posthoc",
+    "apply_whitening": "posthoc",
+    "attention_entropy": "attention",
+    "bootstrap_ci": "stats",
+    "center_per_length": "posthoc",
+    "centroid": "collapse",
+    "centroid_cosine": "collapse",
+    "centroid_decomposition": "decomposition",
+    "centroid_distance": "collapse",
+    "chance_longer_share": "hubness",
+    "collapse_metrics": "collapse",
+    "effective_rank": "collapse",
+    "fit_whitening": "posthoc",
+    "global_centroid_distance": "collapse",
+    "high_frequency_energy_ratio": "hidden",
+    "hubness_ci": "hubness",
+    "k_occurrence": "hubness",
+    "knn_correct": "probes",
+    "knn_label_accuracy": "probes",
+    "knn_neighbours": "probes",
+    "layerwise_high_frequency": "hidden",
+    "length_neighbour_summary": "hubness",
+    "longer_neighbour_share": "hubness",
+    "mean_pairwise_cosine": "collapse",
+    "neighbour_lengths": "hubness",
+    "newcombe_paired_interval": "proportions",
+    "normalize_rows": "collapse",
+    "pairwise_cosine_ci": "stats",
+    "retrieval_scores": "probes",
+    "spearman_trend": "stats",
+    "split_halves": "posthoc",
+    "tost_paired_mean": "proportions",
+    "tost_paired_proportions": "proportions",
+    "verdict": "proportions",
+    "wilson_interval": "proportions",
+}
+"""Each re-exported name -> the submodule that defines it."""
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_MODULE_OF])

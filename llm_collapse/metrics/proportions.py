@@ -38,34 +38,21 @@ Decisions and gotchas:
   (p11, p10, p01, p00) = (0.4, 0.1, 0, 0.5), P(equivalent) is 0.119 at n = 20 (0.080 at 40, 0.058 at
   100; exact enumeration), against 0.05 nominal. Identical runs of 16 items already read "equivalent
   within +-0.1" (90% limits +-0.095). Read an equivalence of a few dozen paired queries with that in mind.
-- Margins are declared, not estimated: `DEFAULT_MARGINS` (0.01 for the geometry metrics, 0.10 for 0/1
-  accuracies), overridable per metric from the config through `margin_for`.
+- Margins are declared, not estimated: each metric's `MetricInfo.margin`, where its task declares it
+  (`llm_collapse.tasks.registry.margin_for`), overridable per metric from the config.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 
 import numpy as np
 from scipy import stats as sps
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MARGINS: Mapping[str, float] = MappingProxyType(
-    {
-        "pairwise_cosine": 0.01,
-        "centroid_distance": 0.01,
-        "global_centroid_distance": 0.01,
-        "centroid_cosine": 0.01,
-        "acc@1": 0.10,
-        "knn_accuracy": 0.10,
-        "knn_cross_accuracy": 0.10,
-    }
-)
 
 _NAN = float("nan")
 
@@ -88,7 +75,7 @@ def _check_alpha(alpha: float, upper: float = 1.0) -> float:
     return float(alpha)
 
 
-def _check_margin(margin: object, name: str = "margin") -> float:
+def check_margin(margin: object, name: str = "margin") -> float:
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 < margin < math.inf:
         raise ValueError(f"{name} must be a positive finite number, got {margin!r}")
     return float(margin)
@@ -168,7 +155,7 @@ def tost_paired_mean(d: Sequence[float] | np.ndarray, margin: float, alpha: floa
     margin). With zero spread (se = 0) p is 0 when the mean lies strictly inside the margins, else 1.
     Fewer than 2 differences give NaNs and ``equivalent=False`` (logged).
     """
-    margin, alpha = _check_margin(margin), _check_alpha(alpha, 0.5)
+    margin, alpha = check_margin(margin), _check_alpha(alpha, 0.5)
     d = np.asarray(d, dtype=np.float64)
     if d.ndim != 1 or not np.isfinite(d).all():
         raise ValueError(f"d must be a 1-D vector of finite differences, got shape {d.shape}")
@@ -195,7 +182,7 @@ def tost_paired_proportions(
     lies inside (-margin, margin): the interval-inclusion form of TOST at level alpha. ``p_value`` is the
     inversion of that test (`tost_newcombe_p`), so ``p_value < alpha`` agrees with ``equivalent``.
     """
-    margin, alpha = _check_margin(margin), _check_alpha(alpha, 0.5)
+    margin, alpha = check_margin(margin), _check_alpha(alpha, 0.5)
     point, low, high = newcombe_paired_interval(a, b, alpha=2 * alpha)
     p = tost_newcombe_p(paired_counts(a, b), margin)
     return TostResult(point, low, high, p, margin, bool(low > -margin and high < margin))
@@ -206,7 +193,7 @@ def tost_newcombe_p(counts: tuple[int, int, int, int], margin: float, tol: float
     docstring): the least alpha in (0, 0.5) at which the (1 - 2 alpha) interval of the table ``counts`` =
     (e, f, g, h) lies inside (-margin, margin), by bisection to ``tol``; 1.0 where no alpha does (the
     difference is not strictly inside the margins), NaN for an empty table."""
-    margin = _check_margin(margin)
+    margin = check_margin(margin)
     e, f, g, h = (int(c) for c in counts)
     n = e + f + g + h
     if n == 0:
@@ -253,21 +240,3 @@ def verdict(
     if equivalent:
         return f"equivalent within {margin}"
     return "inconclusive"
-
-
-def margin_for(metric: str, overrides: Mapping[str, float] | None = None) -> float | None:
-    """The equivalence margin of ``metric``: ``overrides`` (from the config) first, then `DEFAULT_MARGINS`.
-
-    A paired key ``"task/metric"`` (e.g. ``"knn/knn_cross_accuracy"``) is looked up whole, then by its
-    metric. None when no margin is declared (then no equivalence is claimed for that metric). Every
-    override must be a positive finite number (checked even when another metric is asked for).
-    """
-    overrides = dict(overrides or {})
-    for key, value in overrides.items():
-        _check_margin(value, name=f"margin for {key!r}")
-    for key in (metric, metric.rsplit("/", 1)[-1]):
-        if key in overrides:
-            return float(overrides[key])
-        if key in DEFAULT_MARGINS:
-            return DEFAULT_MARGINS[key]
-    return None

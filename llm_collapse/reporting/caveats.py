@@ -12,7 +12,7 @@ from llm_collapse.reporting.frames import ReportData, sorted_methods
 from llm_collapse.reporting.markup import codes, compact
 from llm_collapse.reporting.names import method_cell, method_cells
 from llm_collapse.reporting.tables import summary_models
-from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
+from llm_collapse.tasks.knn import K as KNN_K
 
 # Why a task's metric can be NaN at every length (the caveat of a series left out of the report).
 EMPTY_WHY = {

@@ -1,7 +1,7 @@
 """One seaborn function per figure kind, one declaration per kind (`FIGURE_KINDS`), and `make_figures`, which
-draws, task by task in report order, the kinds each task declares in the registry (`TaskSpec.figures`), then
+draws, task by task in report order, the kinds each task declares in the registry (`Task.figures`), then
 the temperature sweep over every task (`sweep_kind`). Adding a kind: write its plot function, declare it in
-`FIGURE_KINDS` and name it in the tasks' `TaskSpec.figures`.
+`FIGURE_KINDS` and name it in the tasks' `Task.figures`.
 
 Figures (file names are slugified, deterministic, and unique within a report):
 
@@ -752,7 +752,7 @@ class FigureKind:
     rows ``keep`` accepts.
 
     Attributes:
-        name: What `TaskSpec.figures` names and `FigureFile.kind` says.
+        name: What `Task.figures` names and `FigureFile.kind` says.
         rows: The rows it plots, from a task's rows.
         skip: Logged when ``rows`` leaves none (``{task}`` is filled in).
         each: One figure's column values per entry, in order: a metric (`_each_metric`), a model
@@ -948,7 +948,7 @@ FIGURE_KINDS: dict[str, FigureKind] = {
         ),
     )
 }
-"""The figure kinds a task can declare (`TaskSpec.figures`), each drawn from that task's rows."""
+"""The figure kinds a task can declare (`Task.figures`), each drawn from that task's rows."""
 
 
 def temperatures(data: ReportData) -> dict[str, float]:
@@ -1074,7 +1074,7 @@ def overview_kind() -> FigureKind:
 
 
 def figure_kinds(task: str) -> tuple[FigureKind, ...]:
-    """The kinds of figure ``task`` gets, in order: its `TaskSpec.figures` (`DEFAULT_FIGURES` if unknown)."""
+    """The kinds of figure ``task`` gets, in order: its `Task.figures` (`DEFAULT_FIGURES` if unknown)."""
     return tuple(FIGURE_KINDS[name] for name in (TASKS[task].figures if task in TASKS else DEFAULT_FIGURES))
 
 

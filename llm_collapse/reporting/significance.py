@@ -42,10 +42,9 @@ import pandas as pd
 from scipy import stats as sps
 
 from llm_collapse.metrics.contrasts import Contrast, binary_from_counts, t_from_p
-from llm_collapse.metrics.proportions import margin_for
 from llm_collapse.metrics.stats import holm_adjust
 from llm_collapse.reporting.reread import COUNT_COLUMNS
-from llm_collapse.tasks.registry import VS_INTERACTION, metric_info
+from llm_collapse.tasks.registry import VS_INTERACTION, margin_for, metric_info
 
 ALPHA = 0.05
 _Z = float(sps.norm.ppf(0.975))

@@ -1,9 +1,10 @@
 """A comparison run: configuration, checks, inputs, the loop over models x methods x tasks, and its files.
 
-- `config`: `CompareConfig` (command line > YAML > defaults) and its value checks; `arguments`: its flags.
+- `config`: `CompareConfig` (command line > YAML > defaults: the run's fields and each selected task's options)
+  and its value checks; `arguments`: its flags (the tasks' from their options).
 - `preflight`: what the values point at (folders, paths, packages, corpus), before any model loads.
-- `inputs`: the texts every model sees (`llm_collapse.tasks.inputs.RunInputs`), built once under the first
-  model's tokenizer.
+- The texts every model sees are the tasks' (`llm_collapse.tasks.inputs.build_inputs`), built once under the
+  first model's tokenizer.
 - `models`: loading a model as a run needs it.
 - `runner`: the loop; `distributed`: each rank embeds its share into the cache first.
 - `directory`: the output folder and its run marker; the files it writes are `llm_collapse.records`'.

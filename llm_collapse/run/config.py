@@ -13,62 +13,39 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from llm_collapse.adapters import ECHO_PREFIX, register_embedder, resolve_spec
-from llm_collapse.adapters.folder import FOLDER_PREFIXES
+from llm_collapse.adapters import register_embedder
 from llm_collapse.adapters.spec import POOLINGS
 from llm_collapse.backends import BACKENDS, QUANTIZATIONS
-from llm_collapse.data.synthetic import MAX_DOCUMENTS
-from llm_collapse.errors import UserError
+from llm_collapse.errors import ConfigError
 from llm_collapse.interventions import Method, parse_method
 from llm_collapse.records.claims import check_claims
 from llm_collapse.records.saved_embeddings import EMBEDDING_DTYPES
-from llm_collapse.tasks.registry import KNN_NEIGHBOURS as KNN_K
-from llm_collapse.tasks.registry import PLACED_FOLDS, RUNNABLE, binned_tasks, tasks_with
-from llm_collapse.tasks.settings import PLACED_DEPTHS, PLACED_PROBES, TaskSettings
+from llm_collapse.run import checks
+from llm_collapse.run.checks import DEVICES
+from llm_collapse.tasks.registry import TASKS, option_fields
+from llm_collapse.tasks.task import Options
 from llm_collapse.utils.types import matches
 from llm_collapse.utils.yamlfile import read_yaml_mapping, short_repr, type_name
 
-TASKS: list[str] = RUNNABLE  # the registry's list: a task registered later is accepted too
-DESIGNS: tuple[str | None, ...] = (None, "bins", "prefix")  # None: prefix where the corpus allows, else bins
-DEFAULT_LABELS = {"sotu": "party", "movie_reviews": "sentiment", "kjv": "testament"}
-LABEL_TASKS = ("knn", "placed")  # the tasks that read --label
-PLACED_FILLER = ("kjv", "sotu")  # the placed task's default filler corpus, and the one when --corpus is kjv
 # Options that enter run_id only when set (see run_id); design "bins" counts as unset (it was the default
-# before 2026-12-05, so those runs keep their id) and an unset design enters as "auto".
+# before 2026-12-05, so those runs keep their id) and an unset design enters as "auto". A task's options follow
+# their own rule (`llm_collapse.tasks.task.option`).
 _HASHED_IF_SET: tuple[str, ...] = (
     "pooling",
     "design",
     "prefix_docs",
-    "quants",
     "embedder_specs",
-    "retrieval_pool",
     "reference_model",
     "controls",
     "claims",
-    "placed_filler",
-    "placed_depths",
-    "placed_probes",
 )
 
 # where the run goes, how its report reads it, what it keeps besides results, where it computes: not what it
 # computes (`CompareConfig.run_id`)
 _NOT_HASHED = ("out", "margins", "save_embeddings", "device", "limit")  # limit: its caps are hashed
-DEVICES = "auto, cpu, cuda, cuda:N or mps"
-_DEVICE = re.compile(r"auto|cpu|mps|cuda(:(0|[1-9][0-9]{0,2}))?")  # ASCII digits, no leading zero, < 1000
-
-
-def valid_device(text: object) -> bool:
-    """Whether ``text`` is a --device value (`DEVICES`); ``cuda:00``, ``cuda:٣`` or a 20-digit index are not."""
-    return isinstance(text, str) and _DEVICE.fullmatch(text) is not None
-
-
-class ConfigError(UserError, ValueError):
-    """A configuration value that is not allowed; the message is one line."""
 
 
 @dataclass
@@ -96,10 +73,12 @@ class CompareConfig:
             "llm-collapse list methods names them"
         },
     )
-    tasks: list[str] = field(
+    tasks: dict[str, Options | None] = field(
         default_factory=lambda: ["collapse", "passkey"],
-        metadata={"help": f"comma-separated, of {', '.join(TASKS)}"},
+        metadata={"help": "comma-separated"},  # `add_arguments` appends the registered tasks
     )
+    """The selected tasks, each with its options (None: it has none); a list of names is read as those tasks
+    with their options' defaults (`__post_init__`)."""
     corpus: str = field(
         default="sotu", metadata={"help": "text source of collapse, knn and layerwise"}
     )  # `add_arguments` appends the registered corpora
@@ -129,14 +108,6 @@ class CompareConfig:
         default=None,
         metadata={"help": f"bitsandbytes quantization: {' or '.join(QUANTIZATIONS)}", "default": "none"},
     )
-    quants: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "variants the quantization task compares with the unquantized model, comma-separated, of "
-            f"{', '.join(QUANTIZATIONS)}",
-            "default": "all of them",
-        },
-    )
     pooling: str | None = field(
         default=None,
         metadata={
@@ -160,55 +131,12 @@ class CompareConfig:
     prefix_docs: int | None = field(
         default=None, metadata={"help": "documents of the prefix design", "default": "--max-per-bin"}
     )
-    retrieval_docs: int = field(
-        default=20, metadata={"help": "passkey/needle candidates per length (LongEmbed: 100)"}
-    )
-    retrieval_queries: int = field(
-        default=10, metadata={"help": "passkey/needle queries per length (LongEmbed: 50)"}
-    )
-    retrieval_pool: int | None = field(
-        default=None,
-        metadata={
-            "help": "candidates per query: each length's documents are split into pools of this many and a "
-            "query ranks its own pool, so chance is 1/pool at every --retrieval-docs",
-            "default": "all documents of the length, as LongEmbed",
-        },
-    )
-    layerwise_per_bin: int = field(default=8, metadata={"help": "texts per bin for the per-layer analysis"})
     limit: int | None = field(
         default=None,
         metadata={
             "help": "a quick look: at most N texts per length in every task (caps --max-per-bin, --prefix-docs, "
             "--retrieval-docs, --retrieval-queries and --layerwise-per-bin; the report says so)",
             "default": "no cap",
-        },
-    )
-    label: str | None = field(
-        default=None,
-        metadata={
-            "help": "document label for the kNN probe",
-            "default": ", ".join(f"{label} for {corpus}" for corpus, label in DEFAULT_LABELS.items()),
-        },
-    )
-    placed_filler: str | None = field(
-        default=None,
-        metadata={
-            "help": "corpus whose sentences surround the placed task's passages (its label must not be in them)",
-            "default": f"{PLACED_FILLER[0]}, or {PLACED_FILLER[1]} when --corpus is {PLACED_FILLER[0]}",
-        },
-    )
-    placed_depths: list[float] | None = field(
-        default=None,
-        metadata={
-            "help": "where the placed task's passage sits in its filler, comma-separated, 0 (first) .. 1 (last)",
-            "default": ",".join(map(str, PLACED_DEPTHS)),
-        },
-    )
-    placed_probes: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": f"the placed task's label probes, comma-separated, of {', '.join(PLACED_PROBES)}",
-            "default": ",".join(PLACED_PROBES),
         },
     )
     reference_model: str | None = field(
@@ -231,7 +159,8 @@ class CompareConfig:
         metadata={
             "help": "METRIC=MARGIN equivalence margins for the report's readings (a change that is not "
             "significant reads 'equivalent within ±MARGIN' when two one-sided tests reject, else "
-            "'inconclusive'); overrides the defaults of llm_collapse.metrics.proportions.DEFAULT_MARGINS; "
+            "'inconclusive'); overrides the margin a task declares with its metric (0.01 for the geometry "
+            "metrics, 0.10 for the kNN and retrieval accuracies); "
             "repeat the flag for several"
         },
     )
@@ -257,6 +186,11 @@ class CompareConfig:
     )
     out: str = field(default="reports/default", metadata={"help": "run directory"})
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.tasks, dict):  # a list of names: those tasks, their options' defaults
+            check_types({"tasks": self.tasks}, source="configuration")
+            self.tasks = {name: _default_options(name) for name in _once(self.tasks)}
+
     # --- resolution and validation --------------------------------------------------------------------
 
     def validate(self) -> CompareConfig:
@@ -266,23 +200,30 @@ class CompareConfig:
         checks (paths, writable folders, installed backends, corpus contents) are in
         `llm_collapse.run.preflight`, which runs before any model loads.
         """
-        check_types(vars(self), source="configuration")
+        check_types(
+            {k: v for k, v in vars(self).items() if k in _FIELDS and k != "tasks"}, source="configuration"
+        )
         self._apply_limit()
         self._register_spec_files()
         for name in ("models", "methods", "tasks"):
             if not getattr(self, name):
                 raise ConfigError(f"--{name} is empty; name at least one (e.g. --{name} {_EXAMPLES[name]})")
-        self._validate_models()
-        slug_of = self._validate_methods()
-        self._validate_controls(slug_of)
-        self._validate_margins()
+        checks.check_models(self)
+        slug_of = checks.check_methods(self)
+        checks.check_controls(self, slug_of)
+        checks.check_margins(self)
         self.claims = check_claims(
-            self.claims, models=self.models, slug_of=slug_of, tasks=self.tasks, lengths=self.lengths,
+            self.claims, models=self.models, slug_of=slug_of, tasks=list(self.tasks), lengths=self.lengths,
             error=ConfigError,
         )  # fmt: skip
-        self._validate_tasks_and_corpus()
-        self._validate_runtime()
-        self._validate_sizes()
+        checks.check_tasks_and_corpus(self)
+        checks.check_runtime(self)
+        checks.check_sizes(self)
+        for name, options in self.tasks.items():  # each task checks and resolves its own
+            if options is not None:
+                self.tasks[name] = options.validate(self, name)
+        checks.check_posthoc(self)
+        checks.check_output(self)
         self.lengths = sorted(set(self.lengths))
         return self
 
@@ -293,313 +234,23 @@ class CompareConfig:
         for spec_file in self.embedder_specs or []:
             register_embedder(spec_file)
 
-    def _validate_models(self) -> None:
-        """Every model resolves and is named once; ``reference_model`` and ``model_paths`` name models of the run."""
-        canonical = {}
-        for name in self.models:
-            try:
-                spec, _ = resolve_spec(name)  # UnknownNameError with a suggestion
-            except ValueError as err:
-                raise ConfigError(str(err)) from None
-            key = _model_key(name, spec.name)
-            if key in canonical:
-                raise ConfigError(
-                    f"--models names {spec.name!r} twice ({canonical[key]!r} and {name!r}); list each once"
-                )
-            canonical[key] = name
-        if self.reference_model is not None and self.reference_model not in self.models:
-            raise ConfigError(
-                f"--reference-model {self.reference_model!r} is not in --models {self.models}; name one of them "
-                "(the others are compared with it) or leave it unset"
-            )
-        if self.reference_model is not None and len(self.models) < 2:
-            raise ConfigError(
-                f"--reference-model compares the other --models with {self.reference_model!r}, but there is no "
-                "other; add a model or leave it unset"
-            )
-        for path_name in self.model_paths:
-            if path_name not in self.models:
-                raise ConfigError(f"--model-path names {path_name!r}, which is not in --models {self.models}")
-
-    def _validate_methods(self) -> dict[str, str]:
-        """Every method parses (`InterventionError` naming the parameter) and is listed once; returns each
-        method's slug by its text."""
-        slugs: dict[str, str] = {}
-        for method in self.parsed_methods():  # InterventionError naming the parameter
-            if method.slug in slugs:
-                raise ConfigError(
-                    f"--methods {slugs[method.slug]!r} and {method.text!r} are the same intervention "
-                    f"({method.slug}); list it once"
-                )
-            slugs[method.slug] = method.text
-        return {method: slug for slug, method in slugs.items()}
-
-    def _validate_tasks_and_corpus(self) -> None:
-        """Known tasks, each once; a corpus of the registry or ``folder:PATH``; lengths of at least 8 tokens."""
-        for task in self.tasks:
-            if task not in TASKS:
-                raise ConfigError(f"Unknown task {task!r}; available: {', '.join(TASKS)}")
-        if len(set(self.tasks)) < len(self.tasks):
-            raise ConfigError(f"--tasks lists a task twice ({','.join(self.tasks)}); list each once")
-        from llm_collapse.data import CORPORA
-
-        if self.corpus.startswith("folder:"):
-            if not self.corpus.removeprefix("folder:").strip():
-                raise ConfigError("--corpus folder: needs a path, e.g. --corpus folder:/data/my_texts")
-        else:
-            CORPORA.get(self.corpus)
-        if not self.lengths or any(n < 8 for n in self.lengths):
-            raise ConfigError(f"--lengths must be integers >= 8, got {self.lengths}")
-
-    def _validate_runtime(self) -> None:
-        """Backend, dtype, device, quantization and pooling are values the package knows."""
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"Unknown backend {self.backend!r}; available: {', '.join(BACKENDS)}")
-        from llm_collapse.backends.device import DTYPE_NAMES  # imports torch: not at module level
-
-        if self.dtype is not None and self.dtype not in DTYPE_NAMES:
-            raise ConfigError(f"Unknown --dtype {self.dtype!r}; allowed: {', '.join(DTYPE_NAMES)}")
-        if not valid_device(self.device):
-            raise ConfigError(
-                f"Unknown --device {self.device!r}; allowed: {DEVICES} (N: the GPU's index), e.g. --device cpu"
-            )
-        if self.quant is not None and self.quant not in QUANTIZATIONS:
-            raise ConfigError(f"Unknown --quant {self.quant!r}; allowed: {', '.join(QUANTIZATIONS)}")
-        self._validate_quants()
-        if self.pooling is not None and self.pooling not in POOLINGS:
-            raise ConfigError(f"Unknown --pooling {self.pooling!r}; allowed: {', '.join(POOLINGS)}")
-
-    def _validate_sizes(self) -> None:
-        """Counts, the design, the seed and the retrieval pools; the output folder and saved-vector dtype."""
-        for name in ("max_per_bin", "retrieval_docs", "retrieval_queries", "layerwise_per_bin", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.design not in DESIGNS:
-            raise ConfigError(f"Unknown --design {self.design!r}; allowed: bins, prefix")
-        if self.prefix_docs is not None and self.prefix_docs < 1:
-            raise ConfigError(f"--prefix-docs must be >= 1, got {self.prefix_docs}")
-        if self.prefix_docs is not None and self.design == "bins":
-            raise ConfigError(
-                "--prefix-docs applies to --design prefix only; drop --design bins or --prefix-docs"
-            )
-        if self.seed < 0:
-            raise ConfigError(f"--seed must be >= 0, got {self.seed}; e.g. --seed 0")
-        if self.retrieval_queries > self.retrieval_docs:
-            raise ConfigError("--retrieval-queries must be <= --retrieval-docs")
-        self._validate_task_options()
-        if self.retrieval_pool is not None and (
-            self.retrieval_pool < 2 or self.retrieval_docs % self.retrieval_pool
-        ):
-            raise ConfigError(
-                f"--retrieval-pool must be >= 2 and divide --retrieval-docs ({self.retrieval_docs}), got "
-                f"{self.retrieval_pool}; e.g. --retrieval-docs 96 --retrieval-pool 24"
-            )
-        if not self.out.strip():
-            raise ConfigError("--out is empty; give a run folder, e.g. --out reports/my_run")
-        if self.save_embeddings not in (None, *EMBEDDING_DTYPES):
-            raise ConfigError(
-                f"--save-embeddings {self.save_embeddings!r} is not one of {', '.join(EMBEDDING_DTYPES)}; "
-                "e.g. --save-embeddings float32 (or the bare flag: float16)"
-            )
-
-    def _validate_task_options(self) -> None:
-        """Options that belong to one kind of task: refused without it (they would change the run id and
-        nothing else), and checked against what the task can do with them."""
-        retrieval_tasks = tasks_with(reads_corpus=False)  # they generate their own documents and queries
-        retrieval = sorted(retrieval_tasks & set(self.tasks))
-        if self.retrieval_pool is not None and not retrieval:
-            raise ConfigError(
-                f"--retrieval-pool applies to the retrieval tasks ({', '.join(sorted(retrieval_tasks))}) only; "
-                "add one to --tasks or drop --retrieval-pool"
-            )
-        if self.label is not None and not set(LABEL_TASKS) & set(self.tasks):
-            raise ConfigError(
-                f"--label applies to --tasks {' or '.join(LABEL_TASKS)} only; add one to --tasks or drop --label"
-            )
-        for task in retrieval:
-            limit = MAX_DOCUMENTS.get(task)
-            if limit is not None and self.retrieval_docs > limit:
-                raise ConfigError(
-                    f"--retrieval-docs {self.retrieval_docs} is more than task {task!r} can generate "
-                    f"({limit} documents per length); use --retrieval-docs <= {limit}"
-                )
-        if retrieval and self.retrieval_pool is None and self.retrieval_docs < 2:
-            raise ConfigError(
-                f"--retrieval-docs {self.retrieval_docs} leaves each query a single candidate, so Acc@1 is always 1; "
-                "use --retrieval-docs >= 2"
-            )
-        self._validate_posthoc()
-        self._validate_placed()
-        for task in sorted(set(LABEL_TASKS) & set(self.tasks)):
-            if self.knn_label is None:
-                raise ConfigError(
-                    f"the {task} task needs --label for corpus {self.corpus!r} (sotu: party, movie_reviews: "
-                    "sentiment)"
-                )
-        if "knn" in self.tasks:
-            per_length = self.prefix_docs or self.max_per_bin
-            if per_length <= KNN_K:
-                flag = "--prefix-docs" if self.prefix_docs else "--max-per-bin"
-                raise ConfigError(
-                    f"{flag} {per_length} is too few texts per length for the kNN probe: each text needs "
-                    f"k = {KNN_K} neighbours of its own length; use {flag} >= {KNN_K + 1}"
-                )
-
-    def _validate_placed(self) -> None:
-        """The placed task's options: only with it; depths in [0, 1] and probes known, each once; a filler corpus
-        other than --corpus; enough passages per length for the probes' folds and neighbours."""
-        options = ("placed_filler", "placed_depths", "placed_probes")
-        if "placed" not in self.tasks:
-            for name in options:
-                if getattr(self, name) is not None:
-                    flag = "--" + name.replace("_", "-")
-                    raise ConfigError(
-                        f"{flag} applies to --tasks placed only; add placed to --tasks or drop {flag}"
-                    )
-            return
-        depths = self.placed_depths
-        if depths is not None and (
-            not depths or len(set(depths)) < len(depths) or any(not 0 <= d <= 1 for d in depths)
-        ):
-            raise ConfigError(
-                f"--placed-depths must be distinct numbers in [0, 1] (0: the passage first, 1: last), got {depths}"
-            )
-        probes = self.placed_probes
-        if probes is not None and (
-            not probes or len(set(probes)) < len(probes) or set(probes) - set(PLACED_PROBES)
-        ):
-            raise ConfigError(
-                f"--placed-probes must name each of {', '.join(PLACED_PROBES)} at most once, got {probes}"
-            )
-        from llm_collapse.data import CORPORA
-
-        filler = self.filler_corpus
-        if not filler.startswith("folder:"):
-            CORPORA.get(filler)
-        if filler == self.corpus:
-            raise ConfigError(
-                f"--placed-filler {filler} is the passages' own corpus, so the filler would carry the label; "
-                f"choose another corpus, e.g. --placed-filler {PLACED_FILLER[self.corpus == PLACED_FILLER[0]]}"
-            )
-        least = 2 * max(PLACED_FOLDS, KNN_K + 1)  # two labels: folds of each, and k neighbours of a length
-        if self.max_per_bin < least:
-            raise ConfigError(
-                f"--max-per-bin {self.max_per_bin} is too few passages per length for the placed task's probes "
-                f"({PLACED_FOLDS} folds of each label, k = {KNN_K} neighbours); use --max-per-bin >= {least}"
-            )
-
-    def _validate_posthoc(self) -> None:
-        """A post-hoc method (`llm_collapse.interventions.posthoc`) needs enough texts per length to fit."""
-        from llm_collapse.interventions.posthoc import MIN_ITEMS
-
-        per_length = self.prefix_docs or self.max_per_bin
-        flag = "--prefix-docs" if self.prefix_docs else "--max-per-bin"
-        for method in self.parsed_methods():
-            posthoc = method.posthoc
-            if posthoc is not None and per_length < MIN_ITEMS[posthoc.name]:
-                raise ConfigError(
-                    f"--methods {method.text!r}: {posthoc.slug} needs at least {MIN_ITEMS[posthoc.name]} texts per "
-                    f"length to fit, {flag} gives {per_length}; use {flag} >= {MIN_ITEMS[posthoc.name]}"
-                )
-
-    def _validate_margins(self) -> None:
-        """Each ``margins`` key is a metric a task writes and each value a positive finite number."""
-        from llm_collapse.tasks.registry import METRICS
-
-        for metric, margin in self.margins.items():
-            if metric not in METRICS or "_vs_" in metric:
-                raise ConfigError(
-                    f"--margin {metric}={margin}: {metric!r} is not a metric a task writes; name one of "
-                    "llm_collapse.tasks.registry.METRICS, e.g. pairwise_cosine or acc@1"
-                )
-            if not 0 < margin < math.inf:
-                raise ConfigError(
-                    f"--margin {metric}={margin}: a margin must be a positive number on the metric's scale, "
-                    f"e.g. --margin {metric}=0.01"
-                )
-
-    def _validate_controls(self, slug_of: dict[str, str]) -> None:
-        """Each ``controls`` pair names two different --methods (``slug_of``: method -> its slug), neither of
-        them base (every method already has its ``*_vs_base`` rows)."""
-        for method, control in self.controls.items():
-            for name in (method, control):
-                if name not in slug_of:
-                    raise ConfigError(
-                        f"--control {method}={control}: {name!r} is not in --methods {self.methods}; add it "
-                        "there or drop the pair"
-                    )
-            if slug_of[method] == slug_of[control]:
-                raise ConfigError(f"--control {method}={control} pairs a method with itself; name another")
-            if "base" in (slug_of[method], slug_of[control]):
-                raise ConfigError(
-                    f"--control {method}={control}: every method is already paired with base (`*_vs_base`); "
-                    "name two non-base methods"
-                )
-
-    def _validate_quants(self) -> None:
-        """``quants`` belongs to the quantization task, which needs base, hf and an unquantized reference;
-        unset, it becomes every quantization when the task is asked for."""
-        if "quantization" not in self.tasks:
-            if self.quants is not None:
-                raise ConfigError(
-                    "--quants applies to --tasks quantization only; add that task or drop --quants"
-                )
-            return
-        if self.quants is None:
-            self.quants = list(QUANTIZATIONS)
-        if not self.quants:
-            raise ConfigError(f"--quants is empty; name at least one of {', '.join(QUANTIZATIONS)}")
-        for quant in self.quants:
-            if quant not in QUANTIZATIONS:
-                raise ConfigError(f"Unknown --quants entry {quant!r}; allowed: {', '.join(QUANTIZATIONS)}")
-        if len(set(self.quants)) < len(self.quants):
-            raise ConfigError(
-                f"--quants lists a quantization twice ({','.join(self.quants)}); list each once"
-            )
-        if self.quant is not None:
-            raise ConfigError(
-                f"--tasks quantization compares --quants with the unquantized model, but --quant {self.quant} "
-                "quantizes it; drop --quant"
-            )
-        if self.backend != "hf":
-            raise ConfigError(
-                f"--tasks quantization loads bitsandbytes variants, which backend {self.backend!r} cannot; "
-                "use --backend hf"
-            )
-        if all(method.slug != "base" for method in self.parsed_methods()):
-            raise ConfigError(
-                "--tasks quantization measures the model without interventions; add base to --methods"
-            )
+    @property
+    def per_length(self) -> int:
+        """Texts per length of the shared corpus sample: ``prefix_docs`` where given, else ``max_per_bin``."""
+        return self.prefix_docs or self.max_per_bin
 
     @property
-    def knn_label(self) -> str | None:
-        return self.label or DEFAULT_LABELS.get(self.corpus)
-
-    @property
-    def filler_corpus(self) -> str:
-        """The placed task's filler corpus: ``placed_filler``, or the default (`PLACED_FILLER`)."""
-        if self.placed_filler is not None:
-            return self.placed_filler
-        return PLACED_FILLER[1] if self.corpus == PLACED_FILLER[0] else PLACED_FILLER[0]
+    def per_length_flag(self) -> str:
+        return "--prefix-docs" if self.prefix_docs else "--max-per-bin"
 
     def parsed_methods(self) -> list[Method]:
         """``methods`` as typed values (`llm_collapse.interventions.parse_method`, the one parse of a method's
-        text): the run, its plan, checks and estimate read these."""
-        return [parse_method(method) for method in self.methods]
-
-    def task_settings(self) -> TaskSettings:
-        """What the tasks read of this configuration."""
-        return TaskSettings(
-            corpus=self.corpus,
-            seed=self.seed,
-            batch_size=self.batch_size,
-            tasks=tuple(self.tasks),
-            knn_label=self.knn_label,
-            retrieval_pool=self.retrieval_pool,
-            layerwise_per_bin=self.layerwise_per_bin,
-            quants=tuple(self.quants or ()),
-            placed_probes=tuple(self.placed_probes or PLACED_PROBES),
-        )
+        text), parsed once and kept while ``methods`` is unchanged: the run, its plan, checks and estimate read
+        these."""
+        parsed = getattr(self, "_parsed", None)
+        if parsed is None or parsed[0] != tuple(self.methods):
+            parsed = self._parsed = (tuple(self.methods), [parse_method(method) for method in self.methods])
+        return parsed[1]
 
     def _apply_limit(self) -> None:
         """``--limit N`` caps every count of texts per length at N (the capped counts define the run)."""
@@ -609,64 +260,104 @@ class CompareConfig:
             raise ConfigError(f"--limit must be >= 2 (texts per length), got {self.limit}; e.g. --limit 8")
         self.max_per_bin = min(self.max_per_bin, self.limit)
         self.prefix_docs = None if self.prefix_docs is None else min(self.prefix_docs, self.limit)
-        self.retrieval_docs = min(self.retrieval_docs, self.limit)
-        self.retrieval_queries = min(self.retrieval_queries, self.retrieval_docs)
-        self.layerwise_per_bin = min(self.layerwise_per_bin, self.limit)
+        self.tasks = {name: None if o is None else o.limited(self.limit) for name, o in self.tasks.items()}
 
     def run_id(self) -> str:
         """Hash of everything that defines the results (not where they go).
 
-        Options added later (`_HASHED_IF_SET`) count only when set: older runs keep their id. ``device`` is not
-        hashed: a device changes the numbers only by rounding, like a batch composition, so the same run on
-        another device is the same run (resumed in the same folder); the embedding cache keeps devices apart
+        Options added later (`_HASHED_IF_SET`) count only when set: older runs keep their id; a task's options
+        enter by their own rule (`llm_collapse.tasks.task.option`). ``device`` is not hashed: a device changes
+        the numbers only by rounding, like a batch composition, so the same run on another device is the same run
+        (resumed in the same folder); the embedding cache keeps devices apart
         (`llm_collapse.encoding.keys.cache_key` holds the device type), so a resumed run never mixes vectors of two
         device types, and run.json records the device it ran on.
         """
         unset = (None, "bins", {})
+        if_set = {name for name, option in option_fields().items() if not option.always_hashed}
         data = {
             k: v
-            for k, v in asdict(self).items()
+            for k, v in self.to_dict().items()
             if k not in _NOT_HASHED
             and not (k in _HASHED_IF_SET and (v in unset or (k == "claims" and not v)))
+            and not (k in if_set and v is None)
         }
-        if self.design is None and binned_tasks() & set(self.tasks):
-            data["design"] = "auto"  # prefix where the corpus allows (`llm_collapse.run.inputs`)
+        if self.design is None and any(TASKS[name].sample for name in self.tasks if name in TASKS):
+            data["design"] = "auto"  # prefix where the corpus allows (`llm_collapse.tasks.sample`)
         if "embedder_specs" in data:  # what a spec file says defines the results, not where it lies
             data["embedder_specs"] = [_file_digest(path) for path in data["embedder_specs"]]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The flat mapping of a run.json ``config``: the run's fields, ``tasks`` as names, and each selected task's
+        options under their own names, with the options every run's id holds (`option`'s ``always_hashed``) at
+        their defaults where no selected task has them (capped by ``limit``)."""
+        data = {**asdict(self), "tasks": list(self.tasks)}
+        for name, declared in option_fields().items():
+            mine = [o for o in self.tasks.values() if o is not None and name in _names(o)]
+            if mine:
+                data[name] = getattr(mine[0], name)
+            elif declared.always_hashed:
+                data[name] = declared.default(self.limit)
+        return data
 
     # --- construction -----------------------------------------------------------------------------------
 
     @classmethod
-    def from_values(cls, values: dict) -> CompareConfig:
-        """The config of a flat mapping of option names to values (a run.json's ``config``), not validated."""
-        return cls(**values)
+    def from_values(cls, values: dict, *, source: str = "configuration") -> CompareConfig:
+        """The config of a flat mapping of option names to values (a run.json's ``config``, or flags over a YAML
+        file over the defaults), not validated: each key is a field or a registered task's option, of its type.
+
+        A task's option is kept with each selected task that declares it. Given for no selected task, an option
+        that is unset by default (``--label``, ``--quants``) is refused, as it would do nothing; a count with a
+        default (``--retrieval-docs``) is ignored, as a base config shared by runs of other tasks carries it (its
+        run id holds the default, `to_dict`).
+        """
+        declared = option_fields()
+        known = set(_FIELDS) | set(declared)
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown configuration keys {unknown}; allowed: {sorted(known)}")
+        check_types(values, source=source)
+        core = {k: v for k, v in values.items() if k in _FIELDS}
+        names = _once(list(core.get("tasks", cls().tasks)))
+        given = {k: v for k, v in values.items() if k in declared}
+        tasks: dict[str, Options | None] = {}
+        for name in names:
+            owner = TASKS[name].options if name in TASKS else None
+            tasks[name] = (
+                None if owner is None else owner(**{k: v for k, v in given.items() if k in _names(owner)})
+            )
+        for name, value in given.items():
+            option = declared[name]
+            if not set(option.tasks) & set(tasks) and value is not None and option.default() is None:
+                raise ConfigError(option.refusal())
+        return cls(**{**core, "tasks": tasks})
 
     @classmethod
     def from_sources(cls, cli: dict, yaml_path: str | None = None) -> CompareConfig:
         """Defaults, overridden by the YAML file, overridden by command-line values that were given."""
-        values = asdict(cls())
-        if yaml_path:
-            values.update(_read_yaml(yaml_path))
+        values = {} if yaml_path is None else _read_yaml(yaml_path)
         values.update({k: v for k, v in cli.items() if v is not None})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"unknown configuration keys {unknown}; allowed: {sorted(known)}")
-        check_types(values, source=f"--config {yaml_path!r}" if yaml_path else "configuration")
-        return cls(**values).validate()
+        source = f"--config {yaml_path!r}" if yaml_path else "configuration"
+        return cls.from_values(values, source=source).validate()
 
 
-def _model_key(name: str, spec_name: str) -> str:
-    """What makes two --models entries the same model: the catalog name, or for a folder (st:, hf:, echo:PATH) its
-    kind and resolved path, so ``st:DIR``, ``st:DIR/`` and a symlink to DIR are one model."""
-    for prefix in (*FOLDER_PREFIXES, ECHO_PREFIX):
-        if name.lower().startswith(prefix) and Path(name[len(prefix) :]).expanduser().exists():
-            return prefix + str(Path(name[len(prefix) :]).expanduser().resolve())
-    return spec_name
+def _once(names: list[str]) -> list[str]:
+    """``names``, refused in one line where one is named twice (a mapping of tasks would keep it once)."""
+    if len(set(names)) < len(names):
+        raise ConfigError(f"--tasks lists a task twice ({','.join(names)}); list each once")
+    return names
+
+
+def _default_options(name: str) -> Options | None:
+    """The options of task ``name`` at their defaults (None: a task without options, or one not registered)."""
+    task = TASKS.get(name)
+    return None if task is None or task.options is None else task.options()
+
+
+def _names(options) -> set[str]:
+    """The option names of an `Options` class or value."""
+    return {f.name for f in fields(options)}
 
 
 def _file_digest(path: str) -> str:
@@ -692,20 +383,23 @@ def _read_yaml(path: str) -> dict:
 
 
 def check_types(values: dict, *, source: str) -> None:
-    """Raises `ConfigError` for the first value whose type differs from its `CompareConfig` field.
+    """Raises `ConfigError` for the first value whose type differs from its field's (a `CompareConfig` field or a
+    task's option; ``tasks`` is a list of names).
 
     Strict on purpose (`llm_collapse.utils.types.matches`): YAML's ``8.5``, ``true`` or ``"8"`` are not
     silently coerced to integers, a bare string is not a list (``models: minilm`` must be ``models:
     [minilm]``), and a list of names holds no empty string.
     """
-    for f in fields(CompareConfig):
-        if f.name not in values:
+    declared = option_fields()
+    for name, value in values.items():
+        kind = "list[str]" if name == "tasks" else _FIELDS[name].type if name in _FIELDS else None
+        kind = declared[name].field.type if kind is None and name in declared else kind
+        if kind is None:
             continue
-        value = values[f.name]
         empty_name = isinstance(value, list) and any(isinstance(x, str) and not x.strip() for x in value)
-        if not matches(value, f.type) or empty_name:
+        if not matches(value, kind) or empty_name:
             raise ConfigError(
-                f"{source} value {f.name}: {short_repr(value)} ({type_name(value)}) must be {_MUST[f.type]}"
+                f"{source} value {name}: {short_repr(value)} ({type_name(value)}) must be {_MUST[kind]}"
             )
 
 
@@ -723,3 +417,4 @@ _MUST = {
     "list[dict]": "a list of mappings, one per claim (llm_collapse.records.claims)",
 }
 _EXAMPLES = {"models": "minilm", "methods": "base", "tasks": "collapse"}
+_FIELDS = {f.name: f for f in fields(CompareConfig)}

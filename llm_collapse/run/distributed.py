@@ -47,12 +47,7 @@ def embed_share(config: CompareConfig, inputs: RunInputs, state, *, overwrite: b
     done = 0
     for model_name in config.models:
         embedder = load_for_run(model_name, config)
-        documents = [t.text for t in inputs.binned]
-        queries: list[str] = []
-        for tasks in inputs.retrieval.values():
-            for task in tasks:
-                documents += list(task.documents)
-                queries += list(task.queries)
+        documents, queries = inputs.documents(), inputs.queries()
         for method in config.methods:
             try:
                 with embedder.intervene(method):

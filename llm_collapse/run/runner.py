@@ -48,7 +48,6 @@ from llm_collapse.records.saved_embeddings import EMBEDDINGS_FILE, SavedEmbeddin
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.directory import claim_run_dir, open_run_dir
 from llm_collapse.run.distributed import embed_share, world
-from llm_collapse.run.inputs import build_inputs
 from llm_collapse.run.models import load_for_run, reference_tokenizer
 from llm_collapse.run.preflight import check_corpus, check_packages, check_posthoc, preflight
 from llm_collapse.run.replay import recomputable_run, replay_embedder
@@ -60,6 +59,7 @@ from llm_collapse.tasks.base import (
     length_contrast_rows,
     paired_task,
 )
+from llm_collapse.tasks.inputs import RunInputs, build_inputs
 from llm_collapse.tasks.interaction import interaction_rows, unpaired_interaction_rows
 from llm_collapse.tasks.items import item_rows
 from llm_collapse.tasks.registry import TASKS, VS_CONTROL, VS_REFERENCE, length_paired_tasks, tasks_with
@@ -306,7 +306,7 @@ def _contrasts(model_name: str, config: CompareConfig, paired: dict[str, dict], 
     if base is None:
         return []
     rows, nested = [], length_paired_tasks(design) & set(config.tasks)
-    unpaired = {task for task in config.tasks if TASKS[task].texts == "binned"} - nested  # the bins design
+    unpaired = {task for task in config.tasks if TASKS[task].sample} - nested  # the bins design
     for method, items in paired.items():
         if method != BASE_METHOD:
             cell = CellKey(model_name, method, config.corpus)
@@ -359,7 +359,7 @@ def _run_cell(
     model_name: str,
     method: Method,
     config: CompareConfig,
-    inputs,
+    inputs: RunInputs,
     state: RunState,
     overwrite: bool,
     paired: dict | None = None,
@@ -383,19 +383,24 @@ def _run_cell(
             logger.warning("%s x %s: not applicable: %s", model_name, method.text, err)
             return None
         cache = None if replaying else cache_for(embedder)
+        paired_lengths = length_paired_tasks(inputs.design)
         cell = TaskContext(
             embedder,
             model_name,
             slug,
-            config.task_settings(),
-            inputs,
             cache,
+            corpus=config.corpus,
+            seed=config.seed,
+            batch_size=config.batch_size,
+            tasks=tuple(config.tasks),
+            sample=inputs.sample,
+            paired_lengths=paired_lengths,
             overwrite=overwrite,
             posthoc=posthoc,
             saved=saved,
             load_variant=None if replaying else _variant_loader(model_name, config),
         )
-        nested = length_paired_tasks(inputs.design) & set(config.tasks)
+        nested = paired_lengths & set(config.tasks)
         if (
             nested and not replaying
         ):  # the prefix design or a -start task: say how their lengths were embedded
@@ -406,7 +411,7 @@ def _run_cell(
             try:
                 if posthoc is not None and task not in POSTHOC_TASKS:
                     raise NotApplicable(f"{slug} transforms the texts of {', '.join(POSTHOC_TASKS)} only")
-                state.rows += TASKS[task].run(cell)
+                state.rows += TASKS[task].run(cell, inputs.of(TASKS[task]), config.tasks[task])
             except NotApplicable as err:  # the task cannot measure this method (layerwise under SelfExtend)
                 stale = [k for k in cell.paired if paired_task(k[0]) == task]  # no rows, so no contrasts
                 for key in stale:

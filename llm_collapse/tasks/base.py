@@ -1,4 +1,5 @@
-"""What every task receives: the embedder in its intervention state, the shared inputs, the cache.
+"""What every task receives: a cell (`TaskContext`: the embedder in its intervention state, the cache, the run's
+seed and corpus), and the paired contrasts the runner computes from what the tasks leave in it.
 
 Paired contrasts against ``base``: every method sees the same texts, so a method's difference from
 ``base`` has a paired interval that is much narrower than the two per-method intervals suggest. Tasks
@@ -15,20 +16,20 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from llm_collapse.embedder import Embedder
-from llm_collapse.encoding.cache import EmbeddingCache
-from llm_collapse.encoding.cached import encode_cached
 from llm_collapse.encoding.keys import text_hash
-from llm_collapse.interventions.posthoc import PostHoc
 from llm_collapse.records.results import CellKey, result_row
 from llm_collapse.records.saved_embeddings import SavedEmbeddings
-from llm_collapse.tasks.inputs import RunInputs
-from llm_collapse.tasks.registry import VS_BASE, VS_SHORTEST
-from llm_collapse.tasks.settings import TaskSettings
+from llm_collapse.tasks.sample import CorpusSample
+from llm_collapse.tasks.task import VS_BASE, VS_SHORTEST
+
+if TYPE_CHECKING:  # the model code: imported where a cell embeds, not where a task is declared
+    from llm_collapse.embedder import Embedder
+    from llm_collapse.encoding.cache import EmbeddingCache
+    from llm_collapse.interventions.posthoc import PostHoc
 
 logger = logging.getLogger(__name__)
 
@@ -99,15 +100,21 @@ class CellRecord:
 
 @dataclass
 class TaskContext:
-    """One (model, method) cell of a comparison.
+    """One (model, method) cell of a comparison: what every task's runner receives beside its inputs and options.
 
     Attributes:
         embedder: The loaded embedder, with the method's interventions applied.
         model: Model name as given in the config.
         method: Intervention slug.
-        config: The run's settings that tasks read (`TaskSettings`).
-        inputs: Shared inputs (`llm_collapse.tasks.inputs.RunInputs`): the same texts for every model.
         cache: Embedding cache for this embedder state.
+        corpus: The run's corpus name, recorded in every row.
+        seed: Sampling and bootstrap seed.
+        batch_size: Most texts per forward pass (halved on out-of-memory, per cell).
+        tasks: Every task of the run (the quantization task leaves collapse rows to ``collapse`` when it runs).
+        sample: The run's shared corpus sample (`llm_collapse.tasks.sample`), where a task reads it: a post-hoc
+            method reads each text's length and item id there.
+        paired_lengths: The tasks whose items are the same at every length in this run (they get
+            ``*_vs_shortest`` rows).
         overwrite: Recompute every embedding once in this cell instead of reading the cache.
         record: What the cell adds to run.json (`CellRecord`).
         paired: Per-item data of each bin for the runner's contrasts against ``base`` (module docstring).
@@ -121,26 +128,26 @@ class TaskContext:
     embedder: Embedder
     model: str
     method: str
-    config: TaskSettings
-    inputs: RunInputs
-    cache: EmbeddingCache | None
+    cache: EmbeddingCache | None = None
+    corpus: str = ""
+    seed: int = 0
+    batch_size: int = 16
+    tasks: tuple[str, ...] = ()
+    sample: CorpusSample | None = None
+    paired_lengths: frozenset[str] = frozenset()
     overwrite: bool = False
     record: CellRecord = field(default_factory=CellRecord)
     paired: dict[PairedKey, PairedItems] = field(default_factory=dict)
     _recomputed: set[tuple[str, str]] = field(default_factory=set)
     _truncated: set[tuple[str, str]] = field(default_factory=set)
-    batch_size: int = 0
     posthoc: PostHoc | None = None  # transforms what encode returns
     saved: SavedEmbeddings | None = None
     load_variant: Callable[[str, str], Embedder] | None = None
 
-    def __post_init__(self) -> None:
-        self.batch_size = self.batch_size or self.config.batch_size
-
     @property
     def key(self) -> CellKey:
         """The model, method and corpus every row of this cell carries."""
-        return CellKey(self.model, self.method, self.config.corpus)
+        return CellKey(self.model, self.method, self.corpus)
 
     def row(self, **kwargs) -> dict:
         return result_row(**self.key.fields(), **kwargs)
@@ -154,7 +161,7 @@ class TaskContext:
             try:
                 vectors = self._vectors(texts, kind)
                 return vectors if self.posthoc is None else self._transformed(texts, vectors)
-            except (torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
+            except (MemoryError, RuntimeError) as err:  # torch.OutOfMemoryError is a RuntimeError
                 if not _is_out_of_memory(err) or (
                     self.embedder.max_tokens_per_batch <= 1 and self.batch_size <= 1
                 ):
@@ -169,14 +176,14 @@ class TaskContext:
         """The post-hoc method's transform of one task's vectors, given each text's length and item id."""
         from llm_collapse.interventions import NotApplicable
 
-        known = {t.text: t for t in self.inputs.binned}
+        known = {t.text: t for t in (self.sample.texts if self.sample is not None else [])}
         if any(text not in known for text in texts):
             raise NotApplicable(
                 f"{self.method} needs each text's length and item id: only corpus texts have them"
             )
         lengths = np.array([known[text].target_tokens for text in texts])
         ids = [known[text].item_id for text in texts]
-        return self.posthoc.transform(vectors, lengths, ids, self.config.seed).astype(np.float32)
+        return self.posthoc.transform(vectors, lengths, ids, self.seed).astype(np.float32)
 
     def _vectors(self, texts: list[str], kind: str) -> np.ndarray:
         """The model's vectors of ``texts`` (`_encode_once`), kept in ``saved``; or, where ``saved`` was read from
@@ -194,6 +201,8 @@ class TaskContext:
 
     def _encode_once(self, texts: list[str], kind: str) -> np.ndarray:
         """With ``overwrite``, texts not yet recomputed in this cell are embedded again, the rest cached."""
+        from llm_collapse.encoding.cached import encode_cached
+
         fresh = [t for t in texts if (kind, t) not in self._recomputed] if self.overwrite else []
         if fresh:
             encode_cached(
@@ -377,7 +386,7 @@ def length_contrast_rows(
     """``*_vs_shortest`` rows of one cell: value = metric(length L) - metric(shortest length), paired.
 
     Only for ``tasks`` whose items are the same at every length, in the same order (the prefix design's
-    document i at every length; a task with ``TaskSpec.nested_lengths``): the contrast then has a paired
+    document i at every length; a task with ``Task.nested_lengths``): the contrast then has a paired
     interval and test, like ``*_vs_base``. The shortest length of each (task, depth) is the reference.
     """
     groups: dict[tuple[str, float | None], list[int]] = {}
@@ -395,6 +404,8 @@ def length_contrast_rows(
 
 
 def _is_out_of_memory(err: BaseException) -> bool:
+    import torch
+
     text = str(err).lower()
     return (
         isinstance(err, (torch.OutOfMemoryError, MemoryError))

@@ -38,7 +38,7 @@ from llm_collapse.metrics.decomposition import DECOMPOSITION_KEYS, centroid_deco
 from llm_collapse.metrics.stats import jackknife_ci
 from llm_collapse.records.results import CellKey, result_row
 from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, PairedKey, paired_task
-from llm_collapse.tasks.registry import VS_INTERACTION
+from llm_collapse.tasks.task import VS_INTERACTION
 
 logger = logging.getLogger(__name__)
 

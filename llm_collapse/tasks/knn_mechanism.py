@@ -21,12 +21,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from llm_collapse.metrics.hubness import (
-    hubness_ci,
-    length_neighbour_summary,
-    longer_neighbour_share,
-)
 from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key
+from llm_collapse.tasks.task import MetricInfo
 
 SHARE, CHANCE, OCCURRENCE = (
     "knn_longer_neighbour_share",
@@ -34,6 +30,14 @@ SHARE, CHANCE, OCCURRENCE = (
     "knn_neighbour_occurrence",
 )
 SKEWNESS, TOP_HUB = "knn_hubness_skewness", "knn_top_hub_share"
+METRICS = {
+    SHARE: MetricInfo("share of k neighbours that are longer (all lengths)", "", paired=True),
+    CHANCE: MetricInfo("longer-neighbour share of random neighbours", ""),
+    OCCURRENCE: MetricInfo("mean k-occurrence (all lengths)", ""),
+    SKEWNESS: MetricInfo("hubness: k-occurrence skewness (within length)", ""),
+    TOP_HUB: MetricInfo("top hub's share of neighbour slots (within length)", ""),
+}
+"""The mechanism's metrics (the knn task writes them)."""
 
 
 class Part(NamedTuple):
@@ -55,7 +59,10 @@ def mechanism_rows(
     """Rows of the mechanism per length, from the knn task's neighbour lists: ``neighbours`` of the
     all-lengths pool (source documents ``groups`` excluded; None when some text has fewer than k candidates)
     and each length's own in ``parts``. Lengths without lists get no rows (their accuracies are NaN)."""
-    seed, rows = ctx.config.seed, []
+    # scipy.stats loads where a cell runs, not where the task is declared (--help, llm-collapse list)
+    from llm_collapse.metrics.hubness import hubness_ci, length_neighbour_summary, longer_neighbour_share
+
+    seed, rows = ctx.seed, []
     lengths = np.zeros(len(labels), dtype=np.int64)
     for length, part in parts.items():
         lengths[part.rows] = length

@@ -1,7 +1,7 @@
 """The quantization task: the cell's model against its bitsandbytes variants (``--quants``), on the run's texts.
 
 ``python -m llm_collapse.compare --tasks collapse,quantization --quants nf4,int8 ...``. In the ``base`` cell of
-each model, `run_quantization` embeds the run's shared corpus texts (``ctx.inputs.binned``, the texts every
+each model, `run_quantization` embeds the run's shared corpus sample (`llm_collapse.tasks.sample`, the texts every
 task and model sees) with the cell's model (the reference: the run's dtype, unquantized), then loads each
 variant in turn and embeds the same texts through the cache. Rows per length (results schema):
 
@@ -45,13 +45,15 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import numpy as np
 
-from llm_collapse.encoding.cached import cache_for
-from llm_collapse.interventions import NotApplicable
+from llm_collapse.backends import QUANTIZATIONS
+from llm_collapse.errors import ConfigError
+from llm_collapse.interventions.base import NotApplicable
 from llm_collapse.metrics.collapse import centroid
-from llm_collapse.metrics.drift import cosine_drift, paired_cosine
 from llm_collapse.tasks.base import (
     BASE_METHOD,
     EMBEDDINGS,
@@ -62,11 +64,75 @@ from llm_collapse.tasks.base import (
     paired_key,
 )
 from llm_collapse.tasks.collapse import run_collapse
-from llm_collapse.tasks.registry import length_paired_tasks
+from llm_collapse.tasks.sample import CorpusSample
+from llm_collapse.tasks.task import (
+    CLOSER_IF_HIGHER,
+    MetricInfo,
+    Options,
+    Pass,
+    RunView,
+    Task,
+    Workload,
+    option,
+)
 
 logger = logging.getLogger(__name__)
 
 TASK = "quantization"
+ON_CPU = {"nf4": 1.77, "int8": 1.79}
+"""Seconds of a bitsandbytes variant's forward per second of the fp32 forward on CPU: 12.42 s (nf4) and
+12.56 s (int8) vs 7.01 s for one 4096-token gemma3-270m text, best of 2, 2-core Intel Xeon with AMX."""
+
+
+@dataclass(frozen=True)
+class QuantizationOptions(Options):
+    title: ClassVar[str] = "quantization drift"
+    quants: list[str] | None = option(
+        help="variants the quantization task compares with the unquantized model, comma-separated, of "
+        f"{', '.join(QUANTIZATIONS)}",
+        shown="all of them",
+    )
+
+    def validate(self, run: RunView, task: str) -> QuantizationOptions:
+        """Known variants, each once (unset: every quantization); the task needs base, hf and an unquantized
+        reference."""
+        quants = list(QUANTIZATIONS) if self.quants is None else self.quants
+        if not quants:
+            raise ConfigError(f"--quants is empty; name at least one of {', '.join(QUANTIZATIONS)}")
+        for quant in quants:
+            if quant not in QUANTIZATIONS:
+                raise ConfigError(f"Unknown --quants entry {quant!r}; allowed: {', '.join(QUANTIZATIONS)}")
+        if len(set(quants)) < len(quants):
+            raise ConfigError(f"--quants lists a quantization twice ({','.join(quants)}); list each once")
+        if run.quant is not None:
+            raise ConfigError(
+                f"--tasks quantization compares --quants with the unquantized model, but --quant {run.quant} "
+                "quantizes it; drop --quant"
+            )
+        if run.backend != "hf":
+            raise ConfigError(
+                f"--tasks quantization loads bitsandbytes variants, which backend {run.backend!r} cannot; "
+                "use --backend hf"
+            )
+        if all(method.slug != BASE_METHOD for method in run.parsed_methods()):
+            raise ConfigError(
+                "--tasks quantization measures the model without interventions; add base to --methods"
+            )
+        return replace(self, quants=quants)
+
+
+def quantization_workload(run: RunView, options: QuantizationOptions, device: str) -> Workload:
+    """Each variant embeds the sample again under base, at `ON_CPU` x the reference's time on CPU (costed like the
+    reference elsewhere); a variant whose forward mixes rows embeds one text per forward."""
+    from llm_collapse.backends.hf import MIXES_ROWS
+
+    passes = []
+    for quant in options.quants or QUANTIZATIONS:
+        factor = ON_CPU[quant] if device == "cpu" else 1.0
+        how = "bitsandbytes on CPU, measured" if device == "cpu" else "costed like the reference"
+        says = f"the {quant} variant embeds the same texts, ~{factor:g}x the reference's time ({how})"
+        passes.append(Pass(says, run.per_length, factor, base_only=True, one_per_forward=quant in MIXES_ROWS))
+    return Workload(sample=True, passes=tuple(passes))
 
 
 def method_name(quantization: str) -> str:
@@ -74,26 +140,26 @@ def method_name(quantization: str) -> str:
     return f"quant-{quantization}"
 
 
-def run_quantization(ctx: TaskContext) -> list[dict]:
-    """Drift and collapse rows of every ``ctx.config.quants`` variant against the cell's model (base only)."""
+def run_quantization(ctx: TaskContext, sample: CorpusSample, options: QuantizationOptions) -> list[dict]:
+    """Drift and collapse rows of every ``options.quants`` variant against the cell's model (base only)."""
     if ctx.method != BASE_METHOD:
         raise NotApplicable(f"quantization drift is measured without interventions, under {BASE_METHOD} only")
-    groups = ctx.inputs.by_length()
+    groups = sample.by_length()
     texts = [t.text for length in sorted(groups) for t in groups[length]]
     if not texts:
         return []
     reference = ctx.encode(texts)  # counted once in run.json's truncated, as the collapse task's texts
-    rows = [] if "collapse" in ctx.config.tasks else run_collapse(ctx)
+    rows = [] if "collapse" in ctx.tasks else run_collapse(ctx, sample)
     dtype = ctx.embedder.describe()["dtype"]
-    for quant in ctx.config.quants or ():
-        rows += _variant_rows(ctx, quant, dtype, groups, reference)
+    for quant in options.quants or ():
+        rows += _variant_rows(ctx, sample, quant, dtype, groups, reference)
         gc.collect()  # the variant is unreferenced once _variant_rows returns: free it before the next loads
         _empty_cuda_cache()
     return rows
 
 
 def _variant_rows(
-    ctx: TaskContext, quant: str, dtype: str, groups: dict, reference: np.ndarray
+    ctx: TaskContext, sample: CorpusSample, quant: str, dtype: str, groups: dict, reference: np.ndarray
 ) -> list[dict]:
     """Loads one variant, embeds the texts and returns its rows (holding no reference to it afterwards)."""
     method = method_name(quant)
@@ -106,10 +172,16 @@ def _variant_rows(
         return []
     variant.max_length = ctx.embedder.max_length
     loaded = time.perf_counter() - clock
+    # the model road and scipy.stats load where a cell runs, not where the task is declared
+    from llm_collapse.encoding.cached import cache_for
+    from llm_collapse.metrics.drift import cosine_drift, paired_cosine
+
     cell = TaskContext(
-        variant, ctx.model, method, ctx.config, ctx.inputs, cache_for(variant), overwrite=ctx.overwrite
-    )
-    rows = run_collapse(cell)  # embeds the texts in the order of `reference`; cached afterwards
+        variant, ctx.model, method, cache_for(variant), corpus=ctx.corpus, seed=ctx.seed,
+        batch_size=ctx.batch_size, tasks=ctx.tasks, sample=sample, paired_lengths=ctx.paired_lengths,
+        overwrite=ctx.overwrite,
+    )  # fmt: skip
+    rows = run_collapse(cell, sample)  # embeds the texts in the order of `reference`; cached afterwards
     vectors = cell.encode([t.text for length in sorted(groups) for t in groups[length]])
     metric, base_items, start = f"cosine_to_{dtype}", {}, 0
     global_centroid = centroid(reference)  # as `run_collapse` keeps it, for global_centroid_distance_vs_base
@@ -120,14 +192,14 @@ def _variant_rows(
             EMBEDDINGS, theirs, reference=global_centroid
         )
         label = f"{ctx.model}/{method}/{length}"
-        point, low, high = cosine_drift(theirs, mine, seed=ctx.config.seed, label=label)
+        point, low, high = cosine_drift(theirs, mine, seed=ctx.seed, label=label)
         cell.paired[paired_key(TASK, length)] = PairedItems(
             metric, paired_cosine(theirs, mine), continuous=True
         )
         start += n
         rows.append(cell.row(task=TASK, length=length, metric=metric, value=point, ci=(low, high), n=n))
     rows += contrast_rows(cell.key, cell.paired, base_items)
-    nested = length_paired_tasks(ctx.inputs.design) & {"collapse", TASK}
+    nested = ctx.paired_lengths & {"collapse", TASK}
     rows += length_contrast_rows(cell.key, cell.paired, nested)
     ctx.record.oom_retries += [f"{method}: {retry}" for retry in cell.record.oom_retries]
     ctx.record.variants[method] = {
@@ -143,3 +215,22 @@ def _empty_cuda_cache() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+TASK_SPEC = Task(
+    name=TASK,
+    title="Quantization drift",
+    run=run_quantization,
+    metrics={
+        f"cosine_to_{dtype}": MetricInfo(
+            f"mean cosine to the {dtype} embedding", CLOSER_IF_HIGHER, paired=True, digits=5
+        )
+        for dtype in ("bf16", "fp16", "fp32")  # the drift against whichever dtype the reference ran in
+    },
+    options=QuantizationOptions,
+    workload=quantization_workload,
+    headline=("cosine_to_bf16", "cosine_to_fp16", "cosine_to_fp32"),  # a run has one of them
+    sample=True,
+    vectors_only=False,
+    packages=(("bitsandbytes", "--tasks quantization", "pip install 'llm-collapse[quant]'"),),
+)

@@ -1,23 +1,38 @@
 """LongEmbed-style passkey and needle retrieval: Acc@1 (= nDCG@1) and nDCG@10 per length, and Acc@1 by the
-depth of the key (five depth bins) for the length x depth heatmap. The position task (echo's early-vs-late
-test, `llm_collapse.data.position`): Acc@1 per length and position, depth 0.0 (early) or 1.0 (late), and
-overall. Queries use the model's query prompt. Acc@1 CIs are 95% Wilson intervals over queries.
+depth of the key (five depth bins) for the length x depth heatmap. Queries use the model's query prompt. Acc@1
+CIs are 95% Wilson intervals over queries.
 
-``passkey-start`` / ``needle-start`` (key at the start, haystack grows): the same documents cut to every length
-and the same queries. Every length's documents go to one ``ctx.encode`` call, so `Embedder.encode` embeds all
-lengths of a document from one forward where prefix sharing is exact (one per length and document where it is
-not: the results are the same). No depth rows: every key sits at depth 0."""
+The retrieval tasks' shared parts live here too: their options (`RetrievalOptions`: documents, queries and the
+pool of candidates per query), their inputs (`RetrievalInputs`) and the scoring; the ``-start`` variants
+(`llm_collapse.tasks.retrieval_start`) and the position task (`llm_collapse.tasks.position`) build other
+documents from the same draw.
+"""
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-from llm_collapse.data.synthetic import RetrievalTask
+from llm_collapse.data.synthetic import MAX_DOCUMENTS, Draw, RetrievalTask, needle_task, passkey_task
+from llm_collapse.errors import ConfigError
 from llm_collapse.metrics.probes import retrieval_scores
 from llm_collapse.tasks.base import TaskContext, paired_key, proportion_row
+from llm_collapse.tasks.knn import ACCURACY_MARGIN
+from llm_collapse.tasks.task import (
+    HIGHER_IS_BETTER,
+    MetricInfo,
+    Options,
+    RunView,
+    Task,
+    TaskInputs,
+    Workload,
+    option,
+)
 
 DEPTH_BINS = 5
 HUB_SHARE = 0.5
@@ -29,12 +44,122 @@ HUB_MIN_QUERIES = 4
 
 logger = logging.getLogger(__name__)
 
+METRICS = {
+    "acc@1": MetricInfo("Acc@1", HIGHER_IS_BETTER, paired=True, proportion=True, margin=ACCURACY_MARGIN),
+    "ndcg@10": MetricInfo("nDCG@10", HIGHER_IS_BETTER),
+}
+"""The retrieval tasks' metrics."""
 
-def retrieve(ctx: TaskContext, task: RetrievalTask) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+
+@dataclass(frozen=True)
+class RetrievalOptions(Options):
+    """The documents, queries and candidate pools of every retrieval task (passkey, needle, their ``-start``
+    variants, position)."""
+
+    title: ClassVar[str] = "the retrieval tasks"
+    retrieval_docs: int = option(
+        20, help="passkey/needle candidates per length (LongEmbed: 100)", always_hashed=True
+    )
+    retrieval_queries: int = option(
+        10, help="passkey/needle queries per length (LongEmbed: 50)", always_hashed=True
+    )
+    retrieval_pool: int | None = option(
+        help="candidates per query: each length's documents are split into pools of this many and a query ranks "
+        "its own pool, so chance is 1/pool at every --retrieval-docs",
+        shown="all documents of the length, as LongEmbed",
+    )
+
+    def validate(self, run: RunView, task: str) -> RetrievalOptions:
+        docs, queries, pool = self.retrieval_docs, self.retrieval_queries, self.retrieval_pool
+        for name, value in (("retrieval_docs", docs), ("retrieval_queries", queries)):
+            if value < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        if queries > docs:
+            raise ConfigError("--retrieval-queries must be <= --retrieval-docs")
+        limit = MAX_DOCUMENTS.get(task)
+        if limit is not None and docs > limit:
+            raise ConfigError(
+                f"--retrieval-docs {docs} is more than task {task!r} can generate ({limit} documents per length); "
+                f"use --retrieval-docs <= {limit}"
+            )
+        if pool is None and docs < 2:
+            raise ConfigError(
+                f"--retrieval-docs {docs} leaves each query a single candidate, so Acc@1 is always 1; "
+                "use --retrieval-docs >= 2"
+            )
+        if pool is not None and (pool < 2 or docs % pool):
+            raise ConfigError(
+                f"--retrieval-pool must be >= 2 and divide --retrieval-docs ({docs}), got {pool}; e.g. "
+                "--retrieval-docs 96 --retrieval-pool 24"
+            )
+        return self
+
+    def limited(self, n: int) -> RetrievalOptions:
+        docs = min(self.retrieval_docs, n)
+        return RetrievalOptions(docs, min(self.retrieval_queries, docs), self.retrieval_pool)
+
+    def draw(self, run: RunView, tokenizer) -> Draw:
+        """The run's draw of documents and queries, fitted to each length under ``tokenizer``."""
+        return Draw(run.seed, self.retrieval_docs, self.retrieval_queries, tokenizer, fit_to_tokens=True)
+
+
+@dataclass
+class RetrievalInputs(TaskInputs):
+    """One retrieval task's documents and queries per length (``tasks``); ``swept``: its documents are token
+    prefixes of the same documents at every length (the ``-start`` tasks)."""
+
+    name: str
+    tasks: list[RetrievalTask] = field(default_factory=list)
+    pool: int | None = None
+    swept: bool = False
+
+    def documents(self) -> list[str]:
+        return [d for task in self.tasks for d in task.documents]
+
+    def queries(self) -> list[str]:
+        return [q for task in self.tasks for q in task.queries]
+
+    def counted(self) -> list[tuple[str, int]]:
+        return [(d, task.length) for task in self.tasks for d in task.documents]  # fitted to its length
+
+    def sweep(self) -> tuple[list[str], list[str]]:
+        if not self.swept or not self.tasks:
+            return [], []
+        return self.documents(), list(max(self.tasks, key=lambda task: task.length).documents)
+
+    def describe(self) -> dict:
+        """Candidates per query at each length (1 / this is chance Acc@1)."""
+        candidates = {str(t.length): min(len(t.documents), self.pool or len(t.documents)) for t in self.tasks}
+        return {"retrieval": {self.name: candidates}}
+
+
+def builder(make: Callable[[Sequence[int], Draw], list[RetrievalTask]], name: str, *, swept: bool = False):
+    """A `Task.build_inputs` of a retrieval task whose documents ``make(lengths, draw)`` generates."""
+
+    def build(run: RunView, options: RetrievalOptions, tokenizer, documents=None) -> RetrievalInputs:
+        tasks = make(run.lengths, options.draw(run, tokenizer))
+        return RetrievalInputs(name, tasks, options.retrieval_pool, swept)
+
+    return build
+
+
+def retrieval_workload(copies: int = 1):
+    """A `Task.workload` of a retrieval task: ``copies`` documents per drawn document (position: early and late)
+    and the queries, per length."""
+
+    def workload(run: RunView, options: RetrievalOptions, device: str) -> Workload:
+        return Workload(documents=copies * options.retrieval_docs, queries=options.retrieval_queries)
+
+    return workload
+
+
+def retrieve(
+    ctx: TaskContext, task: RetrievalTask, pool: int | None
+) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
     """Embeds a task's queries and documents; returns what `score` returns."""
     queries = ctx.encode(list(task.queries), kind="query")
     documents = ctx.encode(list(task.documents))
-    return score(queries, documents, task.relevant, pool=ctx.config.retrieval_pool, label=_label(ctx, task))
+    return score(queries, documents, task.relevant, pool=pool, label=cell_label(ctx, task))
 
 
 def score(
@@ -70,7 +195,8 @@ def score(
     return {name: total / len(relevant) for name, total in totals.items()}, hits, ranks
 
 
-def _label(ctx: TaskContext, task: RetrievalTask) -> str:
+def cell_label(ctx: TaskContext, task: RetrievalTask) -> str:
+    """Names a cell and length in warnings (a hub)."""
     return f"{ctx.model} x {ctx.method}: {task.name} at {task.length} tokens"
 
 
@@ -101,10 +227,11 @@ def accuracy_row(
     return proportion_row(ctx, paired_key(name, length, depth), "acc@1", hits, tuple(ids), extra=extra)
 
 
-def run_retrieval(ctx: TaskContext, name: str) -> list[dict]:
-    rows = []
-    for task in ctx.inputs.retrieval[name]:
-        scores, hits, ranks = retrieve(ctx, task)
+def run_retrieval(ctx: TaskContext, inputs: RetrievalInputs, options: RetrievalOptions) -> list[dict]:
+    """Acc@1 and nDCG@10 per length, and Acc@1 per depth bin of the key."""
+    rows, name = [], inputs.name
+    for task in inputs.tasks:
+        scores, hits, ranks = retrieve(ctx, task, inputs.pool)
         n, ids = len(task.queries), np.array(task.item_ids)
         rows.append(accuracy_row(ctx, name, task.length, hits, ranks, task.item_ids))
         rows.append(ctx.row(task=name, length=task.length, metric="ndcg@10", value=scores["ndcg@10"], n=n))
@@ -122,51 +249,26 @@ def run_retrieval(ctx: TaskContext, name: str) -> list[dict]:
     return rows
 
 
-def run_passkey(ctx: TaskContext) -> list[dict]:
-    return run_retrieval(ctx, "passkey")
+def _each_length(
+    make: Callable[[int, Draw], RetrievalTask],
+) -> Callable[[Sequence[int], Draw], list[RetrievalTask]]:
+    return lambda lengths, draw: [make(length, draw) for length in lengths]
 
 
-def run_needle(ctx: TaskContext) -> list[dict]:
-    return run_retrieval(ctx, "needle")
-
-
-def run_start(ctx: TaskContext, name: str) -> list[dict]:
-    """Acc@1 and nDCG@10 per length for a ``-start`` task (queries embedded once, documents in one call)."""
-    tasks = ctx.inputs.retrieval[name]
-    if not tasks:
-        return []
-    queries = ctx.encode(list(tasks[0].queries), kind="query")  # the same queries at every length
-    documents = ctx.encode([d for task in tasks for d in task.documents])  # one call: prefix sharing
-    rows, start = [], 0
-    for task in tasks:
-        block = documents[start : start + len(task.documents)]
-        start += len(task.documents)
-        scores, hits, ranks = score(
-            queries, block, task.relevant, pool=ctx.config.retrieval_pool, label=_label(ctx, task)
-        )
-        rows.append(accuracy_row(ctx, name, task.length, hits, ranks, task.item_ids))
-        rows.append(
-            ctx.row(task=name, length=task.length, metric="ndcg@10", value=scores["ndcg@10"], n=len(hits))
-        )
-    return rows
-
-
-def run_passkey_start(ctx: TaskContext) -> list[dict]:
-    return run_start(ctx, "passkey-start")
-
-
-def run_needle_start(ctx: TaskContext) -> list[dict]:
-    return run_start(ctx, "needle-start")
-
-
-def run_position(ctx: TaskContext, name: str = "position") -> list[dict]:
-    """Acc@1 per (length, position) with depth = the task's depth, plus an overall row per length."""
-    rows, pooled = [], {}
-    for task in ctx.inputs.retrieval[name]:
-        _, hits, ranks = retrieve(ctx, task)
-        rows.append(accuracy_row(ctx, name, task.length, hits, ranks, task.item_ids, depth=task.depths[0]))
-        pooled.setdefault(task.length, []).append((hits, ranks, task.item_ids))
-    for length, parts in pooled.items():
-        hits, ranks, ids = (np.concatenate(part) for part in zip(*parts, strict=True))
-        rows.append(accuracy_row(ctx, name, length, hits, ranks, tuple(ids)))
-    return rows
+PASSKEY, NEEDLE = (
+    Task(
+        name=name,
+        title=title,
+        run=run_retrieval,
+        metrics=METRICS,
+        options=RetrievalOptions,
+        build_inputs=builder(_each_length(make), name),
+        workload=retrieval_workload(),
+        figures=("length", "depth"),
+        headline=("acc@1",),
+    )
+    for name, title, make in (
+        ("passkey", "Passkey retrieval", passkey_task),
+        ("needle", "Needle retrieval", needle_task),
+    )
+)

@@ -299,3 +299,23 @@ def test_the_gguf_tensor_bar_is_silent_in_redirected_logs(capsys):
     assert "Converting" not in capsys.readouterr().err
     list(gguf_utils.tqdm(range(3), desc="Converting", file=sys.stderr))  # the control: the bar itself draws
     assert "Converting" in capsys.readouterr().err
+
+
+def test_file_sha256_is_read_once_per_file_version(tmp_path, monkeypatch):
+    """A GGUF given as a path is hashed once per process (a run resolves it several times), and again when the
+    file changes: the digest is hashlib's of the bytes either way."""
+    import hashlib
+    import os
+
+    from llm_collapse.backends import gguf
+
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"first version")
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    assert gguf.file_sha256(path) == gguf.file_sha256(path) == hashlib.sha256(b"first version").hexdigest()
+    assert opened.count(str(path.resolve())) == 1
+    path.write_bytes(b"the second, longer version")
+    os.utime(path, ns=(1, 1))
+    assert gguf.file_sha256(path) == hashlib.sha256(b"the second, longer version").hexdigest()

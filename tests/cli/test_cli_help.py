@@ -93,18 +93,22 @@ def test_corpus_help_lists_every_corpus_and_folder(capsys):
 
 
 def test_compare_help_is_in_sections_with_two_examples(capsys):
-    """Issue 64: every configuration flag sits in one section of --help, and the help ends with two examples
-    kept line for line."""
+    """Issue 64: every configuration flag sits in one section of --help (a task's options in its own, issue 74),
+    and the help ends with two examples kept line for line."""
     from dataclasses import fields
 
-    from llm_collapse.run.arguments import GROUPS
+    from llm_collapse.run.arguments import GROUPS, task_sections
     from llm_collapse.run.config import CompareConfig
+    from llm_collapse.tasks.registry import option_fields
 
     placed = [name for names in GROUPS.values() for name in names]
-    assert sorted(placed) == sorted(f.name for f in fields(CompareConfig)) and len(set(placed)) == len(placed)
+    placed += [option.field.name for options in task_sections().values() for option in options]
+    expected = [f.name for f in fields(CompareConfig)] + list(option_fields())
+    assert sorted(placed) == sorted(expected) and len(set(placed)) == len(placed)
     text = _help(capsys, ["compare", "--help"])
-    sections = [line.rstrip(":") for line in text.splitlines() if re.fullmatch(r"[a-z][a-z ]+:", line)]
-    assert sections == ["options", "the command", *GROUPS, "examples"]
+    sections = [line.rstrip(":") for line in text.splitlines() if re.fullmatch(r"[a-zA-Z(][^ ].*:", line)]
+    assert sections == ["options", "the command", *GROUPS, *task_sections(), "examples"]
+    assert "the retrieval tasks (--tasks passkey, needle, passkey-start, needle-start, position)" in sections
     examples = text.split("examples:", 1)[1].strip().splitlines()
     assert len(examples) == 2 and all(line.strip().startswith("llm-collapse compare --") for line in examples)
     assert text.startswith("usage: llm-collapse compare [--config FILE] [--dry-run] [options]\n")

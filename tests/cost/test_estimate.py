@@ -130,7 +130,11 @@ def test_causality_is_the_specs():
 def test_gpu_7b_yaml_validates_and_estimates_without_weights():
     config = CompareConfig.from_sources({}, str(YAML))
     assert config.models == ["mistral", "nv-embed", "bge-gemma2", "echo-mistral"]
-    assert max(config.lengths) == 32768 and config.retrieval_docs == 100 and config.dtype == "bf16"
+    assert (
+        max(config.lengths) == 32768
+        and config.tasks["passkey"].retrieval_docs == 100
+        and config.dtype == "bf16"
+    )
     result = estimate(config, Assumptions(gpu_gib=80))
     assert len(result.rows) == 4 * len(config.lengths)
     for model in config.models:

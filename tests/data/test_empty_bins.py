@@ -1,5 +1,5 @@
 """`empty_bin`: why span sampling left a length bin empty, checked against counts made here by hand; and the
-one-line refusal a run gives for it (`llm_collapse.run.inputs`)."""
+one-line refusal a run gives for it (`llm_collapse.tasks.sample`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from llm_collapse.data import Document, load_folder
 from llm_collapse.data.bins import count_tokens, empty_bin, sample_length_binned, target_bins
 from llm_collapse.run.config import CompareConfig
-from llm_collapse.run.inputs import InputsError, build_inputs
+from llm_collapse.tasks.inputs import build_inputs
+from llm_collapse.tasks.sample import InputsError
 from llm_collapse.testing.tokenizers import build_llama_tokenizer
 
 WORDS = "river stone light paper window garden silver morning letter forest harbour candle".split()

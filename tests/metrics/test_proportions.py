@@ -16,9 +16,7 @@ from statsmodels.stats.proportion import confint_proportions_2indep, proportion_
 from statsmodels.stats.weightstats import DescrStatsW, ttost_paired
 
 from llm_collapse.metrics.proportions import (
-    DEFAULT_MARGINS,
     TostResult,
-    margin_for,
     newcombe_paired_interval,
     tost_paired_mean,
     tost_paired_proportions,
@@ -298,9 +296,15 @@ def test_verdict_uses_the_given_level_and_checks_it():
 
 
 def test_default_margins_and_overrides():
+    """The margins the tasks declare with their metrics (`MetricInfo.margin`), and a run's overrides."""
+    import dataclasses
+
+    from llm_collapse.tasks.registry import METRICS, margin_for
+
     geometry = ("pairwise_cosine", "centroid_distance", "global_centroid_distance", "centroid_cosine")
     accuracies = ("acc@1", "knn_accuracy", "knn_cross_accuracy")
-    assert dict(DEFAULT_MARGINS) == {**dict.fromkeys(geometry, 0.01), **dict.fromkeys(accuracies, 0.10)}
+    declared = {metric: info.margin for metric, info in METRICS.items() if info.margin is not None}
+    assert declared == {**dict.fromkeys(geometry, 0.01), **dict.fromkeys(accuracies, 0.10)}
     assert margin_for("acc@1") == 0.10 and margin_for("centroid_cosine") == 0.01
     assert margin_for("knn/knn_cross_accuracy") == 0.10
     assert margin_for("acc@1", {"acc@1": 0.05}) == 0.05
@@ -310,5 +314,5 @@ def test_default_margins_and_overrides():
     for bad in (0, -0.01, float("nan"), float("inf"), None, "0.1"):
         with pytest.raises(ValueError, match="positive finite"):
             margin_for("acc@1", {"pairwise_cosine": bad})
-    with pytest.raises(TypeError):
-        DEFAULT_MARGINS["acc@1"] = 0.2  # read-only
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        METRICS["acc@1"].margin = 0.2  # read-only

@@ -26,7 +26,7 @@ CLAIM = {
 
 def _config(**overrides) -> CompareConfig:
     values = dict(models=["minilm"], methods=["base", "tempscale:0.9"], tasks=["collapse"], lengths=[64, 128])
-    return CompareConfig(**{**values, **overrides}).validate()
+    return CompareConfig.from_values({**values, **overrides}).validate()
 
 
 def test_claims_are_normalised_for_run_json_and_enter_the_run_id():

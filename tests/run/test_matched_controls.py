@@ -81,7 +81,7 @@ def test_controls_enter_the_run_id_only_when_set():
     from pathlib import Path
 
     record = json.loads((Path(__file__).parents[2] / "reports/study/tau32k/run.json").read_text())
-    config = CompareConfig(**record["config"])
+    config = CompareConfig.from_values(record["config"])
     assert config.controls == {} and config.run_id() == record["run_id"]
     config.methods = [*config.methods, "tempscale:0.9"]
     without = config.validate().run_id()

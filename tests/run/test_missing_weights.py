@@ -141,14 +141,15 @@ def test_limit_caps_every_count_of_texts_per_length_and_the_report_says_so(tmp_p
     from llm_collapse.reporting import build_report
     from llm_collapse.reporting.synthetic_runs import write_synthetic_run
 
-    config = CompareConfig(tasks=["collapse", "passkey", "layerwise"], retrieval_docs=20, limit=6).validate()
-    assert (config.max_per_bin, config.retrieval_docs, config.retrieval_queries, config.layerwise_per_bin) == (
+    tasks = ["collapse", "passkey", "layerwise"]
+    config = CompareConfig.from_values(dict(tasks=tasks, retrieval_docs=20, limit=6)).validate()
+    retrieval, layerwise = config.tasks["passkey"], config.tasks["layerwise"]
+    assert (config.max_per_bin, retrieval.retrieval_docs, retrieval.retrieval_queries, layerwise.layerwise_per_bin) == (
         6, 6, 6, 6,
     )  # fmt: skip
-    assert config.run_id() == CompareConfig(
-        tasks=["collapse", "passkey", "layerwise"], max_per_bin=6, retrieval_docs=6, retrieval_queries=6,
-        layerwise_per_bin=6,
-    ).validate().run_id()  # fmt: skip
+    assert config.run_id() == CompareConfig.from_values(dict(
+        tasks=tasks, max_per_bin=6, retrieval_docs=6, retrieval_queries=6, layerwise_per_bin=6,
+    )).validate().run_id()  # fmt: skip
     with pytest.raises(ValueError, match="--limit must be >= 2"):
         CompareConfig(limit=1).validate()
     run = write_synthetic_run(tmp_path / "run", models=("m",), tasks=("collapse",))

@@ -85,7 +85,7 @@ def test_nested_prefixes_concatenates_and_refuses(sotu, minilm_tokenizer):
 
 
 def test_unset_design_is_prefix_where_the_corpus_allows_else_bins(sotu, minilm_tokenizer, caplog):
-    from llm_collapse.run.inputs import build_inputs
+    from llm_collapse.tasks.inputs import build_inputs
 
     def inputs(**options):
         config = CompareConfig(tasks=["collapse"], lengths=[64], **options).validate()
@@ -93,7 +93,7 @@ def test_unset_design_is_prefix_where_the_corpus_allows_else_bins(sotu, minilm_t
 
     paired = inputs(max_per_bin=6)
     assert paired.design == "prefix" and paired.describe()["prefix_docs"] == 6
-    with caplog.at_level(logging.WARNING, logger="llm_collapse.run.inputs"):
+    with caplog.at_level(logging.WARNING, logger="llm_collapse.tasks.sample"):
         fallback = inputs(max_per_bin=41)  # more than the corpus gives (see the test above)
     assert fallback.design == "bins" and "design: bins, as the prefix design cannot be built" in caplog.text
     for asked in (
@@ -129,10 +129,19 @@ def test_compare_prefix_design_end_to_end(run_compare, tmp_path):
 def _hashed_without_design(config: CompareConfig) -> str:
     """The run id as it was computed before 2026-12-05 (design "bins" unset, an unset design not hashed)."""
     unset = (None, "bins", {})
+    legacy_if_set = (
+        "quants",
+        "retrieval_pool",
+        "placed_filler",
+        "placed_depths",
+        "placed_probes",
+    )  # task options
     data = {
         k: v
         for k, v in config.to_dict().items()
-        if k not in (*_NOT_HASHED, "design") and not (k in _HASHED_IF_SET and v in unset) and k != "claims"
+        if k not in (*_NOT_HASHED, "design")
+        and not (k in (*_HASHED_IF_SET, *legacy_if_set) and v in unset)
+        and k != "claims"
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -318,24 +327,26 @@ def test_dry_run_adds_the_layerwise_recorder_and_the_quantization_variants(tiny_
     from llm_collapse.backends.device import resolve_device
     from llm_collapse.run import plan as planning
     from llm_collapse.run.config import CompareConfig
+    from llm_collapse.tasks.layerwise import RECORDER
+    from llm_collapse.tasks.quantization import ON_CPU
 
     monkeypatch.setenv("LLM_COLLAPSE_PLAN_GFLOPS", "100")
     replica = str(tiny_dir("gemma3-270m"))
 
     def estimate(tasks: list[str], methods=("base",), **extra) -> tuple[str, float]:
-        config = CompareConfig(
+        config = CompareConfig.from_values(dict(
             models=["gemma3-270m"], model_paths={"gemma3-270m": replica}, methods=list(methods),
             tasks=tasks, lengths=[64, 256], design="prefix", prefix_docs=4, out=str(tmp_path / "run"), **extra,
-        ).validate()  # fmt: skip
+        )).validate()  # fmt: skip
         return planning.plan(config)
 
     _, plain = estimate(["collapse"])
     text, layerwise = estimate(["layerwise"], layerwise_per_bin=2)
-    assert layerwise == pytest.approx(plain * planning.LAYERWISE_RECORDER * 2 / 4)
+    assert layerwise == pytest.approx(plain * RECORDER * 2 / 4)
     assert "layerwise: 2 texts per length through the entropy recorder" in text and "instead of" in text
     text, quantized = estimate(["collapse", "quantization"], quants=["nf4", "int8"])
     on_cpu = resolve_device(None).type == "cpu"
-    nf4, int8 = (planning.QUANT_ON_CPU[q] if on_cpu else 1.0 for q in ("nf4", "int8"))
+    nf4, int8 = (ON_CPU[q] if on_cpu else 1.0 for q in ("nf4", "int8"))
     # int8 runs one text per forward (its forward mixes rows): costed like a method that shares no prefix
     _, both = estimate(["collapse"], methods=("base", "dynamic:2"))
     unshared = both - plain

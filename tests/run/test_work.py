@@ -11,6 +11,7 @@ from llm_collapse.data.bins import BinnedText
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.run.work import text_costs
 from llm_collapse.tasks.inputs import RunInputs
+from llm_collapse.tasks.sample import CorpusSample
 
 
 def _dense(config: dict, tokens: int, *, causal: bool) -> float:
@@ -85,6 +86,6 @@ def test_chars_per_token_is_the_counted_texts_ratio():
             tokenizer="t",
         )
 
-    inputs = RunInputs(tokenizer="t", binned=[binned("abcdef", 2), binned("abcdefghij", 2)])
+    inputs = RunInputs(tokenizer="t", sample=CorpusSample([binned("abcdef", 2), binned("abcdefghij", 2)]))
     assert inputs.chars_per_token() == 16 / 4
     assert RunInputs(tokenizer="t").chars_per_token() == 4.0

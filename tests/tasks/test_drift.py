@@ -282,8 +282,8 @@ def test_quants_option_defaults_with_the_task_and_is_checked():
     from llm_collapse.run.arguments import add_arguments, cli_values
     from llm_collapse.run.config import CompareConfig, ConfigError
 
-    assert CompareConfig().validate().quants is None
-    assert CompareConfig(tasks=["quantization"]).validate().quants == ["nf4", "int8"]
+    assert "quantization" not in CompareConfig().validate().tasks
+    assert CompareConfig(tasks=["quantization"]).validate().tasks["quantization"].quants == ["nf4", "int8"]
     # The config and run id of reports/study/tempscale/run.json, written before quants existed (the run was
     # retired once its successors tau8k/tau32k were committed): unset quants leave run ids as they were.
     config = {
@@ -317,11 +317,11 @@ def test_quants_option_defaults_with_the_task_and_is_checked():
         "tasks": ["collapse", "knn", "passkey"],
         "design": "bins",  # unset then, when bins was the default (an unset design now means prefix)
     }
-    assert CompareConfig(**config).run_id() == "ed764434811c671e"
+    assert CompareConfig.from_values(config).run_id() == "ed764434811c671e"
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     values = cli_values(parser.parse_args(["--tasks", "quantization", "--quants", "int8"]))
-    assert CompareConfig.from_sources(values).quants == ["int8"]
+    assert CompareConfig.from_sources(values).tasks["quantization"].quants == ["int8"]
     for kwargs, message in (
         ({"quants": ["nf4"]}, "--quants applies to --tasks quantization only"),
         ({"tasks": ["quantization"], "quants": []}, "--quants is empty"),
@@ -335,7 +335,7 @@ def test_quants_option_defaults_with_the_task_and_is_checked():
         ({"tasks": ["quantization"], "methods": ["tempscale:0.8"]}, "add base to --methods"),
     ):
         with pytest.raises(ConfigError, match=message) as err:
-            CompareConfig(**kwargs).validate()
+            CompareConfig.from_values(kwargs).validate()
         assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="quants: 'nf4' .* must be a list of strings"):
         CompareConfig.from_sources({"tasks": ["quantization"], "quants": "nf4"})
@@ -352,4 +352,4 @@ def test_preflight_needs_bitsandbytes_for_the_quantization_task(monkeypatch):
     )
     preflight.check_packages(report=False)  # not asked for: not checked
     with pytest.raises(preflight.PreflightError, match=r"--tasks quantization .*'bitsandbytes'.*\[quant\]"):
-        preflight.check_packages(report=False, quantization=True)
+        preflight.check_packages(report=False, tasks=["collapse", "quantization"])

@@ -25,8 +25,8 @@ from llm_collapse.tasks.base import (
     length_contrast_rows,
     paired_key,
 )
-from llm_collapse.tasks.inputs import RunInputs
-from llm_collapse.tasks.knn import CROSS, WITHIN, K, run_knn
+from llm_collapse.tasks.knn import CROSS, WITHIN, K, KnnOptions, run_knn
+from llm_collapse.tasks.sample import CorpusSample
 
 
 def _brute_knn(X, labels, groups, k):
@@ -79,10 +79,10 @@ def test_grouped_knn_needs_k_rows_outside_each_group(caplog):
         knn_correct(X, labels, k=3, groups=[0, 1])
 
 
-def _fake_ctx(texts: list[BinnedText], vectors: dict[str, np.ndarray], label="y"):
+def _fake_ctx(vectors: dict[str, np.ndarray]):
     return SimpleNamespace(
-        config=SimpleNamespace(knn_label=label, corpus="fake", seed=0),
-        inputs=RunInputs(tokenizer="t", binned=texts),
+        corpus="fake",
+        seed=0,
         model="m",
         method="base",
         paired={},
@@ -101,8 +101,8 @@ def test_run_knn_pools_all_lengths_and_excludes_the_source_document():
             labels = {"y": "pos" if doc % 2 else "neg"} if doc != 7 else {}  # doc 7 unlabelled: left out
             texts.append(BinnedText(text, f"[{length})", length, length, f"d{doc}", labels))
             vectors[text] = rng.normal(size=4) + (doc % 2) * 0.8 + length / 128
-    ctx = _fake_ctx(texts, vectors)
-    rows = run_knn(ctx)
+    ctx = _fake_ctx(vectors)
+    rows = run_knn(ctx, CorpusSample(texts), KnnOptions(label="y"))
     pool = [t for t in sorted(texts, key=lambda t: t.target_tokens) if t.labels]
     X = np.stack([vectors[t.text] for t in pool])
     y = [t.labels["y"] for t in pool]
@@ -136,9 +136,9 @@ def test_run_knn_pools_all_lengths_and_excludes_the_source_document():
 
 def test_run_knn_refuses_a_label_no_text_carries():
     texts = [BinnedText(f"t{i}", "b", 32, 32, f"d{i}", {"y": "a"}) for i in range(6)]
-    ctx = _fake_ctx(texts, {f"t{i}": np.eye(6)[i] for i in range(6)}, label="nosuch")
+    ctx = _fake_ctx({f"t{i}": np.eye(6)[i] for i in range(6)})
     with pytest.raises(UserError, match="no label 'nosuch'"):
-        run_knn(ctx)
+        run_knn(ctx, CorpusSample(texts), KnnOptions(label="nosuch"))
 
 
 def test_cross_probe_contrasts_keep_the_knn_task():

@@ -17,9 +17,9 @@ from llm_collapse.errors import UserError
 from llm_collapse.records.saved_embeddings import EMBEDDINGS_FILE, SavedEmbeddings
 from llm_collapse.run.config import CompareConfig
 from llm_collapse.tasks.base import TaskContext
-from llm_collapse.tasks.inputs import RunInputs
-from llm_collapse.tasks.registry import KNN_NEIGHBOURS, TASKS
-from llm_collapse.tasks.settings import TaskSettings
+from llm_collapse.tasks.knn import K as KNN_NEIGHBOURS
+from llm_collapse.tasks.placed import PlacedInputs, PlacedOptions
+from llm_collapse.tasks.registry import TASKS
 
 LENGTHS, DEPTHS, N = (64, 256), (0.0, 1.0), 14
 
@@ -63,16 +63,19 @@ def vectors(placed):
     return out
 
 
-def _context(placed, vectors, probes=("logistic", "knn"), seed=3) -> TaskContext:
-    config = TaskSettings(corpus="sotu", seed=seed, tasks=("placed",), placed_probes=probes)
-    ctx = TaskContext(None, "oracle", "base", config, RunInputs("tok", placed=placed), None)
+def _context(vectors, seed=3) -> TaskContext:
+    ctx = TaskContext(None, "oracle", "base", corpus="sotu", seed=seed, tasks=("placed",))
     ctx.encode = lambda texts, kind="document": np.stack([vectors[t] for t in texts]).astype(np.float32)
     return ctx
 
 
+def _run(ctx, placed, probes=("logistic", "knn")) -> list[dict]:
+    return TASKS["placed"].run(ctx, PlacedInputs(placed), PlacedOptions(placed_probes=list(probes)))
+
+
 def test_probes_equal_scikit_learn_and_a_brute_force_knn(placed, vectors):
-    ctx = _context(placed, vectors)
-    frame = pd.DataFrame(TASKS["placed"].run(ctx))
+    ctx = _context(vectors)
+    frame = pd.DataFrame(_run(ctx, placed))
     assert set(frame["task"]) == {"placed"} and (frame["n"] == N).all()
     assert len(frame) == len(LENGTHS) * len(DEPTHS) * 3
     for depth in DEPTHS:
@@ -105,9 +108,9 @@ def test_probes_equal_scikit_learn_and_a_brute_force_knn(placed, vectors):
 
 
 def test_probes_key_picks_the_probes(placed, vectors):
-    knn_only = pd.DataFrame(TASKS["placed"].run(_context(placed, vectors, probes=("knn",))))
+    knn_only = pd.DataFrame(_run(_context(vectors), placed, probes=("knn",)))
     assert set(knn_only["metric"]) == {"knn_accuracy", "knn_cross_accuracy"}
-    logistic = pd.DataFrame(TASKS["placed"].run(_context(placed, vectors, probes=("logistic",))))
+    logistic = pd.DataFrame(_run(_context(vectors), placed, probes=("logistic",)))
     assert set(logistic["metric"]) == {"logistic_accuracy"}
 
 
@@ -136,11 +139,11 @@ def test_compare_end_to_end_logistic_equals_scikit_learn_on_saved_embeddings(run
     # The run's texts again (the inputs are a function of the config and the tokenizer), their saved vectors,
     # and scikit-learn's cross-validation on them: the per-item correctness of items.parquet, item by item.
     from llm_collapse.backends.hf import load_tokenizer
-    from llm_collapse.run.inputs import build_inputs
+    from llm_collapse.tasks.inputs import build_inputs
 
     config = CompareConfig.from_sources(record["config"]).validate()
     tokenizer = load_tokenizer(config.model_paths["gemma3-270m"])
-    placed = build_inputs(config, tokenizer).placed
+    placed = build_inputs(config, tokenizer).own["placed"].passages
     saved = SavedEmbeddings.read(out / EMBEDDINGS_FILE)
     items = pd.read_parquet(out / "items.parquet")
     checked = 0
@@ -176,13 +179,17 @@ def test_compare_end_to_end_logistic_equals_scikit_learn_on_saved_embeddings(run
 def test_config_refuses_bad_placed_options_in_one_line(flags, message):
     values = {"models": ["minilm"], "tasks": ["placed"], "corpus": "sotu", **flags}
     with pytest.raises(UserError, match=message) as err:
-        CompareConfig(**values).validate()
+        CompareConfig.from_values(values).validate()
     assert "\n" not in str(err.value)
 
 
 def test_defaults_and_run_id():
     config = CompareConfig(models=["minilm"], tasks=["placed"], corpus="sotu").validate()
-    assert config.filler_corpus == "kjv" and config.task_settings().placed_probes == ("logistic", "knn")
-    assert CompareConfig(models=["minilm"], tasks=["placed"], corpus="kjv").validate().filler_corpus == "sotu"
-    same = CompareConfig(models=["minilm"], tasks=["placed"], corpus="sotu", placed_depths=[0.5]).validate()
+    options = config.tasks["placed"]
+    assert options.filler("sotu") == "kjv" and options.probes == ("logistic", "knn")
+    kjv = CompareConfig(models=["minilm"], tasks=["placed"], corpus="kjv").validate()
+    assert kjv.tasks["placed"].filler(kjv.corpus) == "sotu"
+    same = CompareConfig.from_values(
+        dict(models=["minilm"], tasks=["placed"], corpus="sotu", placed_depths=[0.5])
+    ).validate()
     assert same.run_id() != config.run_id()  # a set option enters the id; unset, older runs keep theirs

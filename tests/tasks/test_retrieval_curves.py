@@ -279,10 +279,10 @@ def test_gpu_estimate_counts_start_documents_at_every_length():
     from llm_collapse.cost.estimate import estimate
     from llm_collapse.run.config import CompareConfig
 
-    config = CompareConfig(
+    config = CompareConfig.from_values(dict(
         models=["mistral"], methods=["base"], tasks=["passkey-start", "needle"], lengths=[256, 512],
         retrieval_docs=5, retrieval_queries=3,
-    ).validate()  # fmt: skip
+    )).validate()  # fmt: skip
     result = estimate(config)
     assert result.per_length == (10, 6, 0)  # e5-mistral appends its EOS: no prefix sharing, every length
     assert [r.texts for r in result.rows] == [10, 10]
