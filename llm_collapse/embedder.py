@@ -26,6 +26,7 @@ from llm_collapse.encoding.batching import MAX_PADDING
 from llm_collapse.encoding.forward import EmbeddedBatch
 from llm_collapse.encoding.prefix import PrefixSharing, prefix_sharing
 from llm_collapse.encoding.texts import as_text_list, check_count
+from llm_collapse.encoding.tokens import TokenObserver
 from llm_collapse.interventions import InterventionError, ModelContext, Stack, parse_interventions
 from llm_collapse.interventions.base import InputEmbedding
 
@@ -69,6 +70,7 @@ class Embedder:
         self.max_padding = MAX_PADDING
         self._blocks: list[InterventionBlock] = []
         self._persistent = contextlib.ExitStack()
+        self._observers: list[TokenObserver] = []
 
     @property
     def name(self) -> str:
@@ -221,6 +223,24 @@ class Embedder:
         """Undoes every intervention applied with `apply_interventions`."""
         self._persistent.close()
         self._persistent = contextlib.ExitStack()
+
+    @contextlib.contextmanager
+    def observe_tokens(self, observer: TokenObserver) -> Iterator[None]:
+        """While open, every text a forward reads is handed to ``observer(text, states, pool_mask)``: the last
+        layer's states of its input positions, (n_input, d) on the model's device, and the positions its
+        pooling reads, from the forward that makes its embedding (`llm_collapse.encoding.tokens`). Texts a cache
+        serves run no forward and are not observed; a road without token states (vLLM, PCW) raises
+        `NotApplicable` when a forward runs."""
+        self._observers.append(observer)
+        try:
+            yield
+        finally:
+            self._observers.remove(observer)
+
+    @property
+    def token_observers(self) -> tuple[TokenObserver, ...]:
+        """The observers open on this embedder (`observe_tokens`)."""
+        return tuple(self._observers)
 
     def tokenize(
         self, texts: Sequence[str], *, kind: Kind = "document", instruction: str | None = None

@@ -21,6 +21,7 @@ from llm_collapse.encoding.forward import EmbeddedBatch, embed_batch
 from llm_collapse.encoding.plan import plan_forwards
 from llm_collapse.encoding.prefix import shared_rows
 from llm_collapse.encoding.texts import as_text_list
+from llm_collapse.encoding.tokens import observe
 from llm_collapse.utils import progress
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,9 @@ def iter_batches(
             batch, states = embed_batch(
                 embedder, indices, items, output_hidden_states=plan.output_hidden_states
             )
+            if embedder.token_observers:  # `Embedder.observe_tokens`: the states this forward pooled
+                observe(embedder.token_observers, texts, indices, plan.groups, plan.encoded, states,
+                        padding_side=embedder.padding_side)  # fmt: skip
             rows = [batch]
             if plan.groups is not None:
                 rows = list(
@@ -60,6 +64,7 @@ def iter_batches(
                         max_tokens_per_batch=embedder.max_tokens_per_batch,
                     )
                 )
+            del states  # the next forward must not run beside this one's states (a 32k text's are large)
             # One update per forward: a long forward hands its rows on one at a time, and tqdm refreshes only
             # the first of those quick updates, so the bar showed 1 text per forward (ETA ~10x long).
             tokens += int(batch.attention_mask.sum())

@@ -249,6 +249,15 @@ def t_from_p(estimate: float, p: float, n: int, low: float, high: float) -> Cont
 def pairwise_cosine_leave_one_out(per_item: np.ndarray) -> tuple[float, np.ndarray]:
     """The mean pairwise cosine of n unit vectors and its n delete-one values, from each item's mean cosine to the
     others (``items.parquet``'s ``pairwise_cosine``): ``P = mean(pc)``, ``P_-k = (n P - 2 pc_k) / (n - 2)``."""
+    return pair_mean_leave_one_out(per_item)
+
+
+def pair_mean_leave_one_out(per_item: np.ndarray) -> tuple[float, np.ndarray]:
+    """The mean of a pair statistic over a regular design of pairs (every item in the same number r of pairs: all
+    pairs, or a circulant sample) and its n delete-one values, from each item's mean over its pairs ``m_k``: the
+    pairs' total is ``r sum(m) / 2`` over ``n r / 2`` pairs, and deleting item k removes its r pairs, so
+    ``P = mean(m)`` and ``P_-k = (n P - 2 m_k) / (n - 2)`` whatever r. Linear in ``m``: differences of per-item
+    means give the delete-one values of the difference."""
     pc = np.asarray(per_item, dtype=np.float64)
     n = pc.size
     point = float(pc.mean()) if n else math.nan
@@ -271,16 +280,21 @@ def spread_leave_one_out(per_item: np.ndarray) -> tuple[float, np.ndarray]:
     return point, 1.0 - (n * n * c2 - 2 * n * dot + 1.0) / (n - 1) ** 2
 
 
-def jackknife_from_leave_one_out(point: float, loo: np.ndarray) -> Contrast:
+def jackknife_from_leave_one_out(point: float, loo: np.ndarray, *, t_df: bool = False) -> Contrast:
     """The set-level contrast of a statistic (or a linear combination of statistics of the same items) from its
     delete-one values: ``se = sqrt((n - 1)/n sum (loo - mean loo)^2)``, the normal interval and z-test, as
-    `llm_collapse.metrics.stats.jackknife_ci` gives from the embeddings."""
+    `llm_collapse.metrics.stats.jackknife_ci` gives from the embeddings; with ``t_df``, Student's t with n - 1
+    df instead (the interval and test of the second-order collapse rows, `llm_collapse.tasks.socm`)."""
     loo = np.asarray(loo, dtype=np.float64)
     n = loo.size
+    test = "jackknife t" if t_df else "paired Wald"
     if n < 3 or not np.isfinite(loo).all():  # as `jackknife_ci`: no interval from fewer than three items
-        return Contrast(point, math.nan, math.nan, n, "paired Wald", math.nan)
+        return Contrast(point, math.nan, math.nan, n, test, math.nan)
     se = float(np.sqrt((n - 1) / n * np.sum((loo - loo.mean()) ** 2)))
+    df = n - 1 if t_df else math.inf
     if se == 0:
-        return Contrast(point, point, point, n, "paired Wald", 1.0 if point == 0 else 0.0, 0.0)
-    p = float(2 * sps.norm.sf(abs(point) / se))
-    return Contrast(point, point - _Z * se, point + _Z * se, n, "paired Wald", p, se)
+        return Contrast(point, point, point, n, test, 1.0 if point == 0 else 0.0, 0.0, df)
+    reference = sps.t(df) if t_df else sps.norm
+    half = float(reference.ppf(0.975)) * se if t_df else _Z * se
+    p = float(2 * reference.sf(abs(point) / se))
+    return Contrast(point, point - half, point + half, n, test, p, se, df)

@@ -52,6 +52,9 @@ class PairedItems:
             layer, a paired t-test over the items where neither side is NaN.
         continuous: ``values`` is (n,) of continuous per-item values (the quantization drift's per-text
             cosines), not 0/1 outcomes: a paired t-test instead of McNemar.
+        pairwise: ``values`` is (n,) of each item's mean of a pair statistic over a regular design of pairs
+            (every item in as many pairs, `llm_collapse.tasks.socm`): the bin's value is the mean over pairs,
+            read by a delete-one-item jackknife with t(n - 1) (`llm_collapse.metrics.contrasts.pair_mean_leave_one_out`).
         ids: (n,) item ids for the per-item results (`llm_collapse.tasks.items`): a text's
             `BinnedText.item_id`, a query's ``q<i>``; empty where a task keeps none.
         extra: Further (n,) or (n, k) per-item quantities that only the per-item results keep (a query's
@@ -63,6 +66,7 @@ class PairedItems:
     reference: np.ndarray | None = None
     per_layer: bool = False
     continuous: bool = False
+    pairwise: bool = False
     ids: tuple[str, ...] = ()
     extra: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -152,14 +156,17 @@ class TaskContext:
     def row(self, **kwargs) -> dict:
         return result_row(**self.key.fields(), **kwargs)
 
-    def encode(self, texts: list[str], *, kind: str = "document") -> np.ndarray:
-        """Cached encoding; an out-of-memory error halves the batch and token budget and retries (recorded)."""
+    def encode(self, texts: list[str], *, kind: str = "document", fresh: bool = False) -> np.ndarray:
+        """Cached encoding; an out-of-memory error halves the batch and token budget and retries (recorded).
+
+        ``fresh``: every text runs its forward (the vectors still go to the cache), for a task that observes the
+        forwards' token states (`Embedder.observe_tokens`): a cached vector runs none."""
         encoded = self.embedder.tokenize(texts, kind=kind)
         self._truncated.update((kind, t) for t, e in zip(texts, encoded, strict=True) if e.truncated)
         self.record.truncated = len(self._truncated)  # distinct texts: tasks share texts (collapse and knn)
         while True:
             try:
-                vectors = self._vectors(texts, kind)
+                vectors = self._vectors(texts, kind, fresh)
                 return vectors if self.posthoc is None else self._transformed(texts, vectors)
             except (MemoryError, RuntimeError) as err:  # torch.OutOfMemoryError is a RuntimeError
                 if not _is_out_of_memory(err) or (
@@ -185,24 +192,30 @@ class TaskContext:
         ids = [known[text].item_id for text in texts]
         return self.posthoc.transform(vectors, lengths, ids, self.seed).astype(np.float32)
 
-    def _vectors(self, texts: list[str], kind: str) -> np.ndarray:
+    def _vectors(self, texts: list[str], kind: str, fresh: bool = False) -> np.ndarray:
         """The model's vectors of ``texts`` (`_encode_once`), kept in ``saved``; or, where ``saved`` was read from
         a run, served from it (keyed as `llm_collapse.records.saved_embeddings` says)."""
         if self.saved is None:
-            return self._encode_once(texts, kind)
+            return self._encode_once(texts, kind, fresh)
         instruction = self.embedder.resolve_instruction(kind, None)
         hashes = [text_hash(text, kind, instruction) for text in texts]
         group = (self.model, self.embedder.interventions)
         if self.saved.replaying:
             return self.saved.get(*group, hashes)
-        vectors = self._encode_once(texts, kind)
+        vectors = self._encode_once(texts, kind, fresh)
         self.saved.add(*group, hashes, vectors)
         return vectors
 
-    def _encode_once(self, texts: list[str], kind: str) -> np.ndarray:
-        """With ``overwrite``, texts not yet recomputed in this cell are embedded again, the rest cached."""
+    def _encode_once(self, texts: list[str], kind: str, everything: bool = False) -> np.ndarray:
+        """With ``overwrite``, texts not yet recomputed in this cell are embedded again, the rest cached; with
+        ``everything``, every text is embedded again."""
         from llm_collapse.encoding.cached import encode_cached
 
+        if everything:
+            self._recomputed.update((kind, t) for t in texts)
+            return encode_cached(
+                self.embedder, texts, kind=kind, cache=self.cache, batch_size=self.batch_size, overwrite=True
+            )
         fresh = [t for t in texts if (kind, t) not in self._recomputed] if self.overwrite else []
         if fresh:
             encode_cached(
@@ -290,6 +303,10 @@ def contrast_rows(
                 ):
                     contrast["metric"] += suffix
                     rows.append(result_row(**row, **contrast))
+        elif items[key].pairwise:
+            point, low, high, p_value = pair_mean_contrast(mine - theirs)
+            rows.append(result_row(**row, metric=items[key].metric + suffix, value=point, ci=(low, high),
+                                   p_value=p_value))  # fmt: skip
         elif items[key].continuous:
             point, low, high, p_value = paired_t_contrast(mine, theirs)
             metric = items[key].metric + suffix
@@ -376,6 +393,15 @@ def paired_t_contrast(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float
 
     contrast = paired_t(a, b)
     return contrast.estimate, contrast.low, contrast.high, contrast.p
+
+
+def pair_mean_contrast(d: np.ndarray) -> tuple[float, float, float, float]:
+    """The mean over pairs of a linear combination of pairwise items' values (``d``: per-item, e.g. method - base):
+    point, t(n - 1) jackknife interval and p-value."""
+    from llm_collapse.metrics.contrasts import jackknife_from_leave_one_out, pair_mean_leave_one_out
+
+    c = jackknife_from_leave_one_out(*pair_mean_leave_one_out(d), t_df=True)
+    return c.estimate, c.low, c.high, c.p
 
 
 def length_contrast_rows(

@@ -37,7 +37,7 @@ from llm_collapse.metrics.contrasts import binary_interaction, independent_sum, 
 from llm_collapse.metrics.decomposition import DECOMPOSITION_KEYS, centroid_decomposition
 from llm_collapse.metrics.stats import jackknife_ci
 from llm_collapse.records.results import CellKey, result_row
-from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, PairedKey, paired_task
+from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, PairedKey, pair_mean_contrast, paired_task
 from llm_collapse.tasks.task import VS_INTERACTION
 
 logger = logging.getLogger(__name__)
@@ -76,11 +76,12 @@ def unpaired_interaction_rows(
 ) -> list[dict]:
     """``*_vs_base_vs_shortest`` rows for the ``tasks`` whose texts differ between lengths (the bins design):
     within each length the method and base embed the same texts (paired), across lengths the texts are
-    independent (module docstring). Per-layer statistics are left out."""
+    independent (module docstring). Per-layer statistics and means over pairs (other pairs at each length) are
+    left out."""
     rows = []
     for key, short in _longer_bins(items, tasks):
         name, length, depth = key
-        if items[key].per_layer:
+        if items[key].per_layer or items[key].pairwise:  # pairwise: the lengths' pair designs are other items
             continue
         long_pair, short_pair = [items.get(key), base.get(key)], [items.get(short), base.get(short)]
         label = f"{cell} {key}"
@@ -153,6 +154,9 @@ def _interactions(cells: list[PairedItems], seed: int) -> list[dict]:
             out.append(dict(_per_item(d, seed, binary=False), layer=layer, metric=kind.metric + INTERACTION,
                             n=len(d)))  # fmt: skip
         return out
+    if kind.pairwise:  # a mean over pairs: the jackknife of the per-item differences of differences
+        point, low, high, p = pair_mean_contrast(_did(values))
+        return [dict(value=point, ci=(low, high), p_value=p, metric=kind.metric + INTERACTION)]
     binary = not kind.continuous
     return [dict(_per_item(_did(values), seed, binary=binary), metric=kind.metric + INTERACTION)]
 

@@ -22,6 +22,7 @@ from llm_collapse.tasks import (
     quantization,
     retrieval,
     retrieval_start,
+    socm,
 )
 from llm_collapse.tasks.task import (
     CLOSER_IF_HIGHER,
@@ -57,6 +58,7 @@ BUILT_IN: tuple[Task, ...] = (
     placed.TASK,
     layerwise.TASK,
     quantization.TASK_SPEC,
+    socm.TASK,
 )
 """The built-in tasks, in report order."""
 
