@@ -12,7 +12,8 @@ Rows per length (each paired against base and, under the prefix design, across l
   ``socm_tokens``, so that estimation and content separate), ``socm_split_half`` (per text, SOCM between two
   seeded disjoint halves of its own tokens: what one text's cloud reads against itself at this length) and
   ``socm_trace_normalised`` (each Sigma divided by its trace: the unit-mean step divides by a mean-token norm that
-  itself shrinks with length, so c moves with it);
+  itself shrinks with length, so c moves with it); ``socm_excess`` is a pair's SOCM minus its two texts' mean
+  split-half null (SOCM beyond what one text reads against itself);
 - where the model's pooling leaves the input's first token out (a decoder's BOS: Gemma's state of massive norm),
   ``socm_with_first`` and ``token_concentration_with_first`` read the cloud with it.
 
@@ -24,7 +25,8 @@ Decisions:
   states beyond its forward. A 32k-token text's moments stream in chunks.
 - A text whose mean token is near zero has no unit-mean scale: it is left out of its length, with a warning
   naming the count; its method's contrasts then hold other items and are skipped (logged).
-- For a last-token-pooled model the cloud is a diagnostic of its tokens, not of its embedding.
+- A last-token-pooled model pools one token, which has no cloud: its cloud is every input token but the first
+  (the first with it), a diagnostic of its tokens, not of its embedding.
 - No vLLM (its engine returns pooled vectors only): refused in one line with the config; PCW's chunk average has
   no one forward's states: not applicable, recorded.
 """
@@ -61,7 +63,9 @@ CHUNK = 4096
 FORWARD_AND_STATISTICS = 1.1
 """Its forwards' seconds per second of a plain forward (the moments of every length and the pairs included);
 provisional until measured (`llm_collapse.bench`)."""
-PAIRED = ("socm", "socm_d_mu", "socm_d_sigma", "socm_subsample", "socm_trace_normalised", "socm_with_first")
+PAIRED = (
+    "socm", "socm_d_mu", "socm_d_sigma", "socm_excess", "socm_subsample", "socm_trace_normalised", "socm_with_first",
+)  # fmt: skip
 PER_TEXT = ("token_concentration", "socm_split_half", "token_concentration_with_first")
 
 
@@ -112,14 +116,19 @@ class TextClouds:
 class CloudCollector:
     """The observer of a cell's forwards (`Embedder.observe_tokens`): each text's clouds, keyed by text."""
 
-    def __init__(self, tokens: int, seed: int) -> None:
-        self.tokens, self.seed = tokens, seed
+    def __init__(self, tokens: int, seed: int, pooling: str = "mean") -> None:
+        self.tokens, self.seed, self.pooling = tokens, seed, pooling
         self.clouds: dict[str, TextClouds] = {}
         self.refused: set[str] = set()
 
     def __call__(self, text: str, states, mask) -> None:
+        import torch
+
         from llm_collapse.metrics.socm import MeanTooSmall, TextCloud, TokenMoments, cloud_terms
 
+        if self.pooling == "last":  # its one pooled token has no cloud: every input token but the first
+            mask = torch.ones_like(mask)
+            mask[:1] = False
         pooled = states[mask]
         n, dim = pooled.shape
         moments = _moments(pooled, TokenMoments(dim))
@@ -200,6 +209,7 @@ def _pair_values(clouds: list[TextClouds], pairs: np.ndarray) -> dict[str, np.nd
         cross = (ca + cb - 4 * terms.d_sigma) / 2
         normalised = max(0.0, 2.0 - 2.0 * cross / math.sqrt(ca * cb)) / 4 if ca > 0 and cb > 0 else math.nan
         out["socm_trace_normalised"][p] = (1 - terms.d_mu) * normalised
+        out["socm_excess"][p] = terms.socm - (a.split_half + b.split_half) / 2
         out["socm_subsample"][p] = cloud_terms(a.subsample, b.subsample).socm
         if a.with_first is not None and b.with_first is not None:
             out["socm_with_first"][p] = cloud_terms(a.with_first, b.with_first).socm
@@ -215,7 +225,7 @@ def run_socm(ctx: TaskContext, sample: CorpusSample, options: SocmOptions) -> li
         pair_mean_leave_one_out,
     )
 
-    collector = CloudCollector(options.socm_tokens, ctx.seed)
+    collector = CloudCollector(options.socm_tokens, ctx.seed, ctx.embedder.spec.pooling)
     groups = sample.by_length()
     texts = [t.text for length in sorted(groups) for t in groups[length]]
     with ctx.embedder.observe_tokens(collector):
@@ -283,6 +293,9 @@ TASK = Task(
         "socm_d_sigma": MetricInfo("d_sigma: BW^2 / 4 (token clouds' shapes)", "", paired=True, digits=4),
         "token_concentration": MetricInfo(
             "token concentration c = tr Sigma (unit mean)", "", paired=True, digits=4
+        ),
+        "socm_excess": MetricInfo(
+            "SOCM beyond the two texts' split-half nulls", MORE_COLLAPSE_IF_HIGHER, paired=True, digits=4
         ),
         "socm_subsample": MetricInfo(
             "SOCM of fixed-size token subsamples (control)", MORE_COLLAPSE_IF_HIGHER, paired=True, digits=4

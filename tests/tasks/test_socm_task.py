@@ -37,7 +37,7 @@ def test_rows_equal_socm_recomputed_from_forwards_of_each_text_alone(run_compare
     rows = pd.read_parquet(out / "results.parquet")
     socm = rows[(rows.task == "socm") & ~rows.metric.str.contains("_vs_")]
     expected = {"socm", "socm_d_mu", "socm_d_sigma", "socm_subsample", "socm_trace_normalised", "socm_with_first",
-                "token_concentration", "token_concentration_with_first", "socm_split_half"}  # fmt: skip
+                "socm_excess", "token_concentration", "token_concentration_with_first", "socm_split_half"}  # fmt: skip
     assert set(socm.metric) == expected and (socm.n == 6).all()
     # The run's texts: the prefix design's, as the run built them (items.parquet names them by document)
     import json
@@ -60,6 +60,7 @@ def test_rows_equal_socm_recomputed_from_forwards_of_each_text_alone(run_compare
                 pairs = [_socm(x, y) for x, y in itertools.combinations(states, 2)]  # 15: every pair
                 mine = socm[(socm.method == method) & (socm.length == length)].set_index("metric").value
                 assert mine["socm"] == pytest.approx(np.mean(pairs), rel=1e-4)
+                assert mine["socm_excess"] == pytest.approx(mine["socm"] - mine["socm_split_half"], rel=1e-9)
                 concentration = [np.trace(_cloud(x)[1]) for x in states]
                 assert mine["token_concentration"] == pytest.approx(np.mean(concentration), rel=1e-4)
     paired = rows[(rows.task == "socm") & (rows.metric == "socm_vs_base")].set_index("length").value
@@ -93,3 +94,19 @@ def test_vllm_and_too_few_texts_are_refused_in_one_line():
         CompareConfig(models=["minilm"], methods=["base"], tasks=["socm"], backend="vllm").validate()
     with pytest.raises(ConfigError, match="--max-per-bin 2 is too few texts"):
         CompareConfig(models=["minilm"], methods=["base"], tasks=["socm"], max_per_bin=2).validate()
+
+
+def test_a_last_token_pooled_model_reads_its_input_tokens_but_the_first():
+    """Its one pooled token has no cloud: the collector reads every input token but the first, and the first too
+    as the with-first variant."""
+    from llm_collapse.metrics.socm import TextCloud
+    from llm_collapse.tasks.socm import CloudCollector
+
+    states = torch.tensor(np.random.default_rng(0).normal(size=(9, 5)) + 2.0)
+    mask = torch.zeros(9, dtype=torch.bool)
+    mask[-1] = True  # last-token pooling
+    collector = CloudCollector(tokens=4, seed=0, pooling="last")
+    collector("a text", states, mask)
+    clouds = collector.clouds["a text"]
+    assert clouds.cloud.n == 8 and clouds.with_first.n == 9 and clouds.subsample.n == 4
+    np.testing.assert_allclose(clouds.cloud.sigma, TextCloud.of(states[1:].numpy()).sigma, rtol=1e-12)
