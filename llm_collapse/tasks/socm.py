@@ -275,10 +275,18 @@ def run_socm(ctx: TaskContext, sample: CorpusSample, options: SocmOptions) -> li
     return rows
 
 
+def design_size(n: int, most: int) -> int:
+    """The number of pairs `pair_design` gives ``n`` items."""
+    if n * (n - 1) // 2 <= most:
+        return n * (n - 1) // 2
+    return n * max(1, min((n - 1) // 2, most // n))
+
+
 def socm_workload(run: RunView, options: SocmOptions, device: str) -> Workload:
-    """Every sample text's forward again (it observes their token states) with the statistics."""
-    says = f"{run.per_length} texts per length run again for their token states' statistics"
-    return Workload(passes=(Pass(says, run.per_length, FORWARD_AND_STATISTICS),))
+    """Every sample text's forward again (it observes their token states) with its moments, and the pairs."""
+    pairs = design_size(run.per_length, options.socm_pairs)
+    says = f"{run.per_length} texts per length run again for their token clouds, {pairs} pairs of them compared"
+    return Workload(passes=(Pass(says, run.per_length, FORWARD_AND_STATISTICS, pairs=pairs),))
 
 
 TASK = Task(

@@ -178,6 +178,8 @@ class Pass:
             memory; a pass without them is costed by ``--dry-run`` only).
         base_only: It runs in the ``base`` cell only.
         one_per_forward: It embeds one text per forward, so no prefix sharing (a forward that mixes rows).
+        pairs: Pairs of texts per length it compares by a d x d statistic each (an eigendecomposition, O(d^3):
+            the GPU estimate costs them from the model's width).
     """
 
     says: str
@@ -186,6 +188,7 @@ class Pass:
     hidden_states: bool = False
     base_only: bool = False
     one_per_forward: bool = False
+    pairs: int = 0
 
 
 @dataclass(frozen=True)

@@ -259,3 +259,19 @@ def test_no_square_mask_is_counted_for_paths_that_build_none():
     assert (
         peak_bytes(sdpa, 32768, 1, overhead_gib=0) - peak_bytes(bge, 32768, 1, overhead_gib=0) > 32768**2 - 1
     )
+
+
+def test_the_gpu_estimate_counts_the_socm_tasks_forwards_and_pairs():
+    """socm runs every sample text's forward again (at its factor) and compares its pairs by d x d statistics,
+    each costed as anchors 12.4's ~1 s at d = 4096, scaled as d^3 (e5-mistral: d = 4096)."""
+    from llm_collapse.cost.estimate import PAIR_SECONDS_4096, to_markdown
+    from llm_collapse.tasks.socm import FORWARD_AND_STATISTICS
+
+    values = dict(models=["mistral"], methods=["base"], lengths=[512], max_per_bin=24)
+    alone = estimate(CompareConfig.from_values({**values, "tasks": ["collapse"]}).validate())
+    both = estimate(CompareConfig.from_values({**values, "tasks": ["collapse", "socm"]}).validate())
+    assert both.pairs == 24 * 23 // 2 and both.passes == pytest.approx(24 * FORWARD_AND_STATISTICS)
+    doc = text_cost(model_for("mistral"), 512, Assumptions())
+    extra = both.passes * doc.seconds + both.pairs * PAIR_SECONDS_4096
+    assert both.total_minutes == pytest.approx(alone.total_minutes + extra / 60)
+    assert "276 pairs of d x d statistics" in to_markdown(both)

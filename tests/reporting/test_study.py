@@ -170,3 +170,20 @@ def test_a_method_or_model_in_no_run_is_an_error_not_a_silent_filter(study_root,
     (study_root / "typo.yaml").write_text(QUESTIONS.replace(listed, listed[:-1] + f", {typo}]", 1))
     with pytest.raises(StudyError, match=rf"{field} \['{typo}'\] appear in none of its runs"):
         build_study(study_root, study_root / "typo.yaml")
+
+
+def test_a_csv_table_a_command_wrote_is_shown_as_it_is(study_root):
+    """``tables``: a CSV under the study root (the SOCM comparator's) renders after the metric tables, its numbers
+    as written; a missing one is a one-line error."""
+    (study_root / "comparator.csv").write_text("model,avg_socm,source\nours,0.4210,ours\npaper,0.313,paper\n")
+    text = QUESTIONS.replace(
+        "    reading: Words only.", "    tables: [comparator.csv]\n    reading: Words only."
+    )
+    (study_root / "tables.yaml").write_text(text)
+    md = build_study(study_root, study_root / "tables.yaml")["md"].read_text()
+    assert (
+        "`comparator.csv`:" in md and "| ours | 0.4210 | ours |" in md and "| paper | 0.313 | paper |" in md
+    )
+    (study_root / "comparator.csv").unlink()
+    with pytest.raises(StudyError, match="table .*comparator.csv' not found"):
+        build_study(study_root, study_root / "tables.yaml")
