@@ -5,8 +5,9 @@ folder under the study root, the command that made it, the (task, metric) pairs 
 model/method/layer filters (``layers``: one list for every model, or a mapping from model to its list,
 since models differ in depth and layer types), tasks to split by depth (``by_depth``: the position task's
 early/late), a baseline method, figures from the run's ``figures/`` (``run/name`` for one of the
-question's ``extra_runs``), CSV tables under the study root that a committed command wrote (``tables``: each
-rendered as it is, after the question's metric tables; its command belongs in ``command``) and an optional
+question's ``extra_runs``), CSV tables under the study root that a committed command wrote (``outputs``: a
+``.csv`` rendered as a table as it is, a ``.png`` as a figure, after the question's metric tables; their command
+belongs in ``command``) and an optional
 ``reading`` (the authors' wording; it may quote no number: every number in the report comes from the results). The file's ``intro`` and each ``reading`` are one paragraph (a
 string) or bullets (a list of strings): at most six bullets, each, like a paragraph, at most 600 characters,
 so that the report reads in five minutes (issue 44). Each question
@@ -125,7 +126,7 @@ class Question:
     baseline: str | None = None
     layers: tuple[str, ...] | dict[str, tuple[str, ...]] = ()
     figures: tuple[str, ...] = ()
-    tables: tuple[str, ...] = ()  # CSV files under the study root, rendered as they are
+    outputs: tuple[str, ...] = ()  # a command's CSV tables and PNG figures under the study root
     reading: str | tuple[str, ...] = ""  # one paragraph, or bullets
     by_depth: tuple[str, ...] = ()
     extra_runs: tuple[str, ...] = field(default=())
@@ -140,7 +141,7 @@ class Question:
 _TOP_KEYS = ("title", "intro", "takeaway", "questions", "overview")
 _OVERVIEW_KEYS = ("run", "model", "metric", "methods")
 _REQUIRED = ("id", "title", "run", "command", "metrics")
-_STRING_LISTS = ("models", "methods", "figures", "tables", "by_depth", "extra_runs")
+_STRING_LISTS = ("models", "methods", "figures", "outputs", "by_depth", "extra_runs")
 _QUESTION_KEYS = (*_REQUIRED, *_STRING_LISTS, "baseline", "layers", "reading", "answer", "family")
 _NAMED_LAYERS = ("first", "middle", "last")
 READING_MAX_BULLETS = 6
@@ -607,8 +608,8 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
             blocks += [Paragraph(rule), Bullets(tuple(tests))]
         if is_contrast(metric):
             blocks.append(Paragraph(SURVIVOR_LEGEND))
-    for name in q.tables:
-        blocks += _csv_blocks(root, q, name)
+    for name in q.outputs:
+        blocks += _output_blocks(root, q, name)
     for entry in q.figures:
         run, name = _figure_source(q, entry)
         path = root / run / "figures" / name
@@ -618,11 +619,16 @@ def _question_blocks(root: Path, q: Question, number: int) -> list:
     return blocks
 
 
-def _csv_blocks(root: Path, q: Question, name: str) -> list:
-    """A CSV table under the study root, as it is (numbers as written), with its file named."""
+def _output_blocks(root: Path, q: Question, name: str) -> list:
+    """A committed command's output under the study root: a CSV as a table (numbers as written), a PNG as a
+    figure, each with its file named."""
     path = root / name
-    if not path.is_file():
-        raise StudyError(f"{q.id}: table {str(path)!r} not found (run the command the question names)")
+    if not path.is_file() or path.suffix not in (".csv", ".png"):
+        raise StudyError(
+            f"{q.id}: output {str(path)!r} is not a .csv or .png file here (run the command the question names)"
+        )
+    if path.suffix == ".png":
+        return [Image(path, name, path.stem, f"`{name}`")]
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     numeric = tuple(bool(frame[c].str.fullmatch(r"-?[\d.]+(e-?\d+)?|").all()) for c in frame.columns)
     rows = tuple(tuple(frame.iloc[i]) for i in range(len(frame)))

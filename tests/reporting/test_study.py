@@ -172,18 +172,17 @@ def test_a_method_or_model_in_no_run_is_an_error_not_a_silent_filter(study_root,
         build_study(study_root, study_root / "typo.yaml")
 
 
-def test_a_csv_table_a_command_wrote_is_shown_as_it_is(study_root):
-    """``tables``: a CSV under the study root (the SOCM comparator's) renders after the metric tables, its numbers
-    as written; a missing one is a one-line error."""
+def test_a_commands_table_and_figure_are_shown_as_they_are(study_root):
+    """``outputs``: a CSV under the study root (the SOCM comparator's) renders as a table after the metric
+    tables, its numbers as written, and a PNG as a figure; a missing one is a one-line error."""
     (study_root / "comparator.csv").write_text("model,avg_socm,source\nours,0.4210,ours\npaper,0.313,paper\n")
-    text = QUESTIONS.replace(
-        "    reading: Words only.", "    tables: [comparator.csv]\n    reading: Words only."
-    )
-    (study_root / "tables.yaml").write_text(text)
-    md = build_study(study_root, study_root / "tables.yaml")["md"].read_text()
-    assert (
-        "`comparator.csv`:" in md and "| ours | 0.4210 | ours |" in md and "| paper | 0.313 | paper |" in md
-    )
+    (study_root / "layers").mkdir()
+    (study_root / "layers" / "concentration.png").write_bytes(PNG)
+    outputs = "    outputs: [comparator.csv, layers/concentration.png]\n    reading: Words only."
+    (study_root / "outputs.yaml").write_text(QUESTIONS.replace("    reading: Words only.", outputs))
+    md = build_study(study_root, study_root / "outputs.yaml")["md"].read_text()
+    assert "`comparator.csv`:" in md and "| ours | 0.4210 | ours |" in md and "| paper | 0.313 | paper |" in md
+    assert "](layers/concentration.png)" in md
     (study_root / "comparator.csv").unlink()
-    with pytest.raises(StudyError, match="table .*comparator.csv' not found"):
-        build_study(study_root, study_root / "tables.yaml")
+    with pytest.raises(StudyError, match="output .*comparator.csv' is not a .csv or .png file here"):
+        build_study(study_root, study_root / "outputs.yaml")
