@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -257,12 +258,36 @@ class _Sample:
     sweep: tuple[set[str], list[str]]
     per_length: int
     embedded: bool
+    lengths: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, inputs: RunInputs, per_length: int, embedded: bool) -> _Sample:
         part = inputs.sample
         swept, longest = part.sweep() if part is not None else ([], [])
-        return cls(part.documents() if part is not None else [], (set(swept), longest), per_length, embedded)
+        lengths = tuple(sorted(part.by_length())) if part is not None else ()
+        texts = part.documents() if part is not None else []
+        return cls(texts, (set(swept), longest), per_length, embedded, lengths)
+
+
+@functools.lru_cache(maxsize=64)
+def _pair_seconds(width: int, tokens: int) -> float:
+    """Seconds of one pair's statistics (`llm_collapse.metrics.socm.cloud_terms`) at ``width`` for texts of about
+    ``tokens`` pooled tokens (the cross-Gram route below the width, eigh from it), timed here on two random
+    clouds, best of three."""
+    import numpy as np
+
+    from llm_collapse.metrics.socm import TextCloud, cloud_terms
+
+    rng = np.random.default_rng(0)
+    n = max(2, tokens)
+    clouds = [TextCloud.of(rng.normal(size=(n, width)) + 1.0) for _ in range(2)]
+    best = math.inf
+    for _ in range(3):
+        fresh = [TextCloud(c.mu, c.sigma, c.n, c.tokens) for c in clouds]  # no cached root: as a new pair
+        clock = time.perf_counter()
+        cloud_terms(*fresh)
+        best = min(best, time.perf_counter() - clock)
+    return best
 
 
 def _sharing_of(
@@ -307,8 +332,9 @@ class _ModelCosts:
         sharing of the sample's own sweep (one forward per document where exact), and without it (a pass of one
         text per forward)."""
         passes, sample, rate = self.passes, self.sample, self.gflops * 1e9
+        pairs = functools.partial(_pair_seconds, self.counter.width)
         if not passes or method in self.bare:
-            return _pass_costs(passes, method, 0.0, 0.0 if sample.sweep[0] else None, sample)
+            return _pass_costs(passes, method, 0.0, 0.0 if sample.sweep[0] else None, sample, pairs)
         key = self.keys[method]
         if key not in self._sample_costs:
             self._sample_costs[key] = _costs(
@@ -322,11 +348,11 @@ class _ModelCosts:
             )
         every, shared = self._sample_costs[key]
         if not sample.sweep[0]:
-            return _pass_costs(passes, method, every / rate, None, sample)
+            return _pass_costs(passes, method, every / rate, None, sample, pairs)
         flops = _swept((every, shared), self.sharing(method), sample.sweep[0], 0, 0, **self.bounded(method))[
             0
         ]
-        return _pass_costs(passes, method, flops / rate, every / rate, sample)
+        return _pass_costs(passes, method, flops / rate, every / rate, sample, pairs)
 
 
 def _swept(
@@ -351,12 +377,18 @@ def _swept(
 
 
 def _pass_costs(
-    passes: list[tuple[str, Pass]], method: str, seconds: float, unshared: float | None, sample: _Sample
+    passes: list[tuple[str, Pass]],
+    method: str,
+    seconds: float,
+    unshared: float | None,
+    sample: _Sample,
+    pair_seconds: Callable[[int], float] = lambda tokens: 0.0,
 ) -> tuple[float, list[str]]:
     """Seconds the tasks' passes (`Pass`) add to a method whose plain forwards of the sample's texts take
-    ``seconds``, and a line for each: a pass reads its share of the sample's texts per length at its factor;
-    ``unshared``: those seconds without prefix sharing, which a pass of one text per forward costs (its batch of
-    one costs about the same FLOPs as the batched forwards)."""
+    ``seconds``, and a line for each: a pass reads its share of the sample's texts per length at its factor, and
+    compares its pairs at every length (``pair_seconds(length)`` each: `_pair_seconds`); ``unshared``: those seconds
+    without prefix sharing, which a pass of one text per forward costs (its batch of one costs about the same
+    FLOPs as the batched forwards)."""
     added, lines = 0.0, []
     for task, each in passes:
         if each.base_only and method != BASE_METHOD:
@@ -364,6 +396,7 @@ def _pass_costs(
         alone = each.one_per_forward and unshared is not None and unshared != seconds
         share = min(each.texts, sample.per_length) / max(sample.per_length, 1)
         cost = each.factor * share * (unshared if alone else seconds)
+        cost += sum(each.pairs * pair_seconds(length) for length in sample.lengths) if each.pairs else 0.0
         added += cost
         lines.append(
             f"{task}: {each.says}"

