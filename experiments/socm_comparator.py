@@ -74,11 +74,12 @@ def main() -> None:
         rows.append({
             "model": "minilm (all-MiniLM-L6-v2)", "texts": f"{len(clouds)} {corpus} sentences of 8-48 words",
             "avg_socm": float(np.mean(socm)), "concentration": float(np.mean([c.concentration for c in clouds])),
-            "pairs": len(socm), "tokens_median": float(np.median(tokens)), "source": "ours",
+            "pairs": len(socm), "tokens_median": round(float(np.median(tokens))), "source": "ours",
         })  # fmt: skip
         print(f"{corpus}: {len(clouds)} texts, {len(socm)} pairs, Avg. SOCM {np.mean(socm):.3f}, "
               f"c {rows[-1]['concentration']:.3f}, {time.perf_counter() - clock:.0f} s")  # fmt: skip
     frame = pd.DataFrame([*rows, *({**row, "source": "paper"} for row in PAPER)])
+    frame = frame.astype({"pairs": "Int64", "tokens_median": "Int64"})  # counts, blank for the paper's rows
     args.out.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out, index=False, float_format="%.4f")
     print(frame.to_string(index=False))

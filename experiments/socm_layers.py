@@ -73,6 +73,7 @@ def main() -> None:
         )
     ax.set(xlabel="layer depth (0: embedding output, 1: last layer)", ylabel="token concentration c (unit mean)",
            title=f"Token concentration by layer, {len(texts)} sotu sentences")  # fmt: skip
+    ax.set_yscale("log")  # gemma3-270m's middle layers sit two orders below its ends
     ax.legend()
     fig.tight_layout()
     fig.savefig(args.out / "concentration.png", dpi=110, metadata={"Software": None})
