@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 
 OUT = Path("reports") / "bench" / "socm_memory.json"
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             socm: rows[i * 2 + 1]["growth_bytes"] / rows[i * 2]["growth_bytes"]
             for i, socm in enumerate((False, True))
         }
-        result = {"command": "python -m llm_collapse.bench.socm_memory", "cpu": cpu_kind(), "rows": rows,
+        result = {"command": " ".join(["python -m llm_collapse.bench.socm_memory", *(argv if argv is not None else sys.argv[1:])]), "cpu": cpu_kind(), "rows": rows,
                   "growth_ratio_16k_to_32k": {"plain": growth[False], "socm": growth[True]},
                   "within_target": growth[True] <= TARGET}  # fmt: skip
         args.out.parent.mkdir(parents=True, exist_ok=True)

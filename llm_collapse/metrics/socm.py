@@ -85,6 +85,26 @@ class TokenMoments:
         other._square_norms = self._square_norms
         return other
 
+    def state(self) -> dict[str, np.ndarray]:
+        """The arrays `of_state` makes these moments again from (a store's)."""
+        return {
+            "n": np.int64(self.n),
+            "mean": self.mean,
+            "m2": self.m2,
+            "square_norms": np.float64(self._square_norms),
+        }
+
+    @classmethod
+    def of_state(cls, state: dict[str, np.ndarray]) -> TokenMoments:
+        """The moments `state` gave."""
+        mean, m2 = np.asarray(state["mean"], dtype=np.float64), np.asarray(state["m2"], dtype=np.float64)
+        if mean.ndim != 1 or m2.shape != (mean.shape[0],) * 2:
+            raise ValueError(f"moments of shapes {mean.shape} and {m2.shape}")
+        moments = cls(mean.shape[0])
+        moments.n, moments.mean, moments.m2 = int(state["n"]), mean.copy(), m2.copy()
+        moments._square_norms = float(state["square_norms"])
+        return moments
+
     @property
     def covariance(self) -> np.ndarray:
         """The population covariance (divided by n), symmetrised."""

