@@ -35,6 +35,7 @@ runs=(
   extension_minilm                      # Q8, issue 63: minilm read to 4k against truncation (declared claims)
   bins_minilm                           # Q9, issue 63: the paper's length bins on minilm, every tau (declared claims)
   minilm_seed1                          # Q9, issue 63: minilm's TempScale sweep on a second draw (declared claims)
+  socm_minilm socm_gemma socm_gemma_last  # Q10, issue 75: second-order collapse by length (declared claims; the last a diagnostic)
 )
 for name in "${runs[@]}"; do
   python -m llm_collapse.compare --config "experiments/study/${name}.yaml"

@@ -59,7 +59,7 @@ from llm_collapse.metrics.collapse import (
     mean_pairwise_cosine,
     normalize_rows,
 )
-from llm_collapse.metrics.contrasts import mcnemar_p
+from llm_collapse.metrics.contrasts import Contrast, jackknife, mcnemar_p
 from llm_collapse.metrics.proportions import paired_counts
 
 logger = logging.getLogger(__name__)
@@ -114,28 +114,20 @@ def bootstrap_ci(
     return percentile_interval(point, boot, alpha)
 
 
-def jackknife_ci(
-    data: Sequence[float] | np.ndarray, statistic: Callable, alpha: float = 0.05
-) -> tuple[float, float, float]:
-    """Leave-one-out (jackknife) normal interval: ``point +- z * se_jack``.
+def jackknife_ci(data: Sequence[float] | np.ndarray, statistic: Callable) -> tuple[float, float, float]:
+    """Delete-one (jackknife) interval ``point +- t_{n-1} * se_jack`` (`llm_collapse.metrics.contrasts.jackknife`,
+    which also gives its t-test: what runs store for set-level rows).
 
     For statistics that resampled duplicates bias, such as the mean distance to the group's own centroid
     (a duplicated row pulls the centroid towards itself, so bootstrap resamples sit systematically low and
-    the percentile interval can exclude the point estimate). Deterministic; needs n >= 3.
+    the percentile interval can exclude the point estimate). Deterministic; needs n >= 3. Runs before
+    2026-12-08 stored ``point +- z * se_jack`` (`llm_collapse.reporting.significance` reads those with t too).
 
     Returns:
         ``(point, low, high)``; NaN interval when n < 3 or the point is NaN.
     """
-    data = np.asarray(data)
-    n = data.shape[0]
-    point = float(statistic(data))
-    if not np.isfinite(point) or n < 3:
-        return (point, float("nan"), float("nan"))
-    keep = ~np.eye(n, dtype=bool)
-    values = np.array([statistic(data[keep[i]]) for i in range(n)], dtype=np.float64)  # (n,)
-    se = float(np.sqrt((n - 1) / n * np.sum((values - values.mean()) ** 2)))
-    z = float(sps.norm.ppf(1 - alpha / 2))
-    return (point, point - z * se, point + z * se)
+    c = jackknife(np.asarray(data), statistic)
+    return (c.estimate, c.low, c.high)
 
 
 def effective_rank_ci(
@@ -236,21 +228,20 @@ def _dedup_pair_sums(U: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return num, den
 
 
-def paired_jackknife_ci(
-    X: np.ndarray, Y: np.ndarray, statistic: Callable, alpha: float = 0.05
-) -> tuple[float, float, float]:
-    """Jackknife interval of ``statistic(X) - statistic(Y)`` over paired rows (same item in row i of both).
-
-    Leaving item i out drops row i from both matrices (`jackknife_ci` over the stacked (n, 2, ...) pairs),
-    for statistics that bootstrap duplicates bias, such as ``centroid_distance``. Needs n >= 3.
-
-    Returns:
-        ``(point, low, high)``; NaN interval when n < 3 or the point is NaN.
-    """
+def paired_jackknife(X: np.ndarray, Y: np.ndarray, statistic: Callable) -> Contrast:
+    """Jackknife contrast of ``statistic(X) - statistic(Y)`` over paired rows (same item in row i of both):
+    leaving item i out drops row i from both (`llm_collapse.metrics.contrasts.jackknife` over the stacked
+    (n, 2, ...) pairs; t(n - 1) interval and test). Needs n >= 3."""
     X, Y = np.asarray(X), np.asarray(Y)
     _paired_n(X, Y)
     pairs = np.stack([X, Y], axis=1)  # (n, 2, ...)
-    return jackknife_ci(pairs, lambda p: statistic(p[:, 0]) - statistic(p[:, 1]), alpha=alpha)
+    return jackknife(pairs, lambda p: statistic(p[:, 0]) - statistic(p[:, 1]))
+
+
+def paired_jackknife_ci(X: np.ndarray, Y: np.ndarray, statistic: Callable) -> tuple[float, float, float]:
+    """`paired_jackknife` as ``(point, low, high)``; NaN interval when n < 3 or the point is NaN."""
+    c = paired_jackknife(X, Y, statistic)
+    return (c.estimate, c.low, c.high)
 
 
 def mcnemar_exact_p(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:

@@ -9,9 +9,10 @@ across every test of its family (a run report's table; a question of the study);
   ``*_vs_control``: the same items on both sides), as `llm_collapse.reporting.reread` left it on loading:
   a paired t row (continuous per-item values: t interval and t-based TOST), a McNemar row (0/1 outcomes:
   Newcombe's interval; its TOST inverts it where the paired table is known), a sign-flip row (0/1
-  differences of differences), or a ``paired Wald`` row (set-level: the jackknife's normal interval; runs
-  before 2026-12-06 stored a percentile bootstrap for the pairwise cosine), ``z = value / se`` with
-  ``se = (high - low) / (2 x 1.96)``.
+  differences of differences), a ``jackknife t`` row (set-level, `MetricInfo.set_level`: the t(n - 1) test on
+  the delete-one jackknife's standard error; rows stored before 2026-12-08 held its normal interval and no
+  p-value, so ``se = (high - low) / (2 x 1.96)``; before 2026-12-06 the pairwise cosine's was a percentile
+  bootstrap), or a ``paired Wald`` row (any other stored interval without a p-value: ``z = value / se``).
 - **proportions on different items** (Acc@1 at two lengths of the bins design, or unpaired tasks):
   Fisher's exact test on the counts (value x n successes of n).
 - **other metrics on different items** (or on the same items where the run stored no paired row, e.g. layerwise
@@ -35,13 +36,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from llm_collapse.metrics.contrasts import Contrast, binary_from_counts, t_from_p
+from llm_collapse.metrics.contrasts import JACKKNIFE_T, Contrast, binary_from_counts, t_contrast, t_from_p
 from llm_collapse.metrics.stats import holm_adjust
 from llm_collapse.reporting.reread import COUNT_COLUMNS
 from llm_collapse.tasks.registry import VS_INTERACTION, margin_for, metric_info
@@ -55,7 +56,11 @@ KINDS: dict[str, str] = {
     "sign-flip": "exact sign-flip test on the per-item differences of differences (0/1 outcomes; t interval)",
     "Welch t": "Welch's t-test of the per-item method - base differences between two lengths' other texts "
     "(--design bins; Welch-Satterthwaite df)",
-    "paired Wald": "Wald test from the paired 95% interval (set-level: the delete-one jackknife's)",
+    "jackknife t": "t-test with n - 1 df on the delete-one jackknife's standard error (set-level statistics: the "
+    "pairwise cosine, the distance to a length's own centroid, the spread and offset, SOCM's pair means; rows stored "
+    "before 2026-12-08 without a p-value: the standard error from their normal interval, for the pairwise cosine "
+    "before 2026-12-06 a percentile bootstrap's)",
+    "paired Wald": "Wald test from the paired 95% interval (a stored row without a p-value or per-item data)",
     "TOST": "two one-sided tests against ±margin (equivalence; Holm across the family's equivalence tests): "
     "t-based for per-item differences, Newcombe's interval inverted for paired 0/1, else z from the interval",
     "Fisher": "Fisher's exact test on the two counts (different items)",
@@ -92,18 +97,24 @@ def paired_test(row: pd.Series) -> Contrast | None:
     counts = [_float(row, key) for key in COUNT_COLUMNS]
     if all(math.isfinite(c) for c in counts):
         return binary_from_counts(tuple(int(c) for c in counts))
+    metric = str(row.get("metric", ""))
+    quantity = metric_info(metric.split("_vs_", 1)[0])
     if math.isfinite(p):
-        metric = str(row.get("metric", ""))
-        continuous = not metric_info(metric.split("_vs_", 1)[0]).proportion
-        kind = "paired t" if continuous else "sign-flip" if metric.endswith(VS_INTERACTION) else "McNemar"
+        continuous = not quantity.proportion
+        paired = JACKKNIFE_T if quantity.set_level else "paired t"
+        kind = paired if continuous else "sign-flip" if metric.endswith(VS_INTERACTION) else "McNemar"
         named = row.get("test")  # a test the metric does not imply (`reread`: Welch's), else "" or absent
         kind = named if isinstance(named, str) and named else kind
         se, df = _float(row, "se"), _float(row, "df")
         if math.isfinite(se):  # read on loading (`llm_collapse.reporting.reread`)
             return Contrast(value, low, high, n, kind, p, se, df if math.isfinite(df) else math.inf)
         if continuous:
-            return t_from_p(value, p, n, low, high)
+            return replace(t_from_p(value, p, n, low, high), test=kind)
         return Contrast(value, low, high, n, kind, p)
+    if (
+        quantity.set_level
+    ):  # stored before 2026-12-08: the jackknife's normal interval, no p; read with t(n - 1)
+        return t_contrast(value, _se(row), n, JACKKNIFE_T)
     return _wald(value, _se(row), "paired Wald", n)
 
 

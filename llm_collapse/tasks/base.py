@@ -265,8 +265,9 @@ def contrast_rows(
     shortest length's items relabelled to each length's key).
 
     One procedure per outcome type (`llm_collapse.metrics.contrasts`), none of them seeded: embeddings give
-    ``pairwise_cosine_vs_base`` and ``centroid_distance_vs_base`` (set-level: paired delete-one jackknife;
-    runs before 2026-12-06 stored a paired bootstrap for the cosine); correctness gives ``<metric>_vs_base``
+    ``pairwise_cosine_vs_base`` and ``centroid_distance_vs_base`` (set-level: paired delete-one jackknife,
+    t(n - 1) interval and test; runs before 2026-12-08 stored its normal interval without a p-value, and before
+    2026-12-06 a paired bootstrap for the cosine); correctness gives ``<metric>_vs_base``
     (Newcombe's method-10 interval and the exact McNemar p-value; runs before 2026-12-05 stored a paired
     bootstrap interval); continuous per-item values give one ``<metric>_vs_base`` row and per-layer
     statistics one per layer (`paired_t_contrast`: t interval; a bootstrap before 2026-12-06). Bins absent
@@ -274,7 +275,7 @@ def contrast_rows(
     """
     from llm_collapse.metrics.collapse import centroid_distance
     from llm_collapse.metrics.contrasts import paired_binary
-    from llm_collapse.metrics.stats import paired_jackknife_ci
+    from llm_collapse.metrics.stats import paired_jackknife
 
     rows = []
     for key in sorted(items, key=lambda k: (k[0], k[1], -1.0 if k[2] is None else k[2])):
@@ -292,10 +293,10 @@ def contrast_rows(
             rows += _per_layer_contrasts(row, items[key].metric + suffix, mine, theirs)
         elif items[key].metric == EMBEDDINGS:
             cosine = _paired_cosine_jackknife(mine, theirs)  # O(n d): delete-one values from per-item terms
-            rows.append(result_row(**row, metric="pairwise_cosine" + suffix, value=cosine.estimate,
-                                   ci=(cosine.low, cosine.high)))  # fmt: skip
-            point, low, high = paired_jackknife_ci(mine, theirs, centroid_distance)
-            rows.append(result_row(**row, metric="centroid_distance" + suffix, value=point, ci=(low, high)))
+            distance = paired_jackknife(mine, theirs, centroid_distance)
+            for metric, c in (("pairwise_cosine", cosine), ("centroid_distance", distance)):
+                rows.append(result_row(**row, metric=metric + suffix, value=c.estimate, ci=(c.low, c.high),
+                                       p_value=c.p))  # fmt: skip
             if items[key].reference is not None and base[key].reference is not None:
                 for contrast in (
                     _global_distance_contrast(items[key], base[key]),
@@ -366,8 +367,8 @@ def _decomposition_contrasts(mine: PairedItems, theirs: PairedItems) -> list[dic
     """Paired differences of the decomposition's three terms (`llm_collapse.metrics.decomposition`), each side
     against its own global centroid: the whole from the per-item squared distances (`paired_t_contrast`), the
     spread and the offset by a paired delete-one jackknife (they move with the length's own centroid)."""
+    from llm_collapse.metrics.contrasts import jackknife
     from llm_collapse.metrics.decomposition import DECOMPOSITION_KEYS, centroid_decomposition
-    from llm_collapse.metrics.stats import jackknife_ci
 
     def term(key: str):
         return lambda pairs: (
@@ -381,8 +382,8 @@ def _decomposition_contrasts(mine: PairedItems, theirs: PairedItems) -> list[dic
     out = [dict(metric=DECOMPOSITION_KEYS[0], value=point, ci=(low, high), p_value=p_value)]
     pairs = np.stack([mine.values, theirs.values], axis=1)  # (n, 2, d)
     for key in DECOMPOSITION_KEYS[1:]:
-        point, low, high = jackknife_ci(pairs, term(key))
-        out.append(dict(metric=key, value=point, ci=(low, high)))
+        c = jackknife(pairs, term(key))
+        out.append(dict(metric=key, value=c.estimate, ci=(c.low, c.high), p_value=c.p))
     return out
 
 
@@ -400,7 +401,7 @@ def pair_mean_contrast(d: np.ndarray) -> tuple[float, float, float, float]:
     point, t(n - 1) jackknife interval and p-value."""
     from llm_collapse.metrics.contrasts import jackknife_from_leave_one_out, pair_mean_leave_one_out
 
-    c = jackknife_from_leave_one_out(*pair_mean_leave_one_out(d), t_df=True)
+    c = jackknife_from_leave_one_out(*pair_mean_leave_one_out(d))
     return c.estimate, c.low, c.high, c.p
 
 

@@ -117,13 +117,21 @@ TASK = Task(
     run=run_collapse,
     metrics={
         "pairwise_cosine": MetricInfo(
-            "mean pairwise cosine", MORE_COLLAPSE_IF_HIGHER, paired=True, margin=GEOMETRY_MARGIN
+            "mean pairwise cosine",
+            MORE_COLLAPSE_IF_HIGHER,
+            paired=True,
+            set_level=True,
+            margin=GEOMETRY_MARGIN,
         ),
         "centroid_cosine": MetricInfo(
             "cosine to global centroid", MORE_COLLAPSE_IF_HIGHER, margin=GEOMETRY_MARGIN
         ),
         "centroid_distance": MetricInfo(
-            "distance to bin centroid (ours)", MORE_COLLAPSE_IF_LOWER, paired=True, margin=GEOMETRY_MARGIN
+            "distance to bin centroid (ours)",
+            MORE_COLLAPSE_IF_LOWER,
+            paired=True,
+            set_level=True,
+            margin=GEOMETRY_MARGIN,
         ),
         "global_centroid_distance": MetricInfo(
             "distance to global centroid (paper)", MORE_COLLAPSE_IF_LOWER, paired=True, margin=GEOMETRY_MARGIN
@@ -134,10 +142,10 @@ TASK = Task(
             "squared distance to global centroid", MORE_COLLAPSE_IF_LOWER, paired=True, digits=4
         ),
         "within_length_sq_spread": MetricInfo(
-            "within-length spread (squared)", MORE_COLLAPSE_IF_LOWER, paired=True, digits=4
+            "within-length spread (squared)", MORE_COLLAPSE_IF_LOWER, paired=True, set_level=True, digits=4
         ),
         "length_centroid_offset_sq": MetricInfo(
-            "length centroid offset (squared)", "", paired=True, digits=4
+            "length centroid offset (squared)", "", paired=True, set_level=True, digits=4
         ),
         "effective_rank": MetricInfo("effective rank", MORE_COLLAPSE_IF_LOWER),
         "tokens": MetricInfo("mean tokens per text", ""),

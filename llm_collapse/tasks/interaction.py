@@ -15,7 +15,8 @@ interval over the items, each item seen in all four cells:
   a p-value (a one-sample t-test of continuous values; for 0/1 outcomes an exact sign-flip test, whose null
   is that each item's value is as likely negated: the four-cell analogue of McNemar's test);
 - set-level statistics (pairwise cosine, distance to the length's own centroid, the decomposition's spread
-  and offset): a delete-one jackknife over the items, no p-value (as their ``*_vs_base`` rows).
+  and offset): a delete-one jackknife over the items, its t(n - 1) interval and test (as their ``*_vs_base``
+  rows; runs before 2026-12-08 stored its normal interval and no p-value).
 
 Bins whose four cells do not hold the same items (by id, else by count) are skipped with a warning.
 
@@ -33,9 +34,8 @@ import math
 import numpy as np
 
 from llm_collapse.metrics.collapse import centroid_distance, mean_pairwise_cosine, normalize_rows
-from llm_collapse.metrics.contrasts import binary_interaction, independent_sum, mean_difference
+from llm_collapse.metrics.contrasts import binary_interaction, independent_sum, jackknife, mean_difference
 from llm_collapse.metrics.decomposition import DECOMPOSITION_KEYS, centroid_decomposition
-from llm_collapse.metrics.stats import jackknife_ci
 from llm_collapse.records.results import CellKey, result_row
 from llm_collapse.tasks.base import EMBEDDINGS, PairedItems, PairedKey, pair_mean_contrast, paired_task
 from llm_collapse.tasks.task import VS_INTERACTION
@@ -178,7 +178,7 @@ def _embedding_interactions(cells: list[PairedItems], seed: int) -> list[dict]:
     refs = [c.reference for c in cells]
 
     def set_level(statistic):
-        return jackknife_ci(stack, lambda s: _did([statistic(s[:, j], refs[j]) for j in range(4)]))
+        return jackknife(stack, lambda s: _did([statistic(s[:, j], refs[j]) for j in range(4)]))
 
     statistics = {
         "pairwise_cosine": lambda X, g: mean_pairwise_cosine(X),
@@ -189,8 +189,8 @@ def _embedding_interactions(cells: list[PairedItems], seed: int) -> list[dict]:
             statistics[key] = lambda X, g, key=key: centroid_decomposition(X, g).summary()[key]
     out = []
     for metric, statistic in statistics.items():
-        point, low, high = set_level(statistic)
-        out.append(dict(metric=metric + INTERACTION, value=point, ci=(low, high)))
+        c = set_level(statistic)
+        out.append(dict(metric=metric + INTERACTION, value=c.estimate, ci=(c.low, c.high), p_value=c.p))
     if all(r is not None for r in refs):
         distances = [
             np.linalg.norm(normalize_rows(c.values) - r.reshape(1, -1), axis=1)

@@ -242,7 +242,7 @@ def run_socm(ctx: TaskContext, sample: CorpusSample, options: SocmOptions) -> li
                 continue  # socm_with_first where pooling reads the first token
             items = _per_item(values, pairs, n)
             point, loo = pair_mean_leave_one_out(items)
-            contrast = jackknife_from_leave_one_out(point, loo, t_df=True)
+            contrast = jackknife_from_leave_one_out(point, loo)
             rows.append(ctx.row(task=TASK_NAME, length=length, metric=metric, value=contrast.estimate,
                                 ci=(contrast.low, contrast.high), n=n))  # fmt: skip
             ctx.paired[paired_key(TASK_NAME, length, metric=metric)] = PairedItems(
@@ -277,27 +277,51 @@ TASK = Task(
     run=run_socm,
     metrics={
         "socm": MetricInfo(
-            "SOCM: (1 - d_mu) d_sigma, mean over pairs", MORE_COLLAPSE_IF_HIGHER, paired=True, digits=4
+            "SOCM: (1 - d_mu) d_sigma, mean over pairs",
+            MORE_COLLAPSE_IF_HIGHER,
+            paired=True,
+            set_level=True,
+            digits=4,
         ),
-        "socm_d_mu": MetricInfo("d_mu: |mu_x - mu_y|^2 / 4 (means)", "", paired=True, digits=4),
-        "socm_d_sigma": MetricInfo("d_sigma: BW^2 / 4 (token clouds' shapes)", "", paired=True, digits=4),
+        "socm_d_mu": MetricInfo(
+            "d_mu: |mu_x - mu_y|^2 / 4 (means)", "", paired=True, set_level=True, digits=4
+        ),
+        "socm_d_sigma": MetricInfo(
+            "d_sigma: BW^2 / 4 (token clouds' shapes)", "", paired=True, set_level=True, digits=4
+        ),
         "token_concentration": MetricInfo(
             "token concentration c = tr Sigma (unit mean)", "", paired=True, digits=4
         ),
         "socm_excess": MetricInfo(
-            "SOCM beyond the two texts' split-half nulls", MORE_COLLAPSE_IF_HIGHER, paired=True, digits=4
+            "SOCM beyond the two texts' split-half nulls",
+            MORE_COLLAPSE_IF_HIGHER,
+            paired=True,
+            set_level=True,
+            digits=4,
         ),
         "socm_subsample": MetricInfo(
-            "SOCM of fixed-size token subsamples (control)", MORE_COLLAPSE_IF_HIGHER, paired=True, digits=4
+            "SOCM of fixed-size token subsamples (control)",
+            MORE_COLLAPSE_IF_HIGHER,
+            paired=True,
+            set_level=True,
+            digits=4,
         ),
         "socm_split_half": MetricInfo(
             "SOCM of a text's two halves (null, control)", "", paired=True, digits=4
         ),
         "socm_trace_normalised": MetricInfo(
-            "SOCM with each Sigma over its trace (control)", MORE_COLLAPSE_IF_HIGHER, paired=True, digits=4
+            "SOCM with each Sigma over its trace (control)",
+            MORE_COLLAPSE_IF_HIGHER,
+            paired=True,
+            set_level=True,
+            digits=4,
         ),
         "socm_with_first": MetricInfo(
-            "SOCM with the first input token (BOS)", MORE_COLLAPSE_IF_HIGHER, paired=True, digits=4
+            "SOCM with the first input token (BOS)",
+            MORE_COLLAPSE_IF_HIGHER,
+            paired=True,
+            set_level=True,
+            digits=4,
         ),
         "token_concentration_with_first": MetricInfo(
             "token concentration with the first input token", "", paired=True, digits=4

@@ -67,6 +67,8 @@ class MetricInfo:
         paired: Whether the runner writes ``<metric>_vs_base`` paired contrasts for it.
         proportion: Whether it is a mean of per-item 0/1 outcomes (value x n successes of n): unpaired
             differences then get an exact test from the counts (`llm_collapse.reporting.significance`).
+        set_level: Whether it is one number per set of items (a mean over pairs, a distance to the set's own
+            centroid), so its contrasts are read by the delete-one jackknife with t(n - 1) (``jackknife t``).
         margin: Its equivalence margin, declared, not estimated: a change within ``±margin`` counts as none
             (`llm_collapse.tasks.registry.margin_for`; a run's ``margins`` override it). None: no equivalence
             is claimed. The built-ins: 0.01 for the geometry metrics, 0.10 for the kNN and retrieval accuracies.
@@ -78,6 +80,7 @@ class MetricInfo:
     paired: bool = False
     proportion: bool = False
     margin: float | None = None
+    set_level: bool = False
 
 
 class RunView(Protocol):

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.stats
 
 from llm_collapse.reporting.answer_spec import parse_answers
 from llm_collapse.reporting.item_contrasts import Cell, Items, combine, contrast_terms, trend_weights
@@ -23,7 +24,7 @@ SET_LEVEL_ROWS = ("within_length_sq_spread_vs_shortest", "within_length_sq_sprea
 @pytest.mark.parametrize("run", ["tau32k_below1", "minilm", "tau8k"])
 def test_set_level_rows_from_items_equal_the_runs_jackknife_from_embeddings(run):
     """Every stored jackknife row of the spread (and the pairwise cosine's interaction) of a committed run, computed
-    at run time from the embeddings, comes back from items.parquet's per-item terms to 1e-9."""
+    at run time from the embeddings, comes back from items.parquet's per-item terms to 1e-9 (estimate and standard error)."""
     results = pd.read_parquet(STUDY / run / "results.parquet")
     rows = results[results.metric.isin(SET_LEVEL_ROWS) & results.depth.isna() & results.layer.isna()]
     items, checked = Items(STUDY), 0
@@ -33,9 +34,10 @@ def test_set_level_rows_from_items_equal_the_runs_jackknife_from_embeddings(run)
         cell = Cell(run, row.model, row.method, row.task, int(row.length))
         contrast = combine(items, contrast_terms(cell, "_vs_" + rest, shortest), quantity)
         assert contrast is not None, row
-        assert (contrast.estimate, contrast.low, contrast.high) == pytest.approx(
-            (row.value, row.ci_low, row.ci_high), abs=1e-9
-        ), row
+        # these runs stored the jackknife's normal interval (before 2026-12-08): its standard error, read with t
+        stored_se = (row.ci_high - row.ci_low) / (2 * scipy.stats.norm.ppf(0.975))
+        assert (contrast.estimate, contrast.se) == pytest.approx((row.value, stored_se), abs=1e-9), row
+        assert contrast.test == "jackknife t" and contrast.df == row.n - 1
         checked += 1
     assert checked >= 20
 

@@ -39,6 +39,20 @@ def test_paired_row_uses_its_stored_p_else_wald_from_its_interval():
     assert paired_test(_row(0.1)) is None  # no interval, no p: untested
 
 
+def test_set_level_rows_are_read_with_t_on_n_minus_1_df():
+    """A set-level row (the pairwise cosine, the spread, SOCM's pair means) is the jackknife's: stored with its
+    t-test p it is named so; stored before 2026-12-08 with a normal interval and no p, its standard error comes
+    from that interval and is read with t(n - 1), interval and test."""
+    se = 0.1 / (2 * sps.norm.ppf(0.975))
+    old = paired_test(_row(0.15, 0.1, 0.2, n=20, metric="within_length_sq_spread_vs_shortest"))
+    assert old.test == "jackknife t" and old.df == 19 and old.se == pytest.approx(se)
+    assert old.p == pytest.approx(2 * sps.t.sf(0.15 / se, 19), rel=1e-9)
+    assert old.high - old.low == pytest.approx(2 * sps.t.ppf(0.975, 19) * se)
+    new = paired_test(_row(0.15, 0.1, 0.2, n=20, p=0.01, metric="socm_vs_base_vs_shortest"))
+    assert new.test == "jackknife t" and new.df == 19
+    assert new.se == pytest.approx(0.15 / sps.t.isf(0.005, 19))
+
+
 def test_unpaired_proportions_use_fisher_on_the_counts_and_others_wald():
     a, b = _row(0.25, n=20), _row(0.75, n=20)  # 5/20 vs 15/20
     test = unpaired_test("acc@1", a, b)
@@ -98,14 +112,15 @@ def test_read_changes_gives_equivalent_or_inconclusive_where_a_margin_is_declare
     tight = paired_test(_row(0.002, -0.003, 0.007, metric="pairwise_cosine_vs_base"))  # Wald p = 0.43
     wide = paired_test(_row(0.002, -0.03, 0.034, metric="pairwise_cosine_vs_base"))
     cells = read_changes([("pairwise_cosine", 0.002, t, 3) for t in (tight, wide)], judge)
-    # TOST p: tight max(sf(0.012/0.00255), sf(0.008/0.00255)) = 8.5e-4 -> Holm x2 (two equivalence tests)
-    assert cells[0] == "+0.002 (equivalent within ±0.01; TOST, Holm p=0.002)"
-    assert cells[1].startswith("+0.002 (inconclusive; paired Wald, Holm p=")
+    # a set-level row stored without a p (its jackknife's normal interval) is read with t(19): the TOST p of the
+    # tight one is max(t19.sf(0.012/0.00255), t19.sf(0.008/0.00255)) = 0.0027 -> Holm x2 (two equivalence tests)
+    assert cells[0] == "+0.002 (equivalent within ±0.01; TOST, Holm p=0.005)"
+    assert cells[1].startswith("+0.002 (inconclusive; jackknife t, Holm p=")
     # a larger margin from the config makes the wide one equivalent too; a metric without a margin stays n.s.
     wider = read_changes([("pairwise_cosine", 0.002, wide, 3)], judge, {"pairwise_cosine": 0.1})
     assert wider[0].startswith("+0.002 (equivalent within ±0.1; TOST")
     plain = read_changes([("effective_rank", 0.002, wide, 3)], judge)
-    assert plain[0].startswith("+0.002 (n.s.; paired Wald")
+    assert plain[0].startswith("+0.002 (n.s.; jackknife t")
     legend = table_legend([cells])
     assert "'equivalent within ±m'" in legend and "TOST:" in legend
     assert "otherwise n.s." in table_legend([plain])
@@ -135,7 +150,7 @@ def test_study_table_reads_the_paired_row_when_the_run_has_one():
     )  # fmt: skip
     table = metric_table(rows, "pairwise_cosine", None, contrasts=paired)
     cells = {r[1]: r[-1] for r in table.rows}
-    assert "paired Wald" in cells["`base`"] and "more collapse" in cells["`base`"]
+    assert "jackknife t" in cells["`base`"] and "more collapse" in cells["`base`"]
     assert "; Wald," in cells["`tempscale-0.7`"]  # no paired row: unpaired test of the endpoints
 
 
@@ -183,3 +198,27 @@ def test_a_zero_width_interval_of_an_accuracy_is_no_evidence_of_equivalence():
         "equivalent",
         "equivalent",
     ]
+
+
+def test_reread_gives_an_old_set_level_row_its_t_interval_and_test():
+    """A set-level contrast stored before 2026-12-08 (the jackknife's normal interval, no p-value) is read again on
+    loading with t(n - 1): interval, p-value, standard error and df; a per-length value row is left as stored."""
+    from llm_collapse.reporting.reread import reread
+
+    base = dict(model="m", method="base", task="collapse", depth=np.nan, layer=np.nan, n=12)
+    stored = pd.DataFrame(
+        [
+            dict(base, length=512, metric="within_length_sq_spread_vs_shortest", value=-0.05, ci_low=-0.07,
+                 ci_high=-0.03, p_value=np.nan),
+            dict(base, length=512, metric="within_length_sq_spread", value=0.4, ci_low=0.38, ci_high=0.42,
+                 p_value=np.nan),
+        ]
+    )  # fmt: skip
+    out = reread(stored, None)
+    se = 0.02 / sps.norm.ppf(0.975)
+    half = sps.t.ppf(0.975, 11) * se
+    row = out.iloc[0]
+    assert (row.ci_low, row.ci_high) == pytest.approx((-0.05 - half, -0.05 + half))
+    assert row.p_value == pytest.approx(2 * sps.t.sf(0.05 / se, 11)) and row.df == 11
+    assert paired_test(row).test == "jackknife t"
+    assert (out.iloc[1].ci_low, out.iloc[1].ci_high) == (0.38, 0.42) and np.isnan(out.iloc[1].p_value)

@@ -31,7 +31,8 @@ UP = {"global_centroid_distance": "less collapse", "centroid_distance": "less co
       "knn_accuracy": "better", "knn_cross_accuracy": "better", "logistic_accuracy": "better",
       "cosine_to_fp32": "less drift",
       "attention_entropy_normalized": "higher", "attention_entropy": "higher", "hf_ratio": "higher",
-      "hf_ratio_length_free": "higher"}  # fmt: skip
+      "hf_ratio_length_free": "higher", "socm": "more collapse", "socm_excess": "more collapse",
+      "socm_d_mu": "higher", "socm_d_sigma": "higher", "token_concentration": "higher"}  # fmt: skip
 DOWN = {"less collapse": "more collapse", "more collapse": "less collapse", "better": "worse",
         "less drift": "more drift", "higher": "lower"}  # fmt: skip
 
@@ -401,9 +402,10 @@ def test_a_claim_is_declared_only_where_its_run_stated_it_before_running(tmp_pat
 
 def _loo(quantity: str, x: np.ndarray) -> tuple[float, np.ndarray]:
     """A set-level statistic and its delete-one values from its per-item terms, written out: the mean pairwise
-    cosine from each item's mean cosine to the others; the spread 1 - |c|^2 from each item's squared distance."""
+    cosine (and SOCM's pair means) from each item's mean over its pairs; the spread 1 - |c|^2 from each item's
+    squared distance."""
     n = len(x)
-    if quantity == "pairwise_cosine":
+    if quantity == "pairwise_cosine" or quantity.startswith("socm"):
         return x.mean(), np.array([(n * x.mean() - 2 * x[k]) / (n - 2) for k in range(n)])
     c2 = 1 - x.mean()
     dots = (1 + c2 - x) / 2
@@ -412,14 +414,14 @@ def _loo(quantity: str, x: np.ndarray) -> tuple[float, np.ndarray]:
 
 @pytest.mark.skipif(not ANSWERS.is_file(), reason="no committed study answers")
 def test_every_set_level_answer_with_items_is_the_jackknife_of_its_per_item_terms():
-    """Set-level answers (the within-length spread, the pairwise cosine: 'paired Wald') reproduce from items.parquet:
-    each cell's delete-one values from its per-item terms, combined with the answer's weights (a row's contrast or a
-    sweep's least-squares trend, written out here), then the jackknife's normal interval."""
+    """Set-level answers (the within-length spread, the pairwise cosine, SOCM's pair means: 'jackknife t') reproduce
+    from items.parquet: each cell's delete-one values from its per-item terms, combined with the answer's weights (a
+    row's contrast or a sweep's least-squares trend, written out here), then the t(n - 1) interval and test."""
     answers = pd.read_csv(ANSWERS)
     questions = {q.id: q for q in load_questions(ROOT / "experiments" / "study" / "questions.yaml")[2]}
     checked = 0
     for row in answers.itertuples(index=False):
-        if not row.per_item or row.test != "paired Wald" or row.kind == "versus":
+        if not row.per_item or row.test != "jackknife t" or row.kind == "versus":
             continue
         items = pd.read_parquet(STUDY / row.run / "items.parquet")
         quantity, _, contrast = row.metric.split("/")[1].partition("_vs_")
@@ -448,9 +450,12 @@ def test_every_set_level_answer_with_items_is_the_jackknife_of_its_per_item_term
                 total_point, total_loo = total_point + weight * sign * point, total_loo + weight * sign * loo
         n = len(total_loo)
         se = math.sqrt((n - 1) / n * np.sum((total_loo - total_loo.mean()) ** 2))
-        z = sps.norm.ppf(0.975)
-        expected = (total_point, total_point - z * se, total_point + z * se)
+        t = sps.t.ppf(0.975, n - 1)
+        expected = (total_point, total_point - t * se, total_point + t * se)
         assert (row.estimate, row.ci_low, row.ci_high) == pytest.approx(expected, abs=1e-9), row.claim
+        assert row.p == pytest.approx(2 * sps.t.sf(abs(total_point) / se, n - 1), rel=1e-6, abs=1e-12), (
+            row.claim
+        )
         checked += 1
     assert checked >= 20
 

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.stats
 
 from llm_collapse.metrics.collapse import centroid_distance, mean_pairwise_cosine, normalize_rows
 from llm_collapse.metrics.probes import knn_label_accuracy
@@ -85,7 +86,23 @@ def test_contrast_rows_skip_missing_and_mismatched_bins():
     assert rows["acc@1_vs_base"]["depth"] == 0.3 and rows["acc@1_vs_base"]["n"] == 3
     assert math.isnan(rows["pairwise_cosine_vs_base"]["depth"])
     assert rows["acc@1_vs_base"]["p_value"] == 1.0  # one discordant pair: the exact McNemar p is 1
-    assert math.isnan(rows["pairwise_cosine_vs_base"]["p_value"])  # no test for geometry contrasts
+
+    # the geometry contrasts carry the jackknife's t-test (n - 1 df), written out here from the delete-one values
+    def cosine(U):
+        U = U / np.linalg.norm(U, axis=1, keepdims=True)
+        G = U @ U.T
+        return (G.sum() - np.trace(G)) / (len(U) * (len(U) - 1))
+
+    loo = np.array([cosine(np.delete(X, i, 0)) - cosine(np.delete(Y, i, 0)) for i in range(10)])
+    se = np.sqrt(9 / 10 * np.sum((loo - loo.mean()) ** 2))
+    t = (cosine(X) - cosine(Y)) / se
+    assert rows["pairwise_cosine_vs_base"]["p_value"] == pytest.approx(
+        2 * scipy.stats.t.sf(abs(t), 9), rel=1e-9
+    )
+    half = scipy.stats.t.ppf(0.975, 9) * se
+    assert rows["pairwise_cosine_vs_base"]["ci_high"] - rows["pairwise_cosine_vs_base"][
+        "ci_low"
+    ] == pytest.approx(2 * half)
     assert contrast_rows(CellKey("m", "x", "sotu"), mine, {}) == []
 
 
