@@ -314,6 +314,13 @@ def t_contrast(point: float, se: float, n: int, test: str) -> Contrast:
     return Contrast(point, point - half, point + half, n, test, p, se, df)
 
 
+def jackknife_from_interval(point: float, low: float, high: float, n: int) -> Contrast:
+    """A set-level row stored before 2026-12-08 (the jackknife's normal interval, no p-value) read as today's:
+    the standard error its interval implies, with t(n - 1)."""
+    se = (high - low) / (2 * _Z) if math.isfinite(low) and math.isfinite(high) else math.nan
+    return t_contrast(point, se, n, JACKKNIFE_T)
+
+
 def jackknife(data: np.ndarray, statistic) -> Contrast:
     """`jackknife_from_leave_one_out` of ``statistic`` over the rows of ``data`` (its n delete-one values
     computed; needs n >= 3). For statistics that resampled duplicates bias, such as the mean distance to the

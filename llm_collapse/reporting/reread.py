@@ -14,10 +14,11 @@ equivalence tests need and brings older rows to today's procedure:
 - interactions whose lengths hold other texts (``--design bins``): Welch's t from ``items.parquet``
   (`llm_collapse.metrics.contrasts.independent_sum`), named in the ``test`` column;
 - set-level rows stored before 2026-12-08 (the jackknife's normal interval, no p-value): the standard error from
-  that interval, read with t(n - 1): its interval, p-value and TOST scale (`llm_collapse.metrics.contrasts.t_contrast`).
+  that interval, read with t(n - 1): its interval, p-value and TOST scale
+  (`llm_collapse.metrics.contrasts.jackknife_from_interval`).
 
-Rows it cannot read again keep what they stored (0/1 rows against another model or method, or without per-item data: their interval, read as
-`llm_collapse.metrics.contrasts.interval_tost_p` says). A recomputed estimate that differs from the stored one
+Rows it cannot read again keep what they stored (0/1 rows against another model or method, or without per-item
+data: their interval, read as `llm_collapse.metrics.contrasts.interval_tost_p` says). A recomputed estimate that differs from the stored one
 means the items are not the row's: the row is left as stored and a warning names it.
 """
 
@@ -28,9 +29,8 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
-from llm_collapse.metrics.contrasts import JACKKNIFE_T, Contrast, t_contrast, t_from_p
+from llm_collapse.metrics.contrasts import Contrast, jackknife_from_interval, t_from_p
 from llm_collapse.reporting.item_contrasts import Cell, Items, combine, contrast_terms, merged
 from llm_collapse.tasks.registry import (
     VS_BASE,
@@ -83,7 +83,9 @@ def reread(results: pd.DataFrame, items: pd.DataFrame | None) -> pd.DataFrame:
             out.loc[index, "test"] = WELCH
     for index, row in out[out["p_value"].isna() & out["metric"].str.contains("_vs_", regex=False)].iterrows():
         if metric_info(str(row["metric"]).split("_vs_", 1)[0]).set_level:
-            c = t_contrast(float(row["value"]), _interval_se(row), int(row["n"]), JACKKNIFE_T)
+            c = jackknife_from_interval(
+                float(row["value"]), float(row["ci_low"]), float(row["ci_high"]), int(row["n"])
+            )
             if math.isfinite(c.p):
                 updates[index] = [c.low, c.high, c.p, c.se, c.df, *[math.nan] * 4]
     if updates:
@@ -129,11 +131,6 @@ def _from_items(row: pd.Series, quantity: str, suffix: str, cells: Items) -> Con
         return None
     contrast = combine(cells, merged(contrast_terms(cell, suffix, shortest)), quantity)
     return contrast if contrast is not None and contrast.n == int(row["n"]) else None
-
-
-def _interval_se(row: pd.Series) -> float:
-    """The standard error a normal 95% interval implies."""
-    return (float(row["ci_high"]) - float(row["ci_low"])) / (2 * float(sps.norm.ppf(0.975)))
 
 
 def _same(a: float, b: float) -> bool:

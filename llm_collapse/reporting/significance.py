@@ -42,7 +42,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from llm_collapse.metrics.contrasts import JACKKNIFE_T, Contrast, binary_from_counts, t_contrast, t_from_p
+from llm_collapse.metrics.contrasts import (
+    JACKKNIFE_T,
+    Contrast,
+    binary_from_counts,
+    jackknife_from_interval,
+    t_from_p,
+)
 from llm_collapse.metrics.stats import holm_adjust
 from llm_collapse.reporting.reread import COUNT_COLUMNS
 from llm_collapse.tasks.registry import VS_INTERACTION, margin_for, metric_info
@@ -111,10 +117,8 @@ def paired_test(row: pd.Series) -> Contrast | None:
         if continuous:
             return replace(t_from_p(value, p, n, low, high), test=kind)
         return Contrast(value, low, high, n, kind, p)
-    if (
-        quantity.set_level
-    ):  # stored before 2026-12-08: the jackknife's normal interval, no p; read with t(n - 1)
-        return t_contrast(value, _se(row), n, JACKKNIFE_T)
+    if quantity.set_level:  # stored before 2026-12-08 and not read again (`reread`)
+        return jackknife_from_interval(value, low, high, n)
     return _wald(value, _se(row), "paired Wald", n)
 
 

@@ -90,7 +90,7 @@ def cloud_parts(text: str, states, mask, *, tokens: int, seed: int, pooling: str
         mask[:1] = False
     pooled = states[mask]
     n, dim = pooled.shape
-    moments = _moments(pooled, TokenMoments(dim))
+    short = n < dim  # the tokens are kept (`CloudParts.clouds` makes their moments), else only their moments
     rng = np.random.default_rng([seed, zlib.crc32(text.encode("utf-8"))])
     first = None
     if mask.numel() and not bool(mask[0]) and n:  # pooling leaves the first input token out
@@ -107,10 +107,9 @@ def cloud_parts(text: str, states, mask, *, tokens: int, seed: int, pooling: str
             split = cloud_terms(*(TextCloud.of_moments(h) for h in halves)).socm
         except MeanTooSmall:
             refused = True
-    short = n < dim
     return CloudParts(
         tokens=pooled.float().cpu().numpy() if short else None,
-        moments=None if short else moments,
+        moments=None if short else _moments(pooled, TokenMoments(dim)),
         first=first,
         subsample=subsample,
         split_half=split,
